@@ -1,0 +1,190 @@
+//! brigade benchmark harness: prints a table per device.
+//!
+//! `cargo bench --bench bench` measures: matmul GFLOP/s at 256, 512, 1024, 2048; fused elementwise and
+//! reduction GB/s; upload and readback GB/s; the per-call overhead of a tiny jitted function.
+//! Under `cargo test` (no `--bench` argument) it runs every measurement once at tiny sizes, as a smoke
+//! test that the harness itself works. Set `BRIGADE_DEVICES` to pick devices (e.g. `vulkan:1`).
+//! Timings on shared machines vary: compare ratios measured in one run.
+
+use std::time::{Duration, Instant};
+
+use brigade::{Array, Device, Result, Runtime, Tensor, jit};
+
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(7);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+/// Median of `reps` timings of `f` after one warm-up.
+fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
+    f()?;
+    let mut ts = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f()?;
+        ts.push(t.elapsed());
+    }
+    ts.sort();
+    Ok(ts[ts.len() / 2])
+}
+
+struct Sizes {
+    matmul: Vec<usize>,
+    elems: usize,
+    transfer: usize,
+    reps: usize,
+}
+
+fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
+    println!("\n## {}", dev.info());
+    println!("| benchmark | size | time (median) | rate |");
+    println!("|---|---|---|---|");
+    let wait = |outs: Vec<Array>| -> Result<()> {
+        drop(outs);
+        dev.wait()
+    };
+    // Matmul.
+    for &n in &s.matmul {
+        let a = Array::from_vec(data(n * n, 1), &[n, n])?.to_device(dev)?;
+        let b = Array::from_vec(data(n * n, 2), &[n, n])?.to_device(dev)?;
+        let f = jit(|x: &[Tensor]| vec![x[0].matmul(&x[1])]).on(dev);
+        let reps = if n >= 2048 { 1.max(s.reps / 3) } else { s.reps };
+        let t = time(reps, || wait(f.call(&[a.clone(), b.clone()])?))?;
+        let gflops = 2.0 * (n as f64).powi(3) / t.as_secs_f64() / 1e9;
+        println!(
+            "| matmul f32 | {n}×{n}×{n} | {:.2} ms | {gflops:.2} GFLOP/s |",
+            t.as_secs_f64() * 1e3
+        );
+    }
+    // Fused elementwise: 3 reads + 1 write of f32.
+    let n = s.elems;
+    let x = Array::from_vec(data(n, 3), &[n])?.to_device(dev)?;
+    let y = Array::from_vec(data(n, 4), &[n])?.to_device(dev)?;
+    let z = Array::from_vec(data(n, 5), &[n])?.to_device(dev)?;
+    let f = jit(|a: &[Tensor]| vec![((&a[0] * &a[1] + &a[2]).tanh() * 0.5 + 0.5).maximum(&a[2])])
+        .on(dev);
+    let t = time(s.reps, || {
+        wait(f.call(&[x.clone(), y.clone(), z.clone()])?)
+    })?;
+    let gbs = (4 * 4 * n) as f64 / t.as_secs_f64() / 1e9;
+    println!(
+        "| fused elementwise (6 ops, 3 in, 1 out) | {n} f32 | {:.2} ms | {gbs:.2} GB/s |",
+        t.as_secs_f64() * 1e3
+    );
+    // Reductions: full and per row.
+    let f = jit(|a: &[Tensor]| vec![(&a[0] * &a[1]).sum_all()]).on(dev);
+    let t = time(s.reps, || wait(f.call(&[x.clone(), y.clone()])?))?;
+    println!(
+        "| reduction sum(x*y) to a scalar | {n} f32 | {:.2} ms | {:.2} GB/s |",
+        t.as_secs_f64() * 1e3,
+        (8 * n) as f64 / t.as_secs_f64() / 1e9
+    );
+    let rows = 1024.min(n);
+    let xr = Array::from_vec(data(n, 6), &[rows, n / rows])?.to_device(dev)?;
+    let f = jit(|a: &[Tensor]| vec![a[0].sum(-1, false)]).on(dev);
+    let t = time(s.reps, || wait(f.call(&[xr.clone()])?))?;
+    println!(
+        "| reduction row sums | {rows}×{} f32 | {:.2} ms | {:.2} GB/s |",
+        n / rows,
+        t.as_secs_f64() * 1e3,
+        (4 * n) as f64 / t.as_secs_f64() / 1e9
+    );
+    // Transfers.
+    let m = s.transfer;
+    let host = Array::from_vec(data(m, 7), &[m])?;
+    let t = time(s.reps, || {
+        let a = host.to_device(dev)?;
+        drop(a);
+        dev.wait()
+    })?;
+    println!(
+        "| upload | {} MiB | {:.2} ms | {:.2} GB/s |",
+        m * 4 >> 20,
+        t.as_secs_f64() * 1e3,
+        (4 * m) as f64 / t.as_secs_f64() / 1e9
+    );
+    let on_dev = host.to_device(dev)?;
+    dev.wait()?;
+    let t = time(s.reps, || on_dev.to_host().map(|_| ()))?;
+    println!(
+        "| readback | {} MiB | {:.2} ms | {:.2} GB/s |",
+        m * 4 >> 20,
+        t.as_secs_f64() * 1e3,
+        (4 * m) as f64 / t.as_secs_f64() / 1e9
+    );
+    let t = time(s.reps, || {
+        let v: Vec<f32> = data(m, 7);
+        std::hint::black_box(v.clone());
+        Ok(())
+    })?;
+    println!(
+        "| host memcpy (for scale) | {} MiB | {:.2} ms | {:.2} GB/s |",
+        m * 4 >> 20,
+        t.as_secs_f64() * 1e3,
+        (4 * m) as f64 / t.as_secs_f64() / 1e9
+    );
+    // Per-call overhead of a tiny jitted function (dispatch + submit, no readback).
+    let tiny = Array::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4])?.to_device(dev)?;
+    let f = jit(|a: &[Tensor]| vec![&a[0] * 2.0 + 1.0]).on(dev);
+    let calls = 20 * s.reps;
+    let t = time(3, || {
+        for _ in 0..calls {
+            drop(f.call(&[tiny.clone()])?);
+        }
+        dev.wait()
+    })?;
+    println!(
+        "| tiny jitted call (submit only) | 4 f32 | {:.1} µs / call | |",
+        t.as_secs_f64() * 1e6 / calls as f64
+    );
+    let t = time(s.reps, || f.call(&[tiny.clone()])?[0].to_host().map(|_| ()))?;
+    println!(
+        "| tiny jitted call + readback | 4 f32 | {:.1} µs / call | |",
+        t.as_secs_f64() * 1e6
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let full = std::env::args().any(|a| a == "--bench");
+    let sizes = if full {
+        Sizes {
+            matmul: vec![256, 512, 1024, 2048],
+            elems: 1 << 24,
+            transfer: 16 << 20,
+            reps: 5,
+        }
+    } else {
+        Sizes {
+            matmul: vec![64],
+            elems: 1 << 12,
+            transfer: 1 << 12,
+            reps: 1,
+        }
+    };
+    let rt = pollster::block_on(Runtime::new())?;
+    println!(
+        "# brigade benchmarks ({})",
+        if full {
+            "full"
+        } else {
+            "smoke run; `cargo bench` for figures"
+        }
+    );
+    for dev in rt.devices() {
+        if dev.is_cpu() {
+            println!(
+                "\n## {} — the cpu device runs the reference interpreter; skipped",
+                dev.info()
+            );
+            continue;
+        }
+        bench_device(dev, &sizes)?;
+    }
+    Ok(())
+}

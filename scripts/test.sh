@@ -1,0 +1,289 @@
+#!/usr/bin/env bash
+# brigade's test command: installs what the tests need (idempotent; fast when
+# everything is already there), then runs fmt, clippy, the test suite (real
+# kernels on Mesa's software Vulkan and GL drivers), doc tests, and compile
+# checks for the wasm, Metal (macOS) and DX12 (Windows) targets.
+#
+#   scripts/test.sh                     full run (what CI runs via .ci/run)
+#   BRIGADE_TEST_QUICK=1 scripts/test.sh [FILTER...]
+#                                       skip fmt, clippy and cross-target checks;
+#                                       extra args go to `cargo test` (e.g. a test-name filter)
+#   BRIGADE_MESA=default scripts/test.sh
+#                                       use Debian 12's own Mesa 22.3 instead of Mesa 25
+#                                       from bookworm-backports (1.5-2x faster compute on lavapipe)
+#
+# Stops at the first failing step and names it. Prints one timing line per step.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+QUICK="${BRIGADE_TEST_QUICK:-0}"
+MESA_CHOICE="${BRIGADE_MESA:-auto}" # auto | default
+MESA_FALLBACK_MARKER=/var/lib/brigade/mesa-backports-unavailable
+BPO_SOURCES=/etc/apt/sources.list.d/debian-backports.sources
+
+APT_PKGS=(mesa-vulkan-drivers libvulkan1 vulkan-tools libegl1 libegl-mesa0 libgl1-mesa-dri)
+CROSS_TARGETS=(wasm32-unknown-unknown aarch64-apple-darwin x86_64-pc-windows-msvc)
+
+export DEBIAN_FRONTEND=noninteractive
+export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+if [[ "${CI:-}" == "true" ]]; then
+    # Fresh clone, one-shot build: incremental artifacts only cost time and disk.
+    export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+fi
+
+# ---------------------------------------------------------------- helpers
+
+T_START=$(date +%s)
+TIMINGS=()
+
+log() { printf '==> %s\n' "$*"; }
+warn() { printf 'WARNING: %s\n' "$*" >&2; }
+die() { printf '\nERROR: %s\n' "$*" >&2; exit 1; }
+
+# Sets CPU_NOW to the CPU seconds (user+sys) used so far by finished child processes.
+# `times` must run in this shell (not in a $(...) subshell), so it goes through a file.
+TIMES_FILE=$(mktemp)
+trap 'rm -f "$TIMES_FILE"' EXIT
+CPU_NOW=0
+child_cpu() {
+    times >"$TIMES_FILE"
+    CPU_NOW=$(awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } printf "%d", t }' "$TIMES_FILE")
+}
+
+# run_step NAME CMD [ARGS...]: runs CMD (a command or a function) with errexit in a
+# subshell, prints its wall and CPU time, and stops the whole script if it fails.
+# (Wall time varies a lot on shared 2-core machines; CPU time is steadier.)
+run_step() {
+    local name=$1; shift
+    local t0 c0 rc
+    t0=$(date +%s)
+    child_cpu
+    c0=$CPU_NOW
+    log "$name"
+    set +e
+    ( set -e; "$@" )
+    rc=$?
+    set -e
+    child_cpu
+    local dt=$(( $(date +%s) - t0 )) dc=$(( CPU_NOW - c0 ))
+    if (( rc != 0 )); then
+        printf '\nFAILED at step "%s" (exit %d, %ds): %s\n' "$name" "$rc" "$dt" "$*" >&2
+        exit "$rc"
+    fi
+    TIMINGS+=("$(printf '%-34s %5ds  (cpu %ds)' "$name" "$dt" "$dc")")
+    printf '[time] %s: %ds (cpu %ds)\n' "$name" "$dt" "$dc"
+}
+
+as_root() {
+    if [[ $(id -u) -eq 0 ]]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo -n env DEBIAN_FRONTEND=noninteractive "$@"
+    else
+        die "need root to run: $* (run this script as root, or install the packages by hand)"
+    fi
+}
+
+apt_get() { as_root apt-get -o DPkg::Lock::Timeout=300 "$@"; }
+
+pkg_installed() {
+    [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]
+}
+
+pkg_version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || true; }
+
+# shellcheck disable=SC1091
+os_codename() { (. /etc/os-release && echo "${VERSION_CODENAME:-}"); }
+
+# The mirror URI and keyring of the system's main Debian source, to reuse for backports.
+debian_mirror() {
+    local f=/etc/apt/sources.list.d/debian.sources uri=""
+    if [[ -f $f ]]; then
+        uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' "$f")
+    fi
+    if [[ -z $uri && -f /etc/apt/sources.list ]]; then
+        uri=$(awk '/^deb / && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; exit } }' /etc/apt/sources.list)
+    fi
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+
+debian_keyring() {
+    local f=/etc/apt/sources.list.d/debian.sources k=""
+    [[ -f $f ]] && k=$(awk '/^Signed-By:/ { print $2; exit }' "$f")
+    echo "${k:-/usr/share/keyrings/debian-archive-keyring.gpg}"
+}
+
+backports_configured() {
+    grep -rqs -- "$1-backports" /etc/apt/sources.list /etc/apt/sources.list.d/
+}
+
+# ---------------------------------------------------------------- setup steps
+
+# 1. Mesa's software drivers (lavapipe = Vulkan, llvmpipe = GL/EGL) and vulkaninfo.
+#    On Debian 12 prefer Mesa 25 from bookworm-backports; fall back to the default Mesa.
+setup_system_packages() {
+    local missing=() p codename want_bpo=0 mesa_ver
+    for p in "${APT_PKGS[@]}"; do pkg_installed "$p" || missing+=("$p"); done
+    codename=$(os_codename)
+    mesa_ver=$(pkg_version mesa-vulkan-drivers)
+
+    if [[ $MESA_CHOICE != default && $codename == bookworm ]]; then
+        if [[ -f $MESA_FALLBACK_MARKER ]]; then
+            log "bookworm-backports was unavailable earlier; using the default Mesa (rm $MESA_FALLBACK_MARKER to retry)"
+        else
+            want_bpo=1
+        fi
+    fi
+
+    local need_bpo_upgrade=0
+    if (( want_bpo )) && ! dpkg --compare-versions "${mesa_ver:-0}" ge 25~; then
+        need_bpo_upgrade=1
+    fi
+
+    if (( ${#missing[@]} == 0 && need_bpo_upgrade == 0 )); then
+        log "system packages present (mesa-vulkan-drivers ${mesa_ver})"
+        return 0
+    fi
+    if (( ${#missing[@]} )); then log "missing system packages: ${missing[*]}"; fi
+
+    local added_bpo=0 bpo_ok=0
+    if (( want_bpo )); then
+        if ! backports_configured "$codename"; then
+            log "adding ${codename}-backports ($(debian_mirror)) as $BPO_SOURCES"
+            as_root tee "$BPO_SOURCES" >/dev/null <<EOF
+Types: deb
+URIs: $(debian_mirror)
+Suites: ${codename}-backports
+Components: main
+Signed-By: $(debian_keyring)
+EOF
+            added_bpo=1
+        fi
+        apt_get update -q || warn "apt-get update reported errors"
+        if apt-cache madison mesa-vulkan-drivers 2>/dev/null | grep -q -- "${codename}-backports" &&
+            apt_get install -y -q -t "${codename}-backports" "${APT_PKGS[@]}"; then
+            bpo_ok=1
+        else
+            warn "Mesa from ${codename}-backports could not be installed; falling back to the default Mesa"
+            if (( added_bpo )); then as_root rm -f "$BPO_SOURCES"; fi
+            as_root mkdir -p "$(dirname "$MESA_FALLBACK_MARKER")"
+            as_root touch "$MESA_FALLBACK_MARKER"
+        fi
+    fi
+
+    if (( ! bpo_ok )); then
+        missing=()
+        for p in "${APT_PKGS[@]}"; do pkg_installed "$p" || missing+=("$p"); done
+        if (( ${#missing[@]} )); then
+            if (( ! want_bpo )); then apt_get update -q; fi
+            apt_get install -y -q "${missing[@]}"
+        fi
+    fi
+    log "installed: mesa-vulkan-drivers $(pkg_version mesa-vulkan-drivers), libgl1-mesa-dri $(pkg_version libgl1-mesa-dri), libegl-mesa0 $(pkg_version libegl-mesa0)"
+}
+
+# 3. Rust targets for the cross-target checks, and clippy/rustfmt.
+setup_rust() {
+    command -v rustup >/dev/null || die "rustup not found: the Rust toolchain is installed with rustup"
+    local installed want=() t c
+    installed=$(rustup target list --installed)
+    for t in "${CROSS_TARGETS[@]}"; do grep -qx "$t" <<<"$installed" || want+=("$t"); done
+    if (( ${#want[@]} )); then rustup target add "${want[@]}"; fi
+    installed=$(rustup component list --installed)
+    want=()
+    for c in clippy rustfmt; do grep -q "^$c" <<<"$installed" || want+=("$c"); done
+    if (( ${#want[@]} )); then rustup component add "${want[@]}"; fi
+    log "$(rustc --version); $(cargo --version)"
+}
+
+# 4. The adapters the tests run on: fail loudly if Vulkan lavapipe is not there.
+verify_adapters() {
+    local out
+    out=$(vulkaninfo --summary 2>&1) || {
+        printf '%s\n' "$out" >&2
+        die "vulkaninfo --summary failed: no working Vulkan driver (need mesa-vulkan-drivers + libvulkan1)"
+    }
+    if ! grep -q llvmpipe <<<"$out"; then
+        printf '%s\n' "$out" >&2
+        die "vulkaninfo --summary lists no llvmpipe (Mesa lavapipe) device: the GPU tests cannot run"
+    fi
+    grep -E 'deviceName|driverInfo' <<<"$out" | sed 's/^[[:space:]]*/    /'
+    log "Mesa in use: $(pkg_version mesa-vulkan-drivers)"
+}
+
+# ---------------------------------------------------------------- LATER: wasm + browser
+# Not run yet: nothing uses them, and they cost CI minutes (wasm-bindgen-cli alone is
+# ~2.5 min to build). When the browser demo/test lands, call run_web_steps from main
+# (marked below) and flesh these out. See shared/PLATFORM.md, "Browser" and "wasm build".
+WASM_BINDGEN_VERSION=0.2.130 # must match the wasm-bindgen crate pinned in Cargo.toml
+
+setup_web_tools() {
+    # wasm-bindgen-cli, cached in ~/.cargo/bin (no --locked: the registry lacks one pinned dep).
+    if ! wasm-bindgen --version 2>/dev/null | grep -q " ${WASM_BINDGEN_VERSION}\$"; then
+        cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+    fi
+    # Debian's Chromium (never a browser downloaded by a tool) + playwright-core to drive it.
+    pkg_installed chromium || { apt_get update -q; apt_get install -y -q chromium; }
+    [[ -d web/node_modules/playwright-core ]] || (cd web && npm install --no-audit --no-fund playwright-core)
+}
+
+web_build() {
+    cargo build --lib --release --target wasm32-unknown-unknown --features web
+    wasm-bindgen --target web --out-dir web/pkg target/wasm32-unknown-unknown/release/brigade.wasm
+}
+
+web_test() {
+    # e.g. node web/test.mjs: serve web/ on 127.0.0.1, open it in headless Chromium
+    # (/usr/lib/chromium/chromium --headless --no-sandbox --enable-unsafe-webgpu ...),
+    # wait for the page to report its result.
+    die "web_test: not written yet"
+}
+
+run_web_steps() {
+    run_step "web: install wasm-bindgen/chromium" setup_web_tools
+    run_step "web: wasm build" web_build
+    run_step "web: browser test" web_test
+}
+
+# ---------------------------------------------------------------- main
+
+log "brigade test command ($( ((QUICK)) && echo quick || echo full ) run; CI=${CI:-})"
+
+run_step "system packages (Mesa, Vulkan)" setup_system_packages
+
+# 2. EGL/GL (wgpu's GL backend) needs XDG_RUNTIME_DIR.
+if [[ -z "${XDG_RUNTIME_DIR:-}" ]]; then
+    XDG_RUNTIME_DIR="/tmp/xdg-runtime-$(id -u)"
+    export XDG_RUNTIME_DIR
+fi
+if [[ ! -d $XDG_RUNTIME_DIR ]]; then
+    mkdir -p "$(dirname "$XDG_RUNTIME_DIR")"
+    mkdir -m700 "$XDG_RUNTIME_DIR"
+fi
+
+if (( ! QUICK )); then
+    run_step "rust targets + clippy/rustfmt" setup_rust
+fi
+run_step "verify adapters (vulkaninfo)" verify_adapters
+
+if (( ! QUICK )); then
+    run_step "cargo fmt --check" cargo fmt --all -- --check
+    run_step "cargo clippy" cargo clippy --all-targets -- -D warnings
+fi
+run_step "cargo test --all-targets" cargo test --all-targets "$@"
+run_step "cargo test --doc" cargo test --doc "$@"
+
+if (( ! QUICK )); then
+    for target in "${CROSS_TARGETS[@]}"; do
+        run_step "cargo check $target" cargo check --lib --target "$target"
+    done
+    # LATER (see "LATER: wasm + browser" above): uncomment when the browser test exists.
+    # run_web_steps
+fi
+
+printf '\n==> timings\n'
+printf '    %s\n' "${TIMINGS[@]}"
+child_cpu
+printf '    %-34s %5ds  (cpu %ds)\n' "total" "$(( $(date +%s) - T_START ))" "$CPU_NOW"
+log "all steps OK"

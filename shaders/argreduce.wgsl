@@ -1,0 +1,21 @@
+// argmax / argmin along one axis, one invocation per output element; ties keep the first index.
+{{BINDINGS}}
+{{HELPERS}}
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let gi = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (gi >= {{N}}u) {
+        return;
+    }
+{{INDEX}}
+    var best: {{T}};
+    var best_i: u32 = 0u;
+    for (var r: u32 = 0u; r < {{R}}u; r = r + 1u) {
+{{BODY}}
+        if (r == 0u || {{BETTER}}) {
+            best = x;
+            best_i = r;
+        }
+    }
+    out0[gi] = i32(best_i);
+}

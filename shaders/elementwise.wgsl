@@ -1,0 +1,15 @@
+// Fused elementwise kernel: one invocation per output element.
+// The body is an inlined tree of elementwise and layout ops over the input buffers.
+{{BINDINGS}}
+{{HELPERS}}
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    // Workgroups are laid out in x then y so that more than 65 535 of them can run.
+    let gi = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (gi >= {{N}}u) {
+        return;
+    }
+{{INDEX}}
+{{BODY}}
+    out0[gi] = {{STORE}};
+}

@@ -1,0 +1,18 @@
+// Reduction, one invocation per output element: loops over the reduced elements in row-major order.
+// The reduced value's elementwise prologue is inlined into the loop body.
+{{BINDINGS}}
+{{HELPERS}}
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let gi = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (gi >= {{N}}u) {
+        return;
+    }
+{{INDEX}}
+    var acc: {{T}} = {{IDENTITY}};
+    for (var r: u32 = 0u; r < {{R}}u; r = r + 1u) {
+{{BODY}}
+        acc = {{COMBINE}};
+    }
+    out0[gi] = {{STORE}};
+}

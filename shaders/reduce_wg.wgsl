@@ -1,0 +1,35 @@
+// Cooperative reduction for long reductions: {{P}} workgroups of 256 invocations share each output.
+// Workgroup (o, p) reduces the chunk p of output o with a strided loop, then a tree in shared memory,
+// and writes one partial; a second kernel combines the {{P}} partials (skipped when P is 1).
+{{BINDINGS}}
+{{HELPERS}}
+var<workgroup> partial: array<{{T}}, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.y * nwg.x + wid.x;
+    let gi = wg / {{P}}u;
+    let part = wg % {{P}}u;
+    var acc: {{T}} = {{IDENTITY}};
+    if (gi < {{N}}u) {
+{{INDEX}}
+        for (var r: u32 = part * 256u + lid; r < {{R}}u; r = r + {{STEP}}u) {
+{{BODY}}
+            acc = {{COMBINE}};
+        }
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s: u32 = 128u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            let x = partial[lid + s];
+            let a = partial[lid];
+            partial[lid] = {{COMBINE_SHARED}};
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u && gi < {{N}}u) {
+        let acc = partial[0];
+        out0[wg] = {{STORE}};
+    }
+}

@@ -1,0 +1,215 @@
+//! [`Array`]: concrete data, on the host or on one device.
+
+use std::sync::Arc;
+
+use crate::device::{Device, DeviceBuffer};
+use crate::dtype::{DType, Scalar};
+use crate::error::{Error, Result};
+use crate::host::{Element, HostArray};
+use crate::trace::graph::Aval;
+
+/// A concrete n-dimensional array. Cheap to clone (shared, immutable).
+///
+/// Data lives either in host memory or in a buffer on one [`Device`]. Results of device computations
+/// stay on their device until read with [`Array::to_vec`] / [`Array::to_host`].
+///
+/// ```
+/// use brigade::Array;
+/// let a = Array::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+/// assert_eq!(a.shape(), &[2, 2]);
+/// assert_eq!(a.to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 4.0]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Array {
+    pub(crate) inner: Arc<ArrayInner>,
+}
+
+pub(crate) struct ArrayInner {
+    pub(crate) aval: Aval,
+    pub(crate) storage: Storage,
+}
+
+pub(crate) enum Storage {
+    Host(HostArray),
+    Device {
+        device: Device,
+        buffer: Arc<DeviceBuffer>,
+    },
+}
+
+impl std::fmt::Debug for Array {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let place = match &self.inner.storage {
+            Storage::Host(_) => "host".to_string(),
+            Storage::Device { device, .. } => format!("device {}", device.index()),
+        };
+        write!(f, "Array({} on {place})", self.inner.aval)
+    }
+}
+
+impl Array {
+    pub(crate) fn from_host(h: HostArray) -> Array {
+        let aval = Aval::new(h.shape.clone(), h.dtype());
+        Array {
+            inner: Arc::new(ArrayInner {
+                aval,
+                storage: Storage::Host(h),
+            }),
+        }
+    }
+    pub(crate) fn from_buffer(device: Device, buffer: Arc<DeviceBuffer>, aval: Aval) -> Array {
+        Array {
+            inner: Arc::new(ArrayInner {
+                aval,
+                storage: Storage::Device { device, buffer },
+            }),
+        }
+    }
+    /// An array from a vector and a shape; the length must match the shape.
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Array> {
+        Ok(Array::from_host(HostArray::from_vec(data, shape)?))
+    }
+    /// A host array from [`HostArray`] data.
+    pub fn from_host_array(h: HostArray) -> Array {
+        Array::from_host(h)
+    }
+    /// A rank-0 array.
+    pub fn scalar(v: impl Into<Scalar>) -> Array {
+        Array::from_host(HostArray::scalar(v.into()))
+    }
+    /// An array of `shape` filled with `v`.
+    pub fn full(v: impl Into<Scalar>, shape: &[usize]) -> Array {
+        Array::from_host(HostArray::full(v.into(), shape))
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.inner.aval.shape
+    }
+    pub fn dtype(&self) -> DType {
+        self.inner.aval.dtype
+    }
+    pub fn aval(&self) -> &Aval {
+        &self.inner.aval
+    }
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.inner.aval.size()
+    }
+    pub fn ndim(&self) -> usize {
+        self.inner.aval.rank()
+    }
+    /// The device holding the data, or None for host arrays.
+    pub fn device(&self) -> Option<&Device> {
+        match &self.inner.storage {
+            Storage::Host(_) => None,
+            Storage::Device { device, .. } => Some(device),
+        }
+    }
+    pub(crate) fn buffer(&self) -> Option<&Arc<DeviceBuffer>> {
+        match &self.inner.storage {
+            Storage::Host(_) => None,
+            Storage::Device { buffer, .. } => Some(buffer),
+        }
+    }
+    /// The host data if the array lives on the host.
+    pub fn host(&self) -> Option<&HostArray> {
+        match &self.inner.storage {
+            Storage::Host(h) => Some(h),
+            Storage::Device { .. } => None,
+        }
+    }
+    /// Copy the data to `device` (JAX's `device_put`). Free if it is already there.
+    pub fn to_device(&self, device: &Device) -> Result<Array> {
+        if let Some(d) = self.device() {
+            if crate::exec::same_device(d, device) {
+                return Ok(self.clone());
+            }
+        }
+        let h = host_data(self)?;
+        if device.is_cpu() {
+            // The cpu device computes on host memory.
+            return Ok(Array::from_host(h));
+        }
+        let buf = device.upload(&h.data)?;
+        Ok(Array::from_buffer(
+            device.clone(),
+            buf,
+            self.inner.aval.clone(),
+        ))
+    }
+    /// Read the data back to the host (waits for pending work on its device).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn to_host(&self) -> Result<HostArray> {
+        pollster::block_on(self.to_host_async())
+    }
+    /// Read the data back to the host. On the web this is the only way (never blocks).
+    pub async fn to_host_async(&self) -> Result<HostArray> {
+        match &self.inner.storage {
+            Storage::Host(h) => Ok(h.clone()),
+            Storage::Device { device, buffer } => {
+                let a = &self.inner.aval;
+                let data = device.download(buffer, a.dtype, a.size()).await?;
+                HostArray::new(a.shape.clone(), data)
+            }
+        }
+    }
+    /// Read the data back as a `Vec<T>`; `T` must match the dtype.
+    ///
+    /// On wasm use [`Array::to_host_async`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "to_vec",
+                lhs: self.dtype(),
+                rhs: T::DTYPE,
+            });
+        }
+        self.to_host()?.to_vec()
+    }
+    /// The single element of a size-1 array.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn item(&self) -> Result<Scalar> {
+        let h = self.to_host()?;
+        if h.len() != 1 {
+            return Err(Error::BadShapeArg {
+                op: "item",
+                shape: h.shape.clone(),
+                detail: "needs exactly one element".into(),
+            });
+        }
+        Ok(h.data.get(0))
+    }
+}
+
+impl From<HostArray> for Array {
+    fn from(h: HostArray) -> Array {
+        Array::from_host(h)
+    }
+}
+
+impl From<f32> for Array {
+    fn from(v: f32) -> Array {
+        Array::scalar(v)
+    }
+}
+
+/// Host data of several arrays (used by the CPU device path).
+pub(crate) fn host_data(a: &Array) -> Result<HostArray> {
+    match &a.inner.storage {
+        Storage::Host(h) => Ok(h.clone()),
+        Storage::Device { .. } => {
+            #[cfg(not(target_arch = "wasm32"))]
+            {
+                a.to_host()
+            }
+            #[cfg(target_arch = "wasm32")]
+            {
+                Err(Error::Unsupported {
+                    op: "read",
+                    detail: "synchronously on the web: use to_host_async".into(),
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! Work counters: traces, pipelines created, dispatches, bytes moved.
+//!
+//! Counters are kept per thread (brigade issues all device work from the calling thread), so a test
+//! can measure exactly the work its own calls caused while other tests run in parallel.
+
+use std::cell::Cell;
+
+/// A snapshot of the work counters of the calling thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Closures traced into graphs (by `jit`, transforms, or eager ops on a cache miss).
+    pub traces: u64,
+    /// Compute pipelines created (shader modules compiled). A cache hit does not count.
+    pub pipelines_created: u64,
+    /// Compute dispatches recorded.
+    pub dispatches: u64,
+    /// Command buffers submitted.
+    pub submits: u64,
+    /// Bytes copied host → device.
+    pub bytes_uploaded: u64,
+    /// Bytes copied device → host.
+    pub bytes_downloaded: u64,
+}
+
+impl Counters {
+    /// Work done between `earlier` and `self`.
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            traces: self.traces - earlier.traces,
+            pipelines_created: self.pipelines_created - earlier.pipelines_created,
+            dispatches: self.dispatches - earlier.dispatches,
+            submits: self.submits - earlier.submits,
+            bytes_uploaded: self.bytes_uploaded - earlier.bytes_uploaded,
+            bytes_downloaded: self.bytes_downloaded - earlier.bytes_downloaded,
+        }
+    }
+}
+
+thread_local! {
+    static COUNTERS: Cell<Counters> = const { Cell::new(Counters {
+        traces: 0, pipelines_created: 0, dispatches: 0, submits: 0, bytes_uploaded: 0, bytes_downloaded: 0,
+    }) };
+}
+
+/// The calling thread's counters.
+///
+/// ```
+/// let before = brigade::counters();
+/// // ... run something ...
+/// let work = brigade::counters().since(&before);
+/// assert_eq!(work.traces, 0);
+/// ```
+pub fn counters() -> Counters {
+    COUNTERS.with(|c| c.get())
+}
+
+pub(crate) fn bump(f: impl FnOnce(&mut Counters)) {
+    COUNTERS.with(|c| {
+        let mut v = c.get();
+        f(&mut v);
+        c.set(v);
+    });
+}

@@ -1,0 +1,714 @@
+//! The logical device: wgpu `Device` + `Queue` (or the cpu device), error capture, allocation and
+//! dispatch.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::kernel::Kernel;
+use super::pool::{DeviceBuffer, Pool, PoolStats, bucket_size};
+use super::{DeviceInfo, DeviceLimits, backend_name, device_type_name, human_bytes};
+use crate::counters::bump;
+use crate::error::{Error, Result};
+
+/// Lock a mutex, ignoring poisoning (a panic elsewhere must not turn into more panics here).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Error and loss state written by wgpu callbacks.
+#[derive(Default)]
+pub(crate) struct DeviceState {
+    lost: Mutex<Option<String>>,
+    last_error: Mutex<Option<String>>,
+}
+
+impl DeviceState {
+    /// The reason the device was lost, if it was.
+    pub(crate) fn lost(&self) -> Option<String> {
+        lock(&self.lost).clone()
+    }
+    fn mark_lost(&self, reason: String) {
+        let mut l = lock(&self.lost);
+        if l.is_none() {
+            *l = Some(reason);
+        }
+    }
+}
+
+/// The wgpu half of a GPU device.
+pub(crate) struct Gpu {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) state: Arc<DeviceState>,
+    pub(crate) pool: Mutex<Pool>,
+    pub(crate) kernels: Mutex<HashMap<String, Arc<Kernel>>>,
+}
+
+impl Gpu {
+    /// Run `f` inside validation, out-of-memory and internal error scopes and return the first
+    /// error caught (out-of-memory first).
+    ///
+    /// Native scopes resolve immediately. In the browser popping a scope is asynchronous and these
+    /// calls are synchronous, so no scope is pushed there: errors reach the uncaptured-error handler,
+    /// which logs them and keeps the last one ([`Device::last_error`]).
+    pub(crate) fn capture<T>(&self, f: impl FnOnce() -> T) -> (T, Option<wgpu::Error>) {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use futures::FutureExt;
+            let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
+            let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let out = f();
+            let e_val = validation.pop().now_or_never().flatten();
+            let e_oom = oom.pop().now_or_never().flatten();
+            let e_int = internal.pop().now_or_never().flatten();
+            (out, e_oom.or(e_val).or(e_int))
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            (f(), None)
+        }
+    }
+}
+
+/// Shared state of one logical device.
+pub(crate) struct DeviceInner {
+    pub(crate) id: u64,
+    pub(crate) info: DeviceInfo,
+    /// `index [backend: adapter]`, used in error messages.
+    pub(crate) label: String,
+    /// `None` for the cpu device.
+    pub(crate) gpu: Option<Gpu>,
+}
+
+/// One logical device: a wgpu `Device` + `Queue` on some adapter, or the `cpu` device.
+///
+/// Cheap to clone (an `Arc` inside); clones are the same device. All methods take `&self` and may be
+/// called from several threads on native. On the `cpu` device arrays are host data: the GPU methods
+/// (`alloc`, `upload`, `kernel`, `run`, …) return [`Error::Unsupported`] there.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: Arc<DeviceInner>,
+}
+
+/// One compute dispatch: a kernel, its buffers bound in order at `@group(0) @binding(0..n)`, and the
+/// workgroup counts.
+pub struct Dispatch<'a> {
+    /// A kernel compiled on the same device by [`Device::kernel`].
+    pub kernel: &'a Kernel,
+    /// Buffers bound at `@group(0) @binding(i)`, one per binding the kernel declares.
+    pub buffers: Vec<&'a DeviceBuffer>,
+    /// Workgroup counts in x, y, z. A zero count skips the dispatch.
+    pub workgroups: [u32; 3],
+}
+
+impl Device {
+    pub(crate) fn from_inner(inner: Arc<DeviceInner>) -> Device {
+        Device { inner }
+    }
+
+    /// A cpu device (no wgpu state).
+    pub(crate) fn new_cpu(index: usize, adapter_index: usize) -> Device {
+        let info = DeviceInfo {
+            index,
+            adapter_index,
+            adapter_name: "cpu".to_string(),
+            backend: "cpu".to_string(),
+            device_type: "cpu".to_string(),
+            limits: DeviceLimits::host(),
+        };
+        Device::from_parts(info, None)
+    }
+
+    /// Wrap a wgpu device and queue requested from an adapter, installing the error handlers.
+    pub(crate) fn new_gpu(
+        index: usize,
+        adapter_index: usize,
+        adapter: &wgpu::AdapterInfo,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+    ) -> Device {
+        let info = DeviceInfo {
+            index,
+            adapter_index,
+            adapter_name: adapter.name.clone(),
+            backend: backend_name(adapter.backend).to_string(),
+            device_type: device_type_name(adapter.device_type).to_string(),
+            limits: DeviceLimits::from_wgpu(&device.limits()),
+        };
+        let state = Arc::new(DeviceState::default());
+        let label = Device::label_of(&info);
+        {
+            let state = state.clone();
+            let label = label.clone();
+            device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                let msg = e.to_string();
+                log::error!("brigade: uncaptured wgpu error on device {label}: {msg}");
+                *lock(&state.last_error) = Some(msg);
+            }));
+        }
+        {
+            let state = state.clone();
+            let label = label.clone();
+            device.set_device_lost_callback(move |reason, msg| {
+                let reason = match reason {
+                    wgpu::DeviceLostReason::Destroyed => format!(
+                        "destroyed{}",
+                        if msg.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({msg})")
+                        }
+                    ),
+                    wgpu::DeviceLostReason::Unknown => {
+                        if msg.is_empty() {
+                            "lost by the driver".to_string()
+                        } else {
+                            msg
+                        }
+                    }
+                };
+                if state.lost().is_none() {
+                    log::warn!("brigade: device {label} lost: {reason}");
+                }
+                state.mark_lost(reason);
+            });
+        }
+        let gpu = Gpu {
+            device,
+            queue,
+            state,
+            pool: Mutex::new(Pool::new()),
+            kernels: Mutex::new(HashMap::new()),
+        };
+        Device::from_parts(info, Some(gpu))
+    }
+
+    fn from_parts(info: DeviceInfo, gpu: Option<Gpu>) -> Device {
+        let label = Device::label_of(&info);
+        Device {
+            inner: Arc::new(DeviceInner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                info,
+                label,
+                gpu,
+            }),
+        }
+    }
+
+    fn label_of(info: &DeviceInfo) -> String {
+        if info.backend == "cpu" {
+            format!("{} [cpu]", info.index)
+        } else {
+            format!("{} [{}: {}]", info.index, info.backend, info.adapter_name)
+        }
+    }
+
+    /// What this device is: index, adapter, backend, limits.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.inner.info
+    }
+
+    /// Position of the device in its runtime's device list.
+    pub fn index(&self) -> usize {
+        self.inner.info.index
+    }
+
+    /// True for the `cpu` device (host data, reference interpreter).
+    pub fn is_cpu(&self) -> bool {
+        self.inner.gpu.is_none()
+    }
+
+    /// The device's limits (shortcut for `info().limits`).
+    pub fn limits(&self) -> &DeviceLimits {
+        &self.inner.info.limits
+    }
+
+    /// A short name for messages: `0 [vulkan: llvmpipe (LLVM 15.0.6, 256 bits)]`.
+    pub fn name(&self) -> &str {
+        &self.inner.label
+    }
+
+    /// True once the device was lost or destroyed; every later GPU call returns
+    /// [`Error::DeviceLost`].
+    pub fn is_lost(&self) -> bool {
+        self.inner
+            .gpu
+            .as_ref()
+            .is_some_and(|g| g.state.lost().is_some())
+    }
+
+    /// The last wgpu error that no error scope caught (also logged with `log::error!`).
+    pub fn last_error(&self) -> Option<String> {
+        self.inner
+            .gpu
+            .as_ref()
+            .and_then(|g| lock(&g.state.last_error).clone())
+    }
+
+    /// The wgpu device and queue, for code that records its own commands (`None` on the cpu device).
+    pub fn wgpu(&self) -> Option<(&wgpu::Device, &wgpu::Queue)> {
+        self.inner.gpu.as_ref().map(|g| (&g.device, &g.queue))
+    }
+
+    /// The GPU half, or the error for a cpu or lost device.
+    pub(crate) fn gpu(&self, op: &'static str) -> Result<&Gpu> {
+        match &self.inner.gpu {
+            None => Err(Error::Unsupported {
+                op,
+                detail: format!(
+                    "on the cpu device {}: arrays there are host data, evaluated by the reference interpreter",
+                    self.inner.label
+                ),
+            }),
+            Some(g) => match g.state.lost() {
+                Some(reason) => Err(self.lost_error(reason)),
+                None => Ok(g),
+            },
+        }
+    }
+
+    pub(crate) fn lost_error(&self, reason: String) -> Error {
+        Error::DeviceLost {
+            device: self.inner.label.clone(),
+            reason,
+        }
+    }
+
+    /// Turn a caught wgpu error into brigade's error (`what` says what was being done).
+    pub(crate) fn wgpu_error(&self, e: wgpu::Error, what: impl FnOnce() -> String) -> Error {
+        if let Some(reason) = self.inner.gpu.as_ref().and_then(|g| g.state.lost()) {
+            return self.lost_error(reason);
+        }
+        match e {
+            wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory {
+                device: self.inner.label.clone(),
+                detail: what(),
+            },
+            other => Error::Wgpu {
+                device: self.inner.label.clone(),
+                message: format!("{}: {other}", what()),
+            },
+        }
+    }
+
+    /// Check that an array of `bytes` bytes can live in one buffer here.
+    pub(crate) fn check_fits(&self, bytes: u64, what: impl FnOnce() -> String) -> Result<u64> {
+        let l = &self.inner.info.limits;
+        let (limit, limit_name) = if l.max_storage_buffer_binding_size <= l.max_buffer_size {
+            (
+                l.max_storage_buffer_binding_size,
+                "max_storage_buffer_binding_size",
+            )
+        } else {
+            (l.max_buffer_size, "max_buffer_size")
+        };
+        match bytes.max(4).checked_next_multiple_of(4) {
+            Some(size) if size <= limit => Ok(size),
+            _ => Err(Error::OverLimit {
+                device: self.inner.label.clone(),
+                what: what(),
+                needed: bytes,
+                limit,
+                limit_name,
+            }),
+        }
+    }
+
+    /// A buffer of at least `bytes` bytes (minimum 4), from the pool when one of the same bucket is
+    /// free (see [`bucket_size`]). Its contents are unspecified.
+    ///
+    /// Errors: [`Error::OverLimit`] when `bytes` exceeds the device's storage-binding or buffer size
+    /// limit (never fits: split the work), [`Error::OutOfMemory`] when the device cannot allocate it
+    /// even after emptying the pool (free arrays and retry), [`Error::DeviceLost`],
+    /// [`Error::Unsupported`] on the cpu device.
+    pub fn alloc(&self, bytes: u64) -> Result<Arc<DeviceBuffer>> {
+        let gpu = self.gpu("alloc")?;
+        let size = self.check_fits(bytes, || format!("a buffer of {}", human_bytes(bytes)))?;
+        let capacity = bucket_size(size, self.inner.info.limits.max_array_bytes());
+        if let Some(buffer) = lock(&gpu.pool).take(capacity) {
+            return Ok(self.wrap(buffer, size, capacity));
+        }
+        let create = || {
+            gpu.capture(|| {
+                gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: capacity,
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_SRC
+                        | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            })
+        };
+        let (mut buffer, mut err) = create();
+        if matches!(err, Some(wgpu::Error::OutOfMemory { .. })) {
+            // Free what the pool holds and try once more.
+            drop(buffer);
+            let freed = lock(&gpu.pool).drain();
+            let n = freed.len();
+            drop(freed);
+            log::warn!(
+                "brigade: device {} out of memory allocating {}; freed {n} pooled buffers and retrying",
+                self.inner.label,
+                human_bytes(capacity)
+            );
+            (buffer, err) = create();
+        }
+        if let Some(e) = err {
+            return Err(self.wgpu_error(e, || {
+                format!(
+                    "allocating a buffer of {} ({capacity} bytes)",
+                    human_bytes(capacity)
+                )
+            }));
+        }
+        {
+            let mut pool = lock(&gpu.pool);
+            pool.stats.created += 1;
+            pool.mark_in_use(capacity);
+        }
+        Ok(self.wrap(buffer, size, capacity))
+    }
+
+    fn wrap(&self, buffer: wgpu::Buffer, size: u64, capacity: u64) -> Arc<DeviceBuffer> {
+        Arc::new(DeviceBuffer {
+            buffer,
+            size,
+            capacity,
+            owner: self.inner.clone(),
+        })
+    }
+
+    /// Like [`Device::alloc`], with every byte zero (one extra submit that clears the buffer).
+    pub fn alloc_zeroed(&self, bytes: u64) -> Result<Arc<DeviceBuffer>> {
+        let buf = self.alloc(bytes)?;
+        let gpu = self.gpu("alloc_zeroed")?;
+        let ((), err) = gpu.capture(|| {
+            let mut enc = gpu
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("brigade clear"),
+                });
+            enc.clear_buffer(&buf.buffer, 0, None);
+            gpu.queue.submit([enc.finish()]);
+        });
+        if let Some(e) = err {
+            return Err(self.wgpu_error(e, || "clearing a buffer".to_string()));
+        }
+        bump(|c| c.submits += 1);
+        Ok(buf)
+    }
+
+    /// What this device's buffer pool holds and has done (all zero on the cpu device).
+    pub fn pool_stats(&self) -> PoolStats {
+        self.inner
+            .gpu
+            .as_ref()
+            .map(|g| lock(&g.pool).stats)
+            .unwrap_or_default()
+    }
+
+    /// Bytes the pool may hold in free buffers (default [`super::pool::DEFAULT_POOL_LIMIT`], 1 GiB).
+    /// Lowering it frees the largest held buffers first; 0 disables pooling.
+    pub fn set_pool_limit(&self, bytes: u64) {
+        if let Some(g) = &self.inner.gpu {
+            let freed = {
+                let mut pool = lock(&g.pool);
+                pool.limit = bytes;
+                pool.shrink_to(bytes)
+            };
+            drop(freed);
+        }
+    }
+
+    /// Free every buffer the pool holds (buffers in use are not affected).
+    pub fn trim_pool(&self) {
+        if let Some(g) = &self.inner.gpu {
+            let freed = lock(&g.pool).drain();
+            drop(freed);
+        }
+    }
+
+    /// Record `dispatches` in one command encoder and one compute pass (a bind group per dispatch),
+    /// submit once, and (native) wait until the device has finished.
+    ///
+    /// Dispatches with a zero workgroup count are skipped; with nothing left, nothing is submitted.
+    /// Errors: [`Error::OverLimit`] for a workgroup count above `max_compute_workgroups_per_dimension`
+    /// (checked before anything is recorded), [`Error::Wgpu`] for a kernel or buffer from another
+    /// device, a wrong number of buffers, or a wgpu validation error, [`Error::DeviceLost`].
+    ///
+    /// In the browser this cannot block: it returns after the submit, like [`Device::submit_only`];
+    /// work submitted later, and downloads, still see its results (queue order).
+    pub fn run(&self, dispatches: &[Dispatch<'_>]) -> Result<()> {
+        self.submit_only(dispatches)?;
+        self.wait()
+    }
+
+    /// Like [`Device::run`] but returns right after the submit, without waiting: submit to every
+    /// device first, then wait on each ([`Device::wait`], or a download), so devices work at once.
+    pub fn submit_only(&self, dispatches: &[Dispatch<'_>]) -> Result<()> {
+        let gpu = self.gpu("run")?;
+        let max_wg = self.inner.info.limits.max_compute_workgroups_per_dimension;
+        let mut live: Vec<&Dispatch<'_>> = Vec::with_capacity(dispatches.len());
+        for (i, d) in dispatches.iter().enumerate() {
+            let k = d.kernel;
+            if k.device_id != self.inner.id {
+                return Err(Error::Wgpu {
+                    device: self.inner.label.clone(),
+                    message: format!(
+                        "dispatch {i}: kernel `{}` was compiled on another device; compile it with this device's `kernel()`",
+                        k.label()
+                    ),
+                });
+            }
+            if d.buffers.len() != k.bindings().len() {
+                return Err(Error::Wgpu {
+                    device: self.inner.label.clone(),
+                    message: format!(
+                        "dispatch {i}: kernel `{}` declares {} storage buffers (@group(0) @binding(0..{})) but {} were given",
+                        k.label(),
+                        k.bindings().len(),
+                        k.bindings().len(),
+                        d.buffers.len()
+                    ),
+                });
+            }
+            for (j, b) in d.buffers.iter().enumerate() {
+                if b.owner.id != self.inner.id {
+                    return Err(Error::Wgpu {
+                        device: self.inner.label.clone(),
+                        message: format!(
+                            "dispatch {i}: buffer {j} of kernel `{}` lives on device {}, not on this one; download and upload it first",
+                            k.label(),
+                            b.owner.label
+                        ),
+                    });
+                }
+            }
+            if let Some(&w) = d.workgroups.iter().find(|&&w| w > max_wg) {
+                return Err(Error::OverLimit {
+                    device: self.inner.label.clone(),
+                    what: format!(
+                        "dispatch {i} of kernel `{}` with workgroups {:?} (a count, not bytes)",
+                        k.label(),
+                        d.workgroups
+                    ),
+                    needed: u64::from(w),
+                    limit: u64::from(max_wg),
+                    limit_name: "max_compute_workgroups_per_dimension",
+                });
+            }
+            if d.workgroups.contains(&0) {
+                continue;
+            }
+            live.push(d);
+        }
+        if live.is_empty() {
+            return Ok(());
+        }
+        let ((), err) = gpu.capture(|| {
+            let groups: Vec<wgpu::BindGroup> = live
+                .iter()
+                .map(|d| {
+                    let entries: Vec<wgpu::BindGroupEntry<'_>> = d
+                        .buffers
+                        .iter()
+                        .enumerate()
+                        .map(|(j, b)| wgpu::BindGroupEntry {
+                            binding: j as u32,
+                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: &b.buffer,
+                                offset: 0,
+                                size: wgpu::BufferSize::new(b.size),
+                            }),
+                        })
+                        .collect();
+                    gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &d.kernel.bind_group_layout,
+                        entries: &entries,
+                    })
+                })
+                .collect();
+            let mut enc = gpu
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("brigade run"),
+                });
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: None,
+                });
+                for (d, g) in live.iter().zip(&groups) {
+                    pass.set_pipeline(&d.kernel.pipeline);
+                    pass.set_bind_group(0, g, &[]);
+                    let [x, y, z] = d.workgroups;
+                    pass.dispatch_workgroups(x, y, z);
+                }
+            }
+            gpu.queue.submit([enc.finish()]);
+        });
+        if let Some(e) = err {
+            return Err(self.wgpu_error(e, || {
+                let names: Vec<&str> = live.iter().map(|d| d.kernel.label()).collect();
+                format!("running {} dispatches ({})", live.len(), names.join(", "))
+            }));
+        }
+        let n = live.len() as u64;
+        bump(|c| {
+            c.dispatches += n;
+            c.submits += 1;
+        });
+        Ok(())
+    }
+
+    /// Block until all work submitted to this device has finished (native). In the browser this
+    /// returns at once (it cannot block); use [`Device::idle`] there. Nothing to do on the cpu device.
+    pub fn wait(&self) -> Result<()> {
+        let Some(gpu) = &self.inner.gpu else {
+            return Ok(());
+        };
+        if let Some(reason) = gpu.state.lost() {
+            return Err(self.lost_error(reason));
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Err(e) = gpu.device.poll(wgpu::PollType::wait_indefinitely()) {
+            return Err(match gpu.state.lost() {
+                Some(reason) => self.lost_error(reason),
+                None => Error::Wgpu {
+                    device: self.inner.label.clone(),
+                    message: format!("waiting for the device: {e}"),
+                },
+            });
+        }
+        match gpu.state.lost() {
+            Some(reason) => Err(self.lost_error(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Resolve when all work submitted so far has finished, on every platform (the browser's way
+    /// to wait). Nothing to do on the cpu device.
+    pub async fn idle(&self) -> Result<()> {
+        let Some(gpu) = &self.inner.gpu else {
+            return Ok(());
+        };
+        if let Some(reason) = gpu.state.lost() {
+            return Err(self.lost_error(reason));
+        }
+        let (tx, rx) = futures::channel::oneshot::channel::<()>();
+        gpu.queue.on_submitted_work_done(move || {
+            let _ = tx.send(());
+        });
+        self.wait_for(rx, "waiting for submitted work").await
+    }
+
+    /// Wait for a callback's channel: natively by polling the device, in the browser by awaiting.
+    pub(crate) async fn wait_for<T>(
+        &self,
+        rx: futures::channel::oneshot::Receiver<T>,
+        what: &str,
+    ) -> Result<T> {
+        let gpu = self.gpu("wait")?;
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let mut rx = rx;
+            for attempt in 0..2000u32 {
+                match rx.try_recv() {
+                    Ok(Some(v)) => return Ok(v),
+                    Ok(None) => {}
+                    Err(_) => break,
+                }
+                if let Some(reason) = gpu.state.lost() {
+                    return Err(self.lost_error(reason));
+                }
+                if attempt > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                if let Err(e) = gpu.device.poll(wgpu::PollType::wait_indefinitely()) {
+                    return Err(match gpu.state.lost() {
+                        Some(reason) => self.lost_error(reason),
+                        None => Error::Wgpu {
+                            device: self.inner.label.clone(),
+                            message: format!("{what}: {e}"),
+                        },
+                    });
+                }
+            }
+            Err(match gpu.state.lost() {
+                Some(reason) => self.lost_error(reason),
+                None => Error::Transfer {
+                    device: self.inner.label.clone(),
+                    detail: format!("{what}: the callback never ran"),
+                },
+            })
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            match rx.await {
+                Ok(v) => Ok(v),
+                Err(_) => Err(match gpu.state.lost() {
+                    Some(reason) => self.lost_error(reason),
+                    None => Error::Transfer {
+                        device: self.inner.label.clone(),
+                        detail: format!("{what}: the callback was dropped"),
+                    },
+                }),
+            }
+        }
+    }
+
+    /// Number of kernels compiled and cached on this device.
+    pub fn kernels_cached(&self) -> usize {
+        self.inner
+            .gpu
+            .as_ref()
+            .map(|g| lock(&g.kernels).len())
+            .unwrap_or(0)
+    }
+
+    /// Destroy the wgpu device now: the device counts as lost and every later GPU call on it (and
+    /// its clones) returns [`Error::DeviceLost`]. Frees pooled buffers and cached kernels.
+    pub fn destroy(&self) {
+        if let Some(g) = &self.inner.gpu {
+            g.state
+                .mark_lost("destroyed by Device::destroy".to_string());
+            let freed = lock(&g.pool).drain();
+            drop(freed);
+            lock(&g.kernels).clear();
+            g.device.destroy();
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.inner.info, f)
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Device({})", self.inner.label)
+    }
+}
+
+impl PartialEq for Device {
+    /// Clones of one device are equal; two devices from one adapter are not.
+    fn eq(&self, other: &Device) -> bool {
+        self.inner.id == other.inner.id
+    }
+}
+impl Eq for Device {}
+impl Hash for Device {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.inner.id.hash(state);
+    }
+}

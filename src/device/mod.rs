@@ -1,0 +1,201 @@
+//! Devices: discovery, logical devices, the memory pool, transfers, kernels and dispatch.
+//!
+//! A [`Runtime`] owns an ordered list of logical [`Device`]s. Each GPU device is one wgpu
+//! `Device` + `Queue` requested from an adapter (several per adapter on request); the `cpu`
+//! device has no wgpu state at all: arrays on it are host data run by the reference interpreter.
+//!
+//! ```no_run
+//! # async fn demo() -> brigade::Result<()> {
+//! use brigade::device::{Dispatch, Runtime};
+//! use brigade::{DType, HostData};
+//!
+//! let rt = Runtime::builder().layout_str("vulkan:2").build().await?;
+//! let dev = &rt.devices()[0];
+//! let x = dev.upload(&HostData::F32(vec![1.0, 2.0, 3.0]))?;
+//! let y = dev.alloc(x.size())?;
+//! let k = dev.kernel("double", "
+//!     @group(0) @binding(0) var<storage, read> x: array<f32>;
+//!     @group(0) @binding(1) var<storage, read_write> y: array<f32>;
+//!     @compute @workgroup_size(64)
+//!     fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+//!         if (id.x < arrayLength(&y)) { y[id.x] = 2.0 * x[id.x]; }
+//!     }")?;
+//! dev.run(&[Dispatch { kernel: &k, buffers: vec![&x, &y], workgroups: [1, 1, 1] }])?;
+//! let out = dev.download(&y, DType::F32, 3).await?;
+//! assert_eq!(out, HostData::F32(vec![2.0, 4.0, 6.0]));
+//! # Ok(()) }
+//! ```
+//!
+//! # Layouts
+//! The devices a runtime gets are chosen by a layout string, given to
+//! [`RuntimeBuilder::layout_str`] or read by [`Runtime::new`] from the environment variable
+//! [`DEVICES_ENV`] (`BRIGADE_DEVICES`); see [`DeviceLayout`] for the grammar.
+//!
+//! # Errors
+//! wgpu errors never panic: device calls run inside error scopes (native) and every device has an
+//! uncaptured-error handler that logs and records the message ([`Device::last_error`]) and a
+//! device-lost callback after which every call returns [`crate::Error::DeviceLost`].
+//!
+//! # Platform notes
+//! On Linux the GL backend (EGL) wants `XDG_RUNTIME_DIR` to exist; without it Mesa prints a warning
+//! but still works. Software drivers: `mesa-vulkan-drivers` (lavapipe) and `libegl-mesa0`
+//! (llvmpipe GL).
+
+mod gpu;
+mod kernel;
+mod layout;
+mod pool;
+mod runtime;
+mod transfer;
+
+use std::fmt;
+
+pub use gpu::{Device, Dispatch};
+pub use kernel::{Kernel, KernelBinding, validate_wgsl};
+pub use layout::{BackendKind, DeviceLayout};
+pub use pool::{DeviceBuffer, PoolStats, bucket_size};
+pub use runtime::{AdapterSummary, DEVICES_ENV, Runtime, RuntimeBuilder, init};
+pub use transfer::download_all;
+
+/// The limits of one device that brigade plans around (a subset of `wgpu::Limits`).
+///
+/// Devices are requested with their adapter's own limits, so these are the adapter's real
+/// capabilities, not wgpu's conservative defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DeviceLimits {
+    /// Largest storage-buffer binding, in bytes. No single array on the device may be larger.
+    pub max_storage_buffer_binding_size: u64,
+    /// Largest buffer, in bytes.
+    pub max_buffer_size: u64,
+    /// Storage buffers one compute shader may bind (Vulkan llvmpipe: 32; GL: often 16 or 8).
+    pub max_storage_buffers_per_shader_stage: u32,
+    /// Invocations in one workgroup (product of the workgroup size).
+    pub max_compute_invocations_per_workgroup: u32,
+    /// Largest workgroup size in x.
+    pub max_compute_workgroup_size_x: u32,
+    /// Largest workgroup count in any one dispatch dimension (usually 65 535).
+    pub max_compute_workgroups_per_dimension: u32,
+    /// Bytes of `var<workgroup>` memory per workgroup.
+    pub max_compute_workgroup_storage_size: u32,
+}
+
+impl DeviceLimits {
+    /// The limits of a wgpu device or adapter.
+    pub fn from_wgpu(l: &wgpu::Limits) -> DeviceLimits {
+        DeviceLimits {
+            max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+            max_buffer_size: l.max_buffer_size,
+            max_storage_buffers_per_shader_stage: l.max_storage_buffers_per_shader_stage,
+            max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+            max_compute_workgroup_size_x: l.max_compute_workgroup_size_x,
+            max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+            max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
+        }
+    }
+
+    /// Limits of the `cpu` device: bounded only by host memory.
+    pub fn host() -> DeviceLimits {
+        DeviceLimits {
+            max_storage_buffer_binding_size: isize::MAX as u64,
+            max_buffer_size: isize::MAX as u64,
+            max_storage_buffers_per_shader_stage: u32::MAX,
+            max_compute_invocations_per_workgroup: u32::MAX,
+            max_compute_workgroup_size_x: u32::MAX,
+            max_compute_workgroups_per_dimension: u32::MAX,
+            max_compute_workgroup_storage_size: u32::MAX,
+        }
+    }
+
+    /// The largest array, in bytes, that can live in one buffer on this device: the smaller of the
+    /// binding limit and the buffer limit.
+    pub fn max_array_bytes(&self) -> u64 {
+        self.max_storage_buffer_binding_size
+            .min(self.max_buffer_size)
+    }
+}
+
+/// What a logical device is: its position, the adapter it came from and its limits.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DeviceInfo {
+    /// Position of the device in [`Runtime::devices`].
+    pub index: usize,
+    /// Position of its adapter in [`Runtime::adapters`]. The `cpu` device reports the position
+    /// one past the last wgpu adapter (a virtual adapter).
+    pub adapter_index: usize,
+    /// The adapter's name, e.g. `llvmpipe (LLVM 15.0.6, 256 bits)`; `cpu` for the cpu device.
+    pub adapter_name: String,
+    /// `vulkan`, `gl`, `metal`, `dx12`, `webgpu` or `cpu`.
+    pub backend: String,
+    /// `cpu`, `integrated`, `discrete`, `virtual` or `other`.
+    pub device_type: String,
+    /// The device's limits.
+    pub limits: DeviceLimits,
+}
+
+impl fmt::Display for DeviceInfo {
+    /// One line, e.g. `device 0: llvmpipe (LLVM 15.0.6, 256 bits) [vulkan, cpu] on adapter 0, max binding 128 MiB`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "device {}: {} [{}, {}] on adapter {}, max binding {}",
+            self.index,
+            self.adapter_name,
+            self.backend,
+            self.device_type,
+            self.adapter_index,
+            human_bytes(self.limits.max_storage_buffer_binding_size)
+        )
+    }
+}
+
+/// `bytes` as a short human string (`512 B`, `64 KiB`, `128 MiB`, `1.5 GiB`).
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 || v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// brigade's name of a wgpu backend.
+pub(crate) fn backend_name(b: wgpu::Backend) -> &'static str {
+    match b {
+        wgpu::Backend::Vulkan => "vulkan",
+        wgpu::Backend::Metal => "metal",
+        wgpu::Backend::Dx12 => "dx12",
+        wgpu::Backend::Gl => "gl",
+        wgpu::Backend::BrowserWebGpu => "webgpu",
+        wgpu::Backend::Noop => "noop",
+    }
+}
+
+/// brigade's name of a wgpu device type.
+pub(crate) fn device_type_name(t: wgpu::DeviceType) -> &'static str {
+    match t {
+        wgpu::DeviceType::Cpu => "cpu",
+        wgpu::DeviceType::IntegratedGpu => "integrated",
+        wgpu::DeviceType::DiscreteGpu => "discrete",
+        wgpu::DeviceType::VirtualGpu => "virtual",
+        wgpu::DeviceType::Other => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_bytes_reads_well() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(64 << 10), "64 KiB");
+        assert_eq!(human_bytes(128 << 20), "128 MiB");
+        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
+    }
+}

@@ -1,0 +1,257 @@
+//! Device buffers and the per-device buffer pool.
+//!
+//! Buffers are handed out in size buckets so that a freed buffer is likely to fit the next request
+//! of a similar size (see [`bucket_size`]). Dropping the last `Arc<DeviceBuffer>` returns its wgpu
+//! buffer to the pool of its device instead of freeing it, until the pool holds its limit
+//! ([`super::Device::set_pool_limit`], default [`DEFAULT_POOL_LIMIT`]); beyond that, buffers are freed.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use super::gpu::DeviceInner;
+
+/// Bytes a pool holds at most by default (1 GiB). The pool never holds more than the peak of what
+/// was in use at once, and an allocation that runs out of memory empties the pool and retries.
+pub const DEFAULT_POOL_LIMIT: u64 = 1 << 30;
+
+/// Requests up to this size are rounded up to a multiple of 256 bytes.
+const SMALL: u64 = 64 << 10;
+
+/// The capacity of the buffer handed out for a request of `bytes` bytes, on a device whose largest
+/// array is `max` bytes.
+///
+/// - at least 256 bytes (zero-size arrays still get a buffer), always a multiple of 4;
+/// - up to 64 KiB: rounded up to a multiple of 256 B;
+/// - above: rounded up to a quarter step of its power of two (…, 1 MiB, 1.25 MiB, 1.5 MiB,
+///   1.75 MiB, 2 MiB, …), so at most 25 % is wasted and similar sizes share a bucket;
+/// - never above `max` when the request itself fits: then the request rounded to 4 bytes is used.
+///
+/// ```
+/// use brigade::device::bucket_size;
+/// let max = 128 << 20;
+/// assert_eq!(bucket_size(0, max), 256);
+/// assert_eq!(bucket_size(100, max), 256);
+/// assert_eq!(bucket_size(65 << 10, max), 80 << 10);
+/// assert_eq!(bucket_size(100 << 20, max), 112 << 20);
+/// assert_eq!(bucket_size(127 << 20, max), 128 << 20);
+/// ```
+pub fn bucket_size(bytes: u64, max: u64) -> u64 {
+    let b = bytes.max(4).next_multiple_of(4);
+    let c = if b <= SMALL {
+        b.next_multiple_of(256)
+    } else {
+        let p = 1u64 << (63 - b.leading_zeros());
+        b.next_multiple_of(p / 4)
+    };
+    if c > max && b <= max { b } else { c }
+}
+
+/// What a device's buffer pool holds and has done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Free buffers kept for reuse.
+    pub buffers_held: usize,
+    /// Bytes of free buffers kept for reuse.
+    pub bytes_held: u64,
+    /// Buffers handed out and not yet dropped.
+    pub buffers_in_use: usize,
+    /// Bytes (capacity) of buffers handed out and not yet dropped.
+    pub bytes_in_use: u64,
+    /// wgpu buffers created (pool misses).
+    pub created: u64,
+    /// Allocations served from the pool (hits).
+    pub reused: u64,
+}
+
+impl fmt::Display for PoolStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} buffers in use ({}), {} held ({}), {} created, {} reused",
+            self.buffers_in_use,
+            super::human_bytes(self.bytes_in_use),
+            self.buffers_held,
+            super::human_bytes(self.bytes_held),
+            self.created,
+            self.reused
+        )
+    }
+}
+
+/// Free buffers of one device, by capacity.
+pub(crate) struct Pool {
+    free: HashMap<u64, Vec<wgpu::Buffer>>,
+    pub(crate) stats: PoolStats,
+    pub(crate) limit: u64,
+}
+
+impl Pool {
+    pub(crate) fn new() -> Pool {
+        Pool {
+            free: HashMap::new(),
+            stats: PoolStats::default(),
+            limit: DEFAULT_POOL_LIMIT,
+        }
+    }
+
+    /// A free buffer of exactly `capacity` bytes, marked in use.
+    pub(crate) fn take(&mut self, capacity: u64) -> Option<wgpu::Buffer> {
+        let list = self.free.get_mut(&capacity)?;
+        let buf = list.pop()?;
+        if list.is_empty() {
+            self.free.remove(&capacity);
+        }
+        self.stats.buffers_held -= 1;
+        self.stats.bytes_held -= capacity;
+        self.stats.reused += 1;
+        self.mark_in_use(capacity);
+        Some(buf)
+    }
+
+    pub(crate) fn mark_in_use(&mut self, capacity: u64) {
+        self.stats.buffers_in_use += 1;
+        self.stats.bytes_in_use += capacity;
+    }
+
+    /// Take back a buffer that was in use. Returns it when the pool is full (the caller drops it
+    /// outside the lock).
+    pub(crate) fn give(&mut self, buf: wgpu::Buffer, capacity: u64) -> Option<wgpu::Buffer> {
+        self.stats.buffers_in_use = self.stats.buffers_in_use.saturating_sub(1);
+        self.stats.bytes_in_use = self.stats.bytes_in_use.saturating_sub(capacity);
+        if self.stats.bytes_held + capacity > self.limit {
+            return Some(buf);
+        }
+        self.stats.buffers_held += 1;
+        self.stats.bytes_held += capacity;
+        self.free.entry(capacity).or_default().push(buf);
+        None
+    }
+
+    /// Remove every free buffer (the caller drops them outside the lock).
+    pub(crate) fn drain(&mut self) -> Vec<wgpu::Buffer> {
+        self.stats.buffers_held = 0;
+        self.stats.bytes_held = 0;
+        self.free.drain().flat_map(|(_, v)| v).collect()
+    }
+
+    /// Free buffers until at most `limit` bytes are held.
+    pub(crate) fn shrink_to(&mut self, limit: u64) -> Vec<wgpu::Buffer> {
+        let mut out = Vec::new();
+        if self.stats.bytes_held <= limit {
+            return out;
+        }
+        // Free the largest buffers first.
+        let mut caps: Vec<u64> = self.free.keys().copied().collect();
+        caps.sort_unstable_by(|a, b| b.cmp(a));
+        for cap in caps {
+            while self.stats.bytes_held > limit {
+                let Some(list) = self.free.get_mut(&cap) else {
+                    break;
+                };
+                let Some(buf) = list.pop() else { break };
+                self.stats.buffers_held -= 1;
+                self.stats.bytes_held -= cap;
+                out.push(buf);
+            }
+            if self.free.get(&cap).is_some_and(|l| l.is_empty()) {
+                self.free.remove(&cap);
+            }
+        }
+        out
+    }
+}
+
+/// A storage buffer on one GPU device (usage `STORAGE | COPY_SRC | COPY_DST`).
+///
+/// Created by [`super::Device::alloc`] / [`super::Device::upload`]; hold it in an `Arc`. When the
+/// last reference is dropped the wgpu buffer goes back to its device's pool. Its contents after
+/// [`super::Device::alloc`] are unspecified (a reused buffer keeps old data): kernels must write
+/// every element of their outputs, or use [`super::Device::alloc_zeroed`].
+pub struct DeviceBuffer {
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) size: u64,
+    pub(crate) capacity: u64,
+    pub(crate) owner: Arc<DeviceInner>,
+}
+
+impl DeviceBuffer {
+    /// Usable bytes: the requested size rounded up to a multiple of 4, at least 4. This is the size
+    /// bound to kernels, so `arrayLength` in WGSL sees `size() / 4` elements.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Bytes of the underlying wgpu buffer (the pool bucket, ≥ `size()`).
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The wgpu buffer, for code that records its own commands.
+    pub fn raw(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+
+    /// The device the buffer lives on.
+    pub fn device(&self) -> super::Device {
+        super::Device::from_inner(self.owner.clone())
+    }
+
+    /// True when the buffer lives on `device`.
+    pub fn is_on(&self, device: &super::Device) -> bool {
+        self.owner.id == device.inner.id
+    }
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("device", &self.owner.info.index)
+            .field("size", &self.size)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Some(gpu) = &self.owner.gpu {
+            if gpu.state.lost().is_some() {
+                return;
+            }
+            // `wgpu::Buffer` is a reference-counted handle: the clone goes to the pool and `self.buffer`
+            // is released right after.
+            let spill = super::gpu::lock(&gpu.pool).give(self.buffer.clone(), self.capacity);
+            drop(spill);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets() {
+        let max = 128 << 20;
+        assert_eq!(bucket_size(0, max), 256);
+        assert_eq!(bucket_size(1, max), 256);
+        assert_eq!(bucket_size(256, max), 256);
+        assert_eq!(bucket_size(257, max), 512);
+        assert_eq!(bucket_size(64 << 10, max), 64 << 10);
+        assert_eq!(bucket_size((64 << 10) + 4, max), 80 << 10);
+        assert_eq!(bucket_size(1 << 20, max), 1 << 20);
+        assert_eq!(bucket_size((1 << 20) + 4, max), 1280 << 10);
+        // Near the limit: never round past it.
+        assert_eq!(bucket_size((120 << 20) + 4, 121 << 20), (120 << 20) + 4);
+        // Over the limit: the caller reports OverLimit; bucketing stays monotone.
+        assert!(bucket_size(200 << 20, max) >= 200 << 20);
+        for b in [3u64, 5, 1000, 70_000, 1_000_001, 33 << 20] {
+            let c = bucket_size(b, max);
+            assert!(
+                c >= b && c % 4 == 0 && (c as f64) <= (b as f64) * 1.25 + 256.0,
+                "{b} -> {c}"
+            );
+        }
+    }
+}

@@ -1,0 +1,689 @@
+//! Runtime: adapter discovery, the device layout, and the process-wide default runtime.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::gpu::Device;
+use super::layout::{BackendKind, DeviceLayout};
+use super::{DeviceLimits, backend_name, device_type_name};
+use crate::error::{Error, Result};
+
+/// The environment variable [`Runtime::new`] reads the device layout from (see [`DeviceLayout`]),
+/// e.g. `BRIGADE_DEVICES=cpu:4` or `BRIGADE_DEVICES=vulkan:2,gl:1`.
+pub const DEVICES_ENV: &str = "BRIGADE_DEVICES";
+
+/// One wgpu adapter the runtime found (whether or not it got devices).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct AdapterSummary {
+    /// Position in [`Runtime::adapters`] (preference order: Vulkan > Metal > DX12 > GL > WebGPU,
+    /// then discrete > integrated > virtual > other > cpu).
+    pub index: usize,
+    /// The adapter's name.
+    pub name: String,
+    /// `vulkan`, `gl`, `metal`, `dx12` or `webgpu`.
+    pub backend: String,
+    /// `cpu`, `integrated`, `discrete`, `virtual` or `other`.
+    pub device_type: String,
+    /// Driver name and info, as reported.
+    pub driver: String,
+    /// The adapter's limits (devices are requested with these).
+    pub limits: DeviceLimits,
+}
+
+impl fmt::Display for AdapterSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "adapter {}: {} [{}, {}]",
+            self.index, self.name, self.backend, self.device_type
+        )?;
+        if !self.driver.is_empty() {
+            write!(f, " driver {}", self.driver)?;
+        }
+        Ok(())
+    }
+}
+
+struct RuntimeInner {
+    devices: Vec<Device>,
+    adapters: Vec<AdapterSummary>,
+    layout: DeviceLayout,
+    // Kept alive for as long as the devices.
+    _instance: Option<wgpu::Instance>,
+}
+
+/// An ordered set of logical devices. Cheap to clone (an `Arc` inside).
+///
+/// ```no_run
+/// # async fn demo() -> brigade::Result<()> {
+/// use brigade::device::Runtime;
+/// let rt = Runtime::new().await?;                         // layout from BRIGADE_DEVICES
+/// let rt2 = Runtime::builder().layout_str("cpu:2").build().await?;
+/// for d in rt.devices() { println!("{d}"); }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+/// Options for [`Runtime`]: backends, layout, subset, cpu fallback.
+#[derive(Clone, Debug)]
+pub struct RuntimeBuilder {
+    backends: Option<Vec<String>>,
+    devices_per_adapter: usize,
+    subset: Option<Vec<usize>>,
+    layout: Option<String>,
+    from_env: bool,
+    allow_cpu_fallback: bool,
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        RuntimeBuilder {
+            backends: None,
+            devices_per_adapter: 1,
+            subset: None,
+            layout: None,
+            from_env: false,
+            allow_cpu_fallback: true,
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    /// Only look at these backends (`vulkan`, `metal`, `dx12`, `gl`, `webgpu`, `cpu`). Default: all.
+    /// Names are checked by [`RuntimeBuilder::build`] ([`Error::BadDeviceSpec`] for unknown ones).
+    pub fn backends(mut self, names: &[&str]) -> Self {
+        self.backends = Some(names.iter().map(|s| s.to_string()).collect());
+        self
+    }
+
+    /// With the `auto` layout: this many logical devices on every adapter (default 1). An explicit
+    /// layout string takes precedence.
+    pub fn devices_per_adapter(mut self, n: usize) -> Self {
+        self.devices_per_adapter = n;
+        self
+    }
+
+    /// Keep only these devices of the layout, in this order (like `CUDA_VISIBLE_DEVICES`); devices
+    /// are renumbered `0..indices.len()`. Devices not picked are never created.
+    pub fn subset(mut self, indices: &[usize]) -> Self {
+        self.subset = Some(indices.to_vec());
+        self
+    }
+
+    /// The layout, in the grammar of [`DeviceLayout`] (`"2"`, `"vulkan:2,gl:1"`, `"cpu:3"`).
+    /// Overrides [`RuntimeBuilder::layout_from_env`].
+    pub fn layout_str(mut self, spec: &str) -> Self {
+        self.layout = Some(spec.to_string());
+        self
+    }
+
+    /// Take the layout from [`DEVICES_ENV`] (`BRIGADE_DEVICES`) when it is set and no
+    /// [`RuntimeBuilder::layout_str`] was given.
+    pub fn layout_from_env(mut self) -> Self {
+        self.from_env = true;
+        self
+    }
+
+    /// When no adapter is found for an `auto` or `N` layout, make cpu devices instead (with one
+    /// `log::warn!` line) rather than failing with [`Error::NoDevice`]. Default true.
+    pub fn allow_cpu_fallback(mut self, allow: bool) -> Self {
+        self.allow_cpu_fallback = allow;
+        self
+    }
+
+    /// The layout string in effect and where it came from.
+    fn layout_spec(&self) -> (String, &'static str) {
+        if let Some(s) = &self.layout {
+            return (s.clone(), "layout_str");
+        }
+        if self.from_env {
+            if let Ok(s) = std::env::var(DEVICES_ENV) {
+                return (s, DEVICES_ENV);
+            }
+        }
+        (String::new(), "default")
+    }
+
+    /// Discover adapters and request the devices.
+    ///
+    /// Errors: [`Error::BadDeviceSpec`] (layout, backend names, subset, `devices_per_adapter(0)`),
+    /// [`Error::NoDevice`] (a requested backend has no adapter; the message lists what was found),
+    /// [`Error::Wgpu`] (a device request failed).
+    pub async fn build(self) -> Result<Runtime> {
+        let (spec, source) = self.layout_spec();
+        let layout = DeviceLayout::parse(&spec).map_err(|e| match e {
+            Error::BadDeviceSpec { spec, detail } if source == DEVICES_ENV => {
+                Error::BadDeviceSpec {
+                    spec,
+                    detail: format!("{detail} (from the environment variable {DEVICES_ENV})"),
+                }
+            }
+            e => e,
+        })?;
+        if self.devices_per_adapter == 0 {
+            return Err(Error::BadDeviceSpec {
+                spec: "devices_per_adapter(0)".into(),
+                detail: "ask for at least 1 device per adapter".into(),
+            });
+        }
+        let (wgpu_backends, cpu_allowed_by_filter) = self.backend_filter()?;
+
+        // Enumerate adapters unless the layout needs none.
+        let needs_adapters = !layout.cpu_only() && !wgpu_backends.is_empty();
+        let (instance, adapters) = if needs_adapters {
+            enumerate(wgpu_backends).await
+        } else {
+            (None, Vec::new())
+        };
+        let summaries: Vec<AdapterSummary> = adapters.iter().map(|(_, s)| s.clone()).collect();
+
+        let plan = self.plan(
+            &layout,
+            &spec,
+            &summaries,
+            wgpu_backends,
+            cpu_allowed_by_filter,
+        )?;
+        let plan = match &self.subset {
+            None => plan,
+            Some(idx) => pick_subset(plan, idx)?,
+        };
+
+        let mut devices = Vec::with_capacity(plan.len());
+        #[cfg(target_arch = "wasm32")]
+        let mut used_adapters = std::collections::HashSet::new();
+        for (index, slot) in plan.into_iter().enumerate() {
+            let device = match slot {
+                Slot::Cpu => Device::new_cpu(index, summaries.len()),
+                Slot::Adapter(a) => {
+                    let adapter = &adapters[a].0;
+                    // In the browser one adapter yields one device: request a fresh adapter for
+                    // every further device.
+                    #[cfg(target_arch = "wasm32")]
+                    let fresh;
+                    #[cfg(target_arch = "wasm32")]
+                    let adapter = if used_adapters.insert(a) {
+                        adapter
+                    } else {
+                        let inst = instance
+                            .as_ref()
+                            .ok_or_else(|| Error::NoDevice("no wgpu instance".into()))?;
+                        fresh = inst
+                            .request_adapter(&wgpu::RequestAdapterOptions::default())
+                            .await
+                            .map_err(|e| {
+                                Error::NoDevice(format!(
+                                    "the browser gave no further adapter for device {index}: {e}"
+                                ))
+                            })?;
+                        &fresh
+                    };
+                    request_device(adapter, index, a).await?
+                }
+            };
+            devices.push(device);
+        }
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner {
+                devices,
+                adapters: summaries,
+                layout,
+                _instance: instance,
+            }),
+        })
+    }
+
+    /// The wgpu backends to enumerate and whether cpu devices are allowed by the filter.
+    fn backend_filter(&self) -> Result<(wgpu::Backends, bool)> {
+        let Some(names) = &self.backends else {
+            return Ok((wgpu::Backends::all() - wgpu::Backends::NOOP, true));
+        };
+        let mut bits = wgpu::Backends::empty();
+        let mut cpu = false;
+        for n in names {
+            match BackendKind::parse(n) {
+                Some(BackendKind::Cpu) => cpu = true,
+                Some(k) => bits |= k.to_wgpu(),
+                None => {
+                    return Err(Error::BadDeviceSpec {
+                        spec: format!("backends({names:?})"),
+                        detail: format!(
+                            "unknown backend `{n}`; known: vulkan, metal, dx12, gl, webgpu, cpu"
+                        ),
+                    });
+                }
+            }
+        }
+        if bits.is_empty() && !cpu {
+            return Err(Error::BadDeviceSpec {
+                spec: format!("backends({names:?})"),
+                detail: "no backend named".into(),
+            });
+        }
+        Ok((bits, cpu))
+    }
+
+    /// Which adapter (or cpu) each device of the layout goes to.
+    fn plan(
+        &self,
+        layout: &DeviceLayout,
+        spec: &str,
+        adapters: &[AdapterSummary],
+        wgpu_backends: wgpu::Backends,
+        cpu_allowed: bool,
+    ) -> Result<Vec<Slot>> {
+        let found = || describe_found(adapters, wgpu_backends);
+        let fallback = |n: usize| -> Result<Vec<Slot>> {
+            let only_cpu = wgpu_backends.is_empty() && cpu_allowed;
+            if only_cpu {
+                return Ok(vec![Slot::Cpu; n]);
+            }
+            if self.allow_cpu_fallback {
+                log::warn!(
+                    "brigade: no GPU adapter found ({}); running on {n} cpu device{} (reference interpreter). Install a driver (Linux: mesa-vulkan-drivers) for GPU execution",
+                    found(),
+                    if n == 1 { "" } else { "s" }
+                );
+                return Ok(vec![Slot::Cpu; n]);
+            }
+            Err(Error::NoDevice(format!(
+                "no GPU adapter found ({}) and cpu fallback is off; install a driver (Linux: mesa-vulkan-drivers for lavapipe, libegl-mesa0 for GL) or use allow_cpu_fallback(true) / the `cpu` layout",
+                found()
+            )))
+        };
+        match layout {
+            DeviceLayout::Auto => {
+                if adapters.is_empty() {
+                    return fallback(self.devices_per_adapter);
+                }
+                Ok((0..adapters.len())
+                    .flat_map(|a| std::iter::repeat_n(Slot::Adapter(a), self.devices_per_adapter))
+                    .collect())
+            }
+            DeviceLayout::Count(n) => {
+                if adapters.is_empty() {
+                    return fallback(*n);
+                }
+                Ok(vec![Slot::Adapter(0); *n])
+            }
+            DeviceLayout::PerBackend(items) => {
+                let mut plan = Vec::new();
+                for &(kind, n) in items {
+                    if kind == BackendKind::Cpu {
+                        plan.extend(std::iter::repeat_n(Slot::Cpu, n));
+                        continue;
+                    }
+                    if !wgpu_backends.contains(kind.to_wgpu()) {
+                        return Err(Error::NoDevice(format!(
+                            "layout {spec:?} asks for {kind} but the builder's backends filter excludes it; add \"{kind}\" to backends(...)"
+                        )));
+                    }
+                    match adapters.iter().position(|a| a.backend == kind.name()) {
+                        Some(a) => plan.extend(std::iter::repeat_n(Slot::Adapter(a), n)),
+                        None => {
+                            let usable: Vec<&str> = {
+                                let mut v: Vec<&str> =
+                                    adapters.iter().map(|a| a.backend.as_str()).collect();
+                                v.dedup();
+                                v.push("cpu");
+                                v
+                            };
+                            return Err(Error::NoDevice(format!(
+                                "layout {spec:?} asks for a {kind} adapter but none was found ({}); use one of: {}",
+                                found(),
+                                usable.join(", ")
+                            )));
+                        }
+                    }
+                }
+                Ok(plan)
+            }
+        }
+    }
+}
+
+/// Where one planned device goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    Cpu,
+    Adapter(usize),
+}
+
+fn pick_subset(plan: Vec<Slot>, idx: &[usize]) -> Result<Vec<Slot>> {
+    let spec = format!("subset({idx:?})");
+    if idx.is_empty() {
+        return Err(Error::BadDeviceSpec {
+            spec,
+            detail: "an empty subset leaves no device; pick at least one index".into(),
+        });
+    }
+    let mut out = Vec::with_capacity(idx.len());
+    for (k, &i) in idx.iter().enumerate() {
+        if idx[..k].contains(&i) {
+            return Err(Error::BadDeviceSpec {
+                spec,
+                detail: format!("device {i} is listed twice"),
+            });
+        }
+        match plan.get(i) {
+            Some(&s) => out.push(s),
+            None => {
+                return Err(Error::BadDeviceSpec {
+                    spec,
+                    detail: format!(
+                        "device {i} does not exist: the layout gives {} devices (0..{})",
+                        plan.len(),
+                        plan.len()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn describe_found(adapters: &[AdapterSummary], searched: wgpu::Backends) -> String {
+    let names: Vec<&str> = BackendKind::ALL
+        .iter()
+        .filter(|k| searched.contains(k.to_wgpu()) && **k != BackendKind::Cpu)
+        .map(|k| k.name())
+        .collect();
+    if adapters.is_empty() {
+        return format!("searched {} and found no adapter", names.join(", "));
+    }
+    let list: Vec<String> = adapters
+        .iter()
+        .map(|a| format!("#{} {} [{}]", a.index, a.name, a.backend))
+        .collect();
+    format!("found {}", list.join(", "))
+}
+
+fn backend_rank(b: wgpu::Backend) -> usize {
+    BackendKind::from_wgpu(b)
+        .map(|k| k as usize)
+        .unwrap_or(usize::MAX)
+}
+
+fn type_rank(t: wgpu::DeviceType) -> usize {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+/// All adapters of `backends`, sorted by preference, with their summaries.
+async fn enumerate(
+    backends: wgpu::Backends,
+) -> (Option<wgpu::Instance>, Vec<(wgpu::Adapter, AdapterSummary)>) {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    let instance = wgpu::Instance::new(desc);
+    let mut adapters: Vec<(wgpu::Adapter, wgpu::AdapterInfo)> = instance
+        .enumerate_adapters(backends)
+        .await
+        .into_iter()
+        .map(|a| {
+            let info = a.get_info();
+            (a, info)
+        })
+        .filter(|(_, i)| i.backend != wgpu::Backend::Noop)
+        .collect();
+    adapters.sort_by_key(|(_, i)| (backend_rank(i.backend), type_rank(i.device_type)));
+    let out = adapters
+        .into_iter()
+        .enumerate()
+        .map(|(index, (a, info))| {
+            let driver = match (info.driver.is_empty(), info.driver_info.is_empty()) {
+                (false, false) => format!("{} ({})", info.driver, info.driver_info),
+                (false, true) => info.driver.clone(),
+                (true, _) => info.driver_info.clone(),
+            };
+            let summary = AdapterSummary {
+                index,
+                name: info.name.clone(),
+                backend: backend_name(info.backend).to_string(),
+                device_type: device_type_name(info.device_type).to_string(),
+                driver,
+                limits: DeviceLimits::from_wgpu(&a.limits()),
+            };
+            (a, summary)
+        })
+        .collect();
+    (Some(instance), out)
+}
+
+/// Request one logical device with the adapter's own limits and no extra features.
+async fn request_device(
+    adapter: &wgpu::Adapter,
+    index: usize,
+    adapter_index: usize,
+) -> Result<Device> {
+    let info = adapter.get_info();
+    let label = format!("brigade device {index}");
+    let desc = wgpu::DeviceDescriptor {
+        label: Some(&label),
+        required_features: wgpu::Features::empty(),
+        required_limits: adapter.limits(),
+        ..Default::default()
+    };
+    let (device, queue) = adapter
+        .request_device(&desc)
+        .await
+        .map_err(|e| Error::Wgpu {
+            device: format!("{index} [{}: {}]", backend_name(info.backend), info.name),
+            message: format!("request_device failed: {e}"),
+        })?;
+    Ok(Device::new_gpu(index, adapter_index, &info, device, queue))
+}
+
+impl Runtime {
+    /// The default runtime: layout from [`DEVICES_ENV`] (`BRIGADE_DEVICES`) if set, else one
+    /// device per adapter on every backend; cpu fallback allowed.
+    pub async fn new() -> Result<Runtime> {
+        Runtime::builder().layout_from_env().build().await
+    }
+
+    /// Options for a runtime. A builder ignores `BRIGADE_DEVICES` unless
+    /// [`RuntimeBuilder::layout_from_env`] is called.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// The logical devices, in order (`devices()[i].index() == i`).
+    pub fn devices(&self) -> &[Device] {
+        &self.inner.devices
+    }
+
+    /// Every adapter found (empty when the layout needed none, e.g. `cpu:2`).
+    pub fn adapters(&self) -> &[AdapterSummary] {
+        &self.inner.adapters
+    }
+
+    /// The layout the runtime was built from.
+    pub fn layout(&self) -> &DeviceLayout {
+        &self.inner.layout
+    }
+
+    /// The process-wide default runtime.
+    ///
+    /// Native: created on first use with [`Runtime::new`] (blocking, via pollster) unless
+    /// [`Runtime::set_global`] or [`init`] ran first; later calls return the same runtime (or the
+    /// same error). Browser: the one set by [`init`] / [`Runtime::set_global`], else an error
+    /// saying to call `brigade::init().await` first (the browser cannot block to create one).
+    pub fn global() -> Result<Runtime> {
+        global::get()
+    }
+
+    /// Make `rt` the process-wide default. The first runtime set (or created by
+    /// [`Runtime::global`]) stays: if one exists already, `rt` is handed back as the error.
+    pub fn set_global(rt: Runtime) -> std::result::Result<(), Runtime> {
+        global::set(rt)
+    }
+}
+
+/// Create the default runtime ([`Runtime::new`]) and make it the global one, or return the global
+/// runtime if one exists. The browser must call this (and await it) before [`Runtime::global`].
+pub async fn init() -> Result<Runtime> {
+    if let Some(rt) = global::existing() {
+        return rt;
+    }
+    let rt = Runtime::new().await?;
+    match global::set(rt.clone()) {
+        Ok(()) => Ok(rt),
+        // Someone else won the race: use theirs.
+        Err(_) => global::existing().unwrap_or(Ok(rt)),
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod global {
+    use super::Runtime;
+    use crate::error::Result;
+    use std::sync::OnceLock;
+
+    static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
+
+    pub(super) fn existing() -> Option<Result<Runtime>> {
+        GLOBAL.get().cloned()
+    }
+    pub(super) fn get() -> Result<Runtime> {
+        GLOBAL
+            .get_or_init(|| pollster::block_on(Runtime::new()))
+            .clone()
+    }
+    pub(super) fn set(rt: Runtime) -> std::result::Result<(), Runtime> {
+        GLOBAL.set(Ok(rt)).map_err(|v| match v {
+            Ok(rt) => rt,
+            Err(_) => unreachable!("only Ok values are set"),
+        })
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+mod global {
+    use super::Runtime;
+    use crate::error::{Error, Result};
+    use std::cell::RefCell;
+
+    thread_local! {
+        static GLOBAL: RefCell<Option<Runtime>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn existing() -> Option<Result<Runtime>> {
+        GLOBAL.with(|g| g.borrow().clone()).map(Ok)
+    }
+    pub(super) fn get() -> Result<Runtime> {
+        GLOBAL.with(|g| g.borrow().clone()).ok_or_else(|| {
+            Error::NoDevice("no global runtime yet: in the browser call `brigade::init().await` first (it cannot block to create one)".into())
+        })
+    }
+    pub(super) fn set(rt: Runtime) -> std::result::Result<(), Runtime> {
+        GLOBAL.with(|g| {
+            let mut g = g.borrow_mut();
+            if g.is_some() {
+                return Err(rt);
+            }
+            *g = Some(rt);
+            Ok(())
+        })
+    }
+}
+
+impl fmt::Display for Runtime {
+    /// One line per device.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, d) in self.inner.devices.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("layout", &self.inner.layout.to_string())
+            .field("devices", &self.inner.devices)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapter(index: usize, backend: &str) -> AdapterSummary {
+        AdapterSummary {
+            index,
+            name: format!("fake{index}"),
+            backend: backend.into(),
+            device_type: "cpu".into(),
+            driver: String::new(),
+            limits: DeviceLimits::host(),
+        }
+    }
+
+    fn plan(layout: &str, adapters: &[AdapterSummary]) -> Result<Vec<Slot>> {
+        let b = Runtime::builder().allow_cpu_fallback(false);
+        let l = DeviceLayout::parse(layout)?;
+        b.plan(&l, layout, adapters, wgpu::Backends::all(), true)
+    }
+
+    #[test]
+    fn plans() {
+        let a = [adapter(0, "vulkan"), adapter(1, "gl")];
+        assert_eq!(
+            plan("", &a).unwrap(),
+            vec![Slot::Adapter(0), Slot::Adapter(1)]
+        );
+        assert_eq!(plan("3", &a).unwrap(), vec![Slot::Adapter(0); 3]);
+        assert_eq!(
+            plan("gl:1,vulkan:2,cpu", &a).unwrap(),
+            vec![
+                Slot::Adapter(1),
+                Slot::Adapter(0),
+                Slot::Adapter(0),
+                Slot::Cpu
+            ]
+        );
+        match plan("metal:1", &a) {
+            Err(Error::NoDevice(m)) => assert!(
+                m.contains("metal") && m.contains("fake0") && m.contains("vulkan, gl, cpu"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(plan("2", &[]), Err(Error::NoDevice(_))));
+        assert_eq!(
+            pick_subset(vec![Slot::Adapter(0), Slot::Cpu], &[1, 0]).unwrap(),
+            vec![Slot::Cpu, Slot::Adapter(0)]
+        );
+        assert!(matches!(
+            pick_subset(vec![Slot::Cpu], &[1]),
+            Err(Error::BadDeviceSpec { .. })
+        ));
+        assert!(matches!(
+            pick_subset(vec![Slot::Cpu, Slot::Cpu], &[0, 0]),
+            Err(Error::BadDeviceSpec { .. })
+        ));
+    }
+
+    #[test]
+    fn fallback_to_cpu() {
+        let b = Runtime::builder();
+        let l = DeviceLayout::parse("2").unwrap();
+        assert_eq!(
+            b.plan(&l, "2", &[], wgpu::Backends::all(), true).unwrap(),
+            vec![Slot::Cpu; 2]
+        );
+    }
+}

@@ -1,0 +1,352 @@
+//! Host ↔ device transfers.
+//!
+//! Uploads go through `queue.write_buffer`. Downloads copy into `MAP_READ` staging buffers, submit,
+//! `map_async` every staging buffer, and only then wait: natively by polling the device (blocking
+//! inside the returned future), in the browser by awaiting the map callback through a oneshot
+//! channel (never blocking). The copy and submit happen when the download function is *called*, not
+//! when its future is first polled, so calling `download` on several devices and then awaiting the
+//! futures overlaps the devices' work; [`download_all`] does exactly that.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::channel::oneshot;
+
+use super::gpu::Device;
+use super::human_bytes;
+use super::pool::DeviceBuffer;
+use crate::counters::bump;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::host::HostData;
+
+/// One requested read inside a pending batch.
+struct Part {
+    dtype: DType,
+    len: usize,
+    /// Index into `PendingRead::staging`, `None` for an empty read.
+    staging: Option<usize>,
+    offset: u64,
+}
+
+/// Copies submitted and maps requested on one device; `finish` waits and reads.
+pub(crate) struct PendingRead {
+    device: Device,
+    staging: Vec<(
+        wgpu::Buffer,
+        oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+    )>,
+    parts: Vec<Part>,
+}
+
+/// Raw bytes of host data, borrowing when the layout already matches the device's.
+fn host_bytes(data: &HostData) -> std::borrow::Cow<'_, [u8]> {
+    use std::borrow::Cow;
+    match data {
+        HostData::F32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+        HostData::I32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+        HostData::U32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+        HostData::Bool(_) => Cow::Owned(data.to_bytes()),
+    }
+}
+
+impl Device {
+    /// Copy host data into a new buffer of `4 * data.len()` bytes (at least 4). Bool is stored as one
+    /// `u32` (0 or 1) per element. Counts [`crate::Counters::bytes_uploaded`].
+    ///
+    /// Errors as [`Device::alloc`] (an array over the binding limit is [`Error::OverLimit`]).
+    pub fn upload(&self, data: &HostData) -> Result<Arc<DeviceBuffer>> {
+        let bytes = (data.len() as u64).saturating_mul(data.dtype().size_bytes() as u64);
+        self.check_fits(bytes, || {
+            format!(
+                "uploading {} {} elements ({})",
+                data.len(),
+                data.dtype(),
+                human_bytes(bytes)
+            )
+        })?;
+        let buf = self.alloc(bytes)?;
+        self.write(&buf, data)?;
+        Ok(buf)
+    }
+
+    /// Overwrite the start of `buf` with `data` (`queue.write_buffer`; ordered before work submitted
+    /// later). Counts [`crate::Counters::bytes_uploaded`].
+    pub fn write(&self, buf: &DeviceBuffer, data: &HostData) -> Result<()> {
+        let gpu = self.gpu("write")?;
+        self.check_owner(buf, "write")?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let bytes = host_bytes(data);
+        if bytes.len() as u64 > buf.size {
+            return Err(Error::Transfer {
+                device: self.name().to_string(),
+                detail: format!(
+                    "writing {} {} elements ({} bytes) into a buffer of {} bytes",
+                    data.len(),
+                    data.dtype(),
+                    bytes.len(),
+                    buf.size
+                ),
+            });
+        }
+        let ((), err) = gpu.capture(|| gpu.queue.write_buffer(&buf.buffer, 0, &bytes));
+        if let Some(e) = err {
+            return Err(self.wgpu_error(e, || format!("writing {} bytes", bytes.len())));
+        }
+        let n = bytes.len() as u64;
+        bump(|c| c.bytes_uploaded += n);
+        Ok(())
+    }
+
+    fn check_owner(&self, buf: &DeviceBuffer, op: &str) -> Result<()> {
+        if buf.owner.id != self.inner.id {
+            return Err(Error::Transfer {
+                device: self.name().to_string(),
+                detail: format!(
+                    "{op}: the buffer lives on device {}, not on this one",
+                    buf.owner.label
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Read the first `len` elements of `buf` as `dtype`. Counts
+    /// [`crate::Counters::bytes_downloaded`].
+    ///
+    /// The copy is submitted when this is called; the returned future waits (native: polls the
+    /// device, blocking; browser: awaits the map callback) and converts.
+    ///
+    /// Errors: [`Error::Transfer`] (more elements than the buffer holds, buffer from another device,
+    /// mapping failed), [`Error::DeviceLost`], [`Error::OutOfMemory`] (staging buffer).
+    pub fn download(
+        &self,
+        buf: &DeviceBuffer,
+        dtype: DType,
+        len: usize,
+    ) -> impl Future<Output = Result<HostData>> + use<> {
+        let pending = self.issue_reads(&[(buf, dtype, len)]);
+        async move {
+            let mut out = pending?.finish().await?;
+            Ok(out
+                .pop()
+                .unwrap_or_else(|| HostData::from_bytes(dtype, &[])))
+        }
+    }
+
+    /// Read several buffers of this device with one submit: all copies are encoded into one command
+    /// buffer, all staging buffers are mapped, then the future waits once. Results are in order.
+    pub fn download_many(
+        &self,
+        reads: &[(&DeviceBuffer, DType, usize)],
+    ) -> impl Future<Output = Result<Vec<HostData>>> + use<> {
+        let pending = self.issue_reads(reads);
+        async move { pending?.finish().await }
+    }
+
+    /// Blocking [`Device::download`] (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn download_blocking(
+        &self,
+        buf: &DeviceBuffer,
+        dtype: DType,
+        len: usize,
+    ) -> Result<HostData> {
+        pollster::block_on(self.download(buf, dtype, len))
+    }
+
+    /// Encode copies of `reads` into staging buffers, submit once, request the maps.
+    pub(crate) fn issue_reads(
+        &self,
+        reads: &[(&DeviceBuffer, DType, usize)],
+    ) -> Result<PendingRead> {
+        let gpu = self.gpu("download")?;
+        let max_staging = self.limits().max_buffer_size;
+        let mut parts = Vec::with_capacity(reads.len());
+        // (staging size, [(part index, source, bytes)])
+        let mut groups: Vec<u64> = Vec::new();
+        let mut copies: Vec<(&DeviceBuffer, usize, u64, u64)> = Vec::new(); // (src, staging, offset, bytes)
+        for (buf, dtype, len) in reads.iter().copied() {
+            self.check_owner(buf, "download")?;
+            let bytes = (len as u64)
+                .checked_mul(dtype.size_bytes() as u64)
+                .filter(|&b| b <= buf.size)
+                .ok_or_else(|| Error::Transfer {
+                    device: self.name().to_string(),
+                    detail: format!(
+                        "reading {len} {dtype} elements from a buffer of {} bytes ({} elements)",
+                        buf.size,
+                        buf.size / 4
+                    ),
+                })?;
+            if bytes == 0 {
+                parts.push(Part {
+                    dtype,
+                    len,
+                    staging: None,
+                    offset: 0,
+                });
+                continue;
+            }
+            let fits = groups
+                .last()
+                .is_some_and(|&used| used + bytes <= max_staging);
+            if !fits {
+                groups.push(0);
+            }
+            let g = groups.len() - 1;
+            let offset = groups[g];
+            groups[g] += bytes;
+            copies.push((buf, g, offset, bytes));
+            parts.push(Part {
+                dtype,
+                len,
+                staging: Some(g),
+                offset,
+            });
+        }
+        if groups.is_empty() {
+            return Ok(PendingRead {
+                device: self.clone(),
+                staging: Vec::new(),
+                parts,
+            });
+        }
+        let total: u64 = groups.iter().sum();
+        let (staging, err) = gpu.capture(|| {
+            let buffers: Vec<wgpu::Buffer> = groups
+                .iter()
+                .map(|&size| {
+                    gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("brigade staging"),
+                        size,
+                        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    })
+                })
+                .collect();
+            let mut enc = gpu
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("brigade download"),
+                });
+            for &(src, g, offset, bytes) in &copies {
+                enc.copy_buffer_to_buffer(&src.buffer, 0, &buffers[g], offset, bytes);
+            }
+            gpu.queue.submit([enc.finish()]);
+            buffers
+                .into_iter()
+                .map(|b| {
+                    let (tx, rx) = oneshot::channel();
+                    b.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                        let _ = tx.send(r);
+                    });
+                    (b, rx)
+                })
+                .collect::<Vec<_>>()
+        });
+        if let Some(e) = err {
+            return Err(self.wgpu_error(e, || format!("downloading {}", human_bytes(total))));
+        }
+        bump(|c| {
+            c.submits += 1;
+            c.bytes_downloaded += total;
+        });
+        Ok(PendingRead {
+            device: self.clone(),
+            staging,
+            parts,
+        })
+    }
+}
+
+impl PendingRead {
+    /// Wait for every map of this batch, then convert each part.
+    pub(crate) async fn finish(self) -> Result<Vec<HostData>> {
+        let PendingRead {
+            device,
+            staging,
+            parts,
+        } = self;
+        let mut bytes: Vec<Vec<u8>> = Vec::with_capacity(staging.len());
+        for (buffer, rx) in staging {
+            let mapped = device.wait_for(rx, "mapping a staging buffer").await?;
+            if mapped.is_err() {
+                return Err(
+                    match device.inner.gpu.as_ref().and_then(|g| g.state.lost()) {
+                        Some(reason) => device.lost_error(reason),
+                        None => Error::Transfer {
+                            device: device.name().to_string(),
+                            detail: "map_async of a staging buffer failed".into(),
+                        },
+                    },
+                );
+            }
+            let copy = match buffer.slice(..).get_mapped_range() {
+                Ok(view) => view.to_vec(),
+                Err(e) => {
+                    return Err(Error::Transfer {
+                        device: device.name().to_string(),
+                        detail: format!("reading a mapped staging buffer: {e:?}"),
+                    });
+                }
+            };
+            buffer.unmap();
+            bytes.push(copy);
+        }
+        Ok(parts
+            .into_iter()
+            .map(|p| match p.staging {
+                None => HostData::from_bytes(p.dtype, &[]),
+                Some(g) => {
+                    let start = p.offset as usize;
+                    let end = start + p.len * p.dtype.size_bytes();
+                    HostData::from_bytes(p.dtype, &bytes[g][start..end])
+                }
+            })
+            .collect())
+    }
+}
+
+/// Read buffers from several devices: every device's copies are submitted (one submit per device,
+/// see [`Device::download_many`]) before the future waits on any, so the devices work at once.
+/// Results are in the order given. Each buffer must live on the device it is paired with.
+///
+/// Issued when called; the returned future only waits and converts.
+pub fn download_all(
+    reads: &[(Device, Arc<DeviceBuffer>, DType, usize)],
+) -> impl Future<Output = Result<Vec<HostData>>> + use<> {
+    // Group by device, keeping first-appearance order of devices and the input position of each read.
+    let mut groups: Vec<(Device, Vec<usize>)> = Vec::new();
+    for (i, (dev, _, _, _)) in reads.iter().enumerate() {
+        match groups.iter_mut().find(|(d, _)| d == dev) {
+            Some((_, idx)) => idx.push(i),
+            None => groups.push((dev.clone(), vec![i])),
+        }
+    }
+    let issued: Result<Vec<(PendingRead, Vec<usize>)>> = groups
+        .into_iter()
+        .map(|(dev, idx)| {
+            let batch: Vec<(&DeviceBuffer, DType, usize)> = idx
+                .iter()
+                .map(|&i| (&*reads[i].1, reads[i].2, reads[i].3))
+                .collect();
+            dev.issue_reads(&batch).map(|p| (p, idx))
+        })
+        .collect();
+    let n = reads.len();
+    async move {
+        let mut out: Vec<Option<HostData>> = vec![None; n];
+        for (pending, idx) in issued? {
+            for (data, i) in pending.finish().await?.into_iter().zip(idx) {
+                out[i] = Some(data);
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|d| d.unwrap_or_else(|| HostData::from_bytes(DType::F32, &[])))
+            .collect())
+    }
+}

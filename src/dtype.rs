@@ -1,0 +1,176 @@
+//! Element types and scalar values.
+
+use std::fmt;
+
+/// Element type of an array.
+///
+/// `Bool` is stored as one `u32` per element on devices: WGSL has no `bool` in storage buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    I32,
+    U32,
+    Bool,
+}
+
+impl DType {
+    /// Bytes per element in host memory and in device buffers.
+    pub fn size_bytes(self) -> usize {
+        4
+    }
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32)
+    }
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I32 | DType::U32)
+    }
+    /// Name used in printed graphs and error messages (`f32`, `i32`, `u32`, `bool`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+            DType::Bool => "bool",
+        }
+    }
+    /// WGSL type of a value held in registers.
+    pub fn wgsl(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+            DType::Bool => "bool",
+        }
+    }
+    /// WGSL element type of a storage buffer holding this dtype.
+    pub fn wgsl_storage(self) -> &'static str {
+        match self {
+            DType::Bool => "u32",
+            d => d.wgsl(),
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A single value of some dtype. Used for constants (`full`, pad values, literals).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    F32(f32),
+    I32(i32),
+    U32(u32),
+    Bool(bool),
+}
+
+impl Scalar {
+    pub fn dtype(self) -> DType {
+        match self {
+            Scalar::F32(_) => DType::F32,
+            Scalar::I32(_) => DType::I32,
+            Scalar::U32(_) => DType::U32,
+            Scalar::Bool(_) => DType::Bool,
+        }
+    }
+    /// The value as f64 (bool: 0 or 1).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Scalar::F32(v) => v as f64,
+            Scalar::I32(v) => v as f64,
+            Scalar::U32(v) => v as f64,
+            Scalar::Bool(v) => v as u8 as f64,
+        }
+    }
+    /// Convert to another dtype with the same rules as [`crate::Tensor::cast`].
+    pub fn cast(self, to: DType) -> Scalar {
+        match to {
+            DType::F32 => Scalar::F32(match self {
+                Scalar::F32(v) => v,
+                Scalar::I32(v) => v as f32,
+                Scalar::U32(v) => v as f32,
+                Scalar::Bool(v) => v as u8 as f32,
+            }),
+            DType::I32 => Scalar::I32(match self {
+                Scalar::F32(v) => v as i32,
+                Scalar::I32(v) => v,
+                Scalar::U32(v) => v as i32,
+                Scalar::Bool(v) => v as i32,
+            }),
+            DType::U32 => Scalar::U32(match self {
+                Scalar::F32(v) => v as u32,
+                Scalar::I32(v) => v as u32,
+                Scalar::U32(v) => v,
+                Scalar::Bool(v) => v as u32,
+            }),
+            DType::Bool => Scalar::Bool(match self {
+                Scalar::F32(v) => v != 0.0,
+                Scalar::I32(v) => v != 0,
+                Scalar::U32(v) => v != 0,
+                Scalar::Bool(v) => v,
+            }),
+        }
+    }
+    /// The 32 bits stored in a device buffer for this value.
+    pub fn to_bits(self) -> u32 {
+        match self {
+            Scalar::F32(v) => v.to_bits(),
+            Scalar::I32(v) => v as u32,
+            Scalar::U32(v) => v,
+            Scalar::Bool(v) => v as u32,
+        }
+    }
+    /// A WGSL literal for this value. Non-finite floats are written as bit casts
+    /// because WGSL has no `inf`/`nan` literals.
+    pub fn wgsl_literal(self) -> String {
+        match self {
+            Scalar::F32(v) if v.is_finite() => {
+                let s = format!("{v:?}");
+                if s.contains('.') || s.contains('e') {
+                    format!("f32({s})")
+                } else {
+                    format!("f32({s}.0)")
+                }
+            }
+            Scalar::F32(v) => format!("bitcast<f32>({}u)", v.to_bits()),
+            Scalar::I32(v) if v == i32::MIN => "i32(-2147483647 - 1)".to_string(),
+            Scalar::I32(v) => format!("i32({v})"),
+            Scalar::U32(v) => format!("{v}u"),
+            Scalar::Bool(v) => format!("{v}"),
+        }
+    }
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scalar::F32(v) => write!(f, "{v:?}"),
+            Scalar::I32(v) => write!(f, "{v}"),
+            Scalar::U32(v) => write!(f, "{v}u"),
+            Scalar::Bool(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+impl From<f32> for Scalar {
+    fn from(v: f32) -> Self {
+        Scalar::F32(v)
+    }
+}
+impl From<i32> for Scalar {
+    fn from(v: i32) -> Self {
+        Scalar::I32(v)
+    }
+}
+impl From<u32> for Scalar {
+    fn from(v: u32) -> Self {
+        Scalar::U32(v)
+    }
+}
+impl From<bool> for Scalar {
+    fn from(v: bool) -> Self {
+        Scalar::Bool(v)
+    }
+}

@@ -1,0 +1,185 @@
+//! The one error type of brigade.
+//!
+//! Variants are grouped by kind: shape/axis, dtype, tracing, device (lost, out of memory and over a
+//! limit are kept apart: only out-of-memory may succeed on retry), compilation, and usage errors.
+
+use crate::dtype::DType;
+
+/// Result alias used throughout brigade.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every way a brigade call can fail. No public function panics on user input; it returns one of these.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    // ---- shapes and axes -------------------------------------------------------------------
+    /// Two operands of a broadcasting binary op have shapes that do not broadcast.
+    #[error(
+        "{op}: shapes {lhs:?} and {rhs:?} do not broadcast (each dimension must match or be 1)"
+    )]
+    ShapeMismatchBinaryOp {
+        op: &'static str,
+        lhs: Vec<usize>,
+        rhs: Vec<usize>,
+    },
+
+    /// Matmul / dot_general operands disagree on a contracted or batch dimension.
+    #[error("{op}: lhs {lhs:?} and rhs {rhs:?} do not fit: {detail}")]
+    MatmulShape {
+        op: &'static str,
+        lhs: Vec<usize>,
+        rhs: Vec<usize>,
+        detail: String,
+    },
+
+    /// An axis index outside `[-rank, rank)` or repeated.
+    #[error(
+        "{op}: axis {axis} is out of range for an array of rank {rank} (shape {shape:?}); valid axes are -{rank}..{rank}"
+    )]
+    BadAxis {
+        op: &'static str,
+        axis: i64,
+        rank: usize,
+        shape: Vec<usize>,
+    },
+
+    /// Reshape to a shape with a different element count.
+    #[error("reshape: cannot reshape {from:?} ({from_n} elements) into {to:?} ({to_n} elements)")]
+    BadReshape {
+        from: Vec<usize>,
+        from_n: usize,
+        to: Vec<usize>,
+        to_n: usize,
+    },
+
+    /// Any other invalid shape argument (slice bounds, permutation, concatenation, pad, ...).
+    #[error("{op}: {detail} (shape {shape:?})")]
+    BadShapeArg {
+        op: &'static str,
+        shape: Vec<usize>,
+        detail: String,
+    },
+
+    /// The number of data elements does not match the shape.
+    #[error("array data has {got} elements but shape {shape:?} needs {expected}")]
+    DataLength {
+        shape: Vec<usize>,
+        expected: usize,
+        got: usize,
+    },
+
+    // ---- dtypes ---------------------------------------------------------------------------
+    /// Operand dtypes that the op does not accept together.
+    #[error(
+        "{op}: dtypes {lhs} and {rhs} differ; cast one operand with .cast({lhs}) or .cast({rhs})"
+    )]
+    DTypeMismatch {
+        op: &'static str,
+        lhs: DType,
+        rhs: DType,
+    },
+
+    /// An op applied to a dtype it is not defined for.
+    #[error("{op} is not defined for {dtype}: {hint}")]
+    BadDType {
+        op: &'static str,
+        dtype: DType,
+        hint: &'static str,
+    },
+
+    // ---- tracing ---------------------------------------------------------------------------
+    /// The data of a traced value was requested inside a transformed function.
+    #[error(
+        "cannot read the value of a traced tensor (shape {shape:?}, {dtype}) while tracing `{context}`: its data does not exist yet. Use `select`/`where_` for data-dependent choices, or `cond` for branches"
+    )]
+    TracedValue {
+        shape: Vec<usize>,
+        dtype: DType,
+        context: String,
+    },
+
+    /// Tensors from two different traces (or a stale trace) were mixed.
+    #[error(
+        "tensors from different traces were combined in {op}; pass every value the function needs as an argument or capture concrete arrays only"
+    )]
+    TraceMismatch { op: &'static str },
+
+    /// The function was called with the wrong number of arguments.
+    #[error("{what}: expected {expected} arguments, got {got}")]
+    Arity {
+        what: String,
+        expected: usize,
+        got: usize,
+    },
+
+    // ---- devices ----------------------------------------------------------------------------
+    /// No device matched the request.
+    #[error("no device: {0}")]
+    NoDevice(String),
+
+    /// The layout string in `BRIGADE_DEVICES` or the builder could not be used.
+    #[error("bad device layout {spec:?}: {detail}")]
+    BadDeviceSpec { spec: String, detail: String },
+
+    /// The device was lost (driver reset, device destroyed). Not recoverable for this device.
+    #[error("device {device} lost: {reason}")]
+    DeviceLost { device: String, reason: String },
+
+    /// The device ran out of memory. Freeing arrays and retrying may succeed.
+    #[error(
+        "device {device} out of memory: {detail}. Free arrays you no longer need and retry, or use more devices"
+    )]
+    OutOfMemory { device: String, detail: String },
+
+    /// A buffer can never fit this device: it is over a hard limit. Retrying will not help.
+    #[error(
+        "{what} needs {needed} bytes but device {device} allows at most {limit} bytes ({limit_name}); split the work over more devices or smaller batches"
+    )]
+    OverLimit {
+        device: String,
+        what: String,
+        needed: u64,
+        limit: u64,
+        limit_name: &'static str,
+    },
+
+    /// Any other error reported by wgpu (validation, internal).
+    #[error("device {device}: {message}")]
+    Wgpu { device: String, message: String },
+
+    /// Transfer between host and device failed.
+    #[error("transfer on device {device} failed: {detail}")]
+    Transfer { device: String, detail: String },
+
+    // ---- compilation -------------------------------------------------------------------------
+    /// A generated shader failed naga validation or pipeline creation.
+    #[error("shader `{kernel}` failed to compile: {message}\n---- WGSL ----\n{wgsl}")]
+    Compile {
+        kernel: String,
+        message: String,
+        wgsl: String,
+    },
+
+    /// A primitive that has no lowering on this path.
+    #[error("{op} cannot run {detail}")]
+    Unsupported { op: &'static str, detail: String },
+}
+
+impl Error {
+    /// True for errors caused by the arguments given (shapes, axes, dtypes, tracing misuse).
+    pub fn is_user_error(&self) -> bool {
+        matches!(
+            self,
+            Error::ShapeMismatchBinaryOp { .. }
+                | Error::MatmulShape { .. }
+                | Error::BadAxis { .. }
+                | Error::BadReshape { .. }
+                | Error::BadShapeArg { .. }
+                | Error::DataLength { .. }
+                | Error::DTypeMismatch { .. }
+                | Error::BadDType { .. }
+                | Error::TracedValue { .. }
+                | Error::TraceMismatch { .. }
+                | Error::Arity { .. }
+        )
+    }
+}

@@ -1,0 +1,302 @@
+//! Running compiled programs on devices; `jit` and the eager path.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::array::{Array, host_data};
+use crate::device::{Device, DeviceBuffer, Dispatch, Kernel, Runtime};
+use crate::error::{Error, Result};
+use crate::lower::{Program, lower};
+use crate::ops::Prim;
+use crate::tensor::{Repr, Tensor};
+use crate::trace::graph::{Aval, Eqn, Graph};
+use crate::trace::tracer::Trace;
+
+/// A graph with its per-device compiled programs, pipelines and constant buffers.
+pub(crate) struct Executable {
+    pub(crate) graph: Graph,
+    compiled: RefCell<HashMap<u64, Rc<Compiled>>>,
+}
+
+struct Compiled {
+    program: Program,
+    kernels: Vec<Arc<Kernel>>,
+    consts: Vec<(usize, Arc<DeviceBuffer>)>,
+}
+
+pub(crate) fn same_device(a: &Device, b: &Device) -> bool {
+    a.inner.id == b.inner.id
+}
+
+impl Executable {
+    pub(crate) fn new(graph: Graph) -> Executable {
+        Executable {
+            graph,
+            compiled: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Lower for `dev`, create its pipelines and upload constants: once per device.
+    fn compiled_for(&self, dev: &Device) -> Result<Rc<Compiled>> {
+        if let Some(c) = self.compiled.borrow().get(&dev.inner.id) {
+            return Ok(c.clone());
+        }
+        let program = lower(&self.graph, dev.limits())?;
+        let kernels = program
+            .launches
+            .iter()
+            .map(|l| dev.kernel(&l.label, &l.wgsl))
+            .collect::<Result<Vec<_>>>()?;
+        let consts = program
+            .const_slots
+            .iter()
+            .map(|(s, h)| Ok((*s, dev.upload(&h.data)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let c = Rc::new(Compiled {
+            program,
+            kernels,
+            consts,
+        });
+        self.compiled.borrow_mut().insert(dev.inner.id, c.clone());
+        Ok(c)
+    }
+
+    /// The program compiled for `dev` (compiling it if needed).
+    pub(crate) fn program_for(&self, dev: &Device) -> Result<Program> {
+        Ok(self.compiled_for(dev)?.program.clone())
+    }
+
+    /// Run on `dev`. Arguments not on `dev` are copied there first. Returns without waiting for the
+    /// device: outputs are device arrays that are ready when read.
+    pub(crate) fn run(&self, dev: &Device, args: &[Array]) -> Result<Vec<Array>> {
+        let g = &self.graph;
+        if args.len() != g.inputs.len() {
+            return Err(Error::Arity {
+                what: "compiled function".into(),
+                expected: g.inputs.len(),
+                got: args.len(),
+            });
+        }
+        if dev.is_cpu() {
+            let hosts = args.iter().map(host_data).collect::<Result<Vec<_>>>()?;
+            let outs = crate::reference::eval_graph(g, &hosts)?;
+            return Ok(outs.into_iter().map(Array::from_host).collect());
+        }
+        let c = self.compiled_for(dev)?;
+        let p = &c.program;
+        let mut slots: Vec<Option<Arc<DeviceBuffer>>> = vec![None; p.slot_bytes.len()];
+        for (arg, &s) in args.iter().zip(&p.input_slots) {
+            let on_dev = match (arg.device(), arg.buffer()) {
+                (Some(d), Some(b)) if same_device(d, dev) => b.clone(),
+                _ => arg
+                    .to_device(dev)?
+                    .buffer()
+                    .cloned()
+                    .ok_or_else(|| Error::Transfer {
+                        device: dev.name().into(),
+                        detail: "upload gave no buffer".into(),
+                    })?,
+            };
+            slots[s] = Some(on_dev);
+        }
+        for (s, b) in &c.consts {
+            slots[*s] = Some(b.clone());
+        }
+        for (s, slot) in slots.iter_mut().enumerate() {
+            if slot.is_none() {
+                *slot = Some(dev.alloc(p.slot_bytes[s])?);
+            }
+        }
+        let dispatches: Vec<Dispatch<'_>> = p
+            .launches
+            .iter()
+            .zip(&c.kernels)
+            .map(|(l, k)| Dispatch {
+                kernel: k,
+                buffers: l
+                    .slots
+                    .iter()
+                    .map(|&s| &**slots[s].as_ref().expect("every slot is filled"))
+                    .collect(),
+                workgroups: l.workgroups,
+            })
+            .collect();
+        if !dispatches.is_empty() {
+            dev.run(&dispatches)?;
+        }
+        Ok(p.output_slots
+            .iter()
+            .zip(&p.output_avals)
+            .map(|(&s, aval)| {
+                Array::from_buffer(
+                    dev.clone(),
+                    slots[s].clone().expect("output slot filled"),
+                    aval.clone(),
+                )
+            })
+            .collect())
+    }
+}
+
+/// Pick the device for a call: the explicit one, else the first argument on a device, else the
+/// default device of the global runtime.
+pub(crate) fn pick_device(explicit: Option<&Device>, args: &[&Array]) -> Result<Device> {
+    if let Some(d) = explicit {
+        return Ok(d.clone());
+    }
+    if let Some(d) = args.iter().find_map(|a| a.device()) {
+        return Ok(d.clone());
+    }
+    let rt = Runtime::global()?;
+    rt.devices()
+        .first()
+        .cloned()
+        .ok_or_else(|| Error::NoDevice("the global runtime has no device".into()))
+}
+
+thread_local! {
+    static EAGER: RefCell<HashMap<String, Rc<Executable>>> = RefCell::new(HashMap::new());
+}
+
+/// Run one primitive on concrete arrays (an op outside `jit`), cached by primitive and shapes.
+pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Array> {
+    let avals: Vec<&Aval> = args.iter().map(|a| a.aval()).collect();
+    let out_aval = prim.infer(&avals)?;
+    let dev = pick_device(None, args)?;
+    let key = format!("{prim:?}|{avals:?}");
+    let exe = EAGER.with(|c| c.borrow().get(&key).cloned());
+    let exe = match exe {
+        Some(e) => e,
+        None => {
+            let mut g = Graph::default();
+            let ins: Vec<_> = avals.iter().map(|a| g.new_var((*a).clone())).collect();
+            g.inputs = ins.clone();
+            let out = g.new_var(out_aval);
+            g.eqns.push(Eqn {
+                prim,
+                inputs: ins,
+                out,
+            });
+            g.outputs = vec![out];
+            let e = Rc::new(Executable::new(g));
+            EAGER.with(|c| c.borrow_mut().insert(key, e.clone()));
+            e
+        }
+    };
+    let owned: Vec<Array> = args.iter().map(|a| (*a).clone()).collect();
+    Ok(exe.run(&dev, &owned)?.remove(0))
+}
+
+/// Trace `f` on abstract inputs into a graph.
+pub(crate) fn trace_fn<F>(label: &str, f: &F, avals: &[Aval]) -> Result<Graph>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    let tr = Trace::new(label);
+    let ins: Vec<Tensor> = avals
+        .iter()
+        .map(|a| {
+            let v = tr.add_input(a.clone());
+            Tensor::traced(tr.clone(), v, a.clone())
+        })
+        .collect();
+    let outs = f(&ins);
+    let mut out_vars = Vec::with_capacity(outs.len());
+    for t in &outs {
+        match &*t.repr {
+            Repr::Traced { trace, var, .. } if trace.id == tr.id => out_vars.push(*var),
+            Repr::Traced { .. } => return Err(Error::TraceMismatch { op: "output" }),
+            Repr::Concrete(a) => out_vars.push(tr.lift(a)?),
+            Repr::Failed(e) => return Err(e.clone()),
+        }
+    }
+    if let Some(e) = tr.state.borrow().error.clone() {
+        return Err(e);
+    }
+    drop(ins);
+    drop(outs);
+    let mut g = std::mem::take(&mut tr.state.borrow_mut().graph);
+    g.outputs = out_vars;
+    g.dce();
+    Ok(g)
+}
+
+/// A function compiled with [`jit`]: traced once per input signature, lowered and cached per device.
+pub struct Jit<F> {
+    f: F,
+    label: String,
+    device: Option<Device>,
+    cache: RefCell<HashMap<Vec<Aval>, Rc<Executable>>>,
+}
+
+/// Compile `f` (JAX's `jax.jit`). The first call with a given signature (shapes and dtypes) traces `f`
+/// into a graph and compiles it for the target device; later calls with the same signature reuse
+/// the compiled kernels: no tracing, no pipeline creation.
+///
+/// ```
+/// use brigade::{jit, Array, Tensor};
+/// let f = jit(|x: &[Tensor]| vec![(&x[0] * 2.0 + 1.0).exp().sum_all()]);
+/// let x = Array::from_vec(vec![0.0f32, 0.5, 1.0], &[3])?;
+/// let y = f.call(&[x])?;
+/// let want: f32 = [0.0f32, 0.5, 1.0].iter().map(|v| (v * 2.0 + 1.0).exp()).sum();
+/// assert!((y[0].to_vec::<f32>()?[0] - want).abs() < 1e-3);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn jit<F>(f: F) -> Jit<F>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    Jit {
+        f,
+        label: "jit".into(),
+        device: None,
+        cache: RefCell::new(HashMap::new()),
+    }
+}
+
+impl<F> Jit<F>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    /// Name used in messages and kernel labels.
+    pub fn named(mut self, label: &str) -> Self {
+        self.label = label.to_string();
+        self
+    }
+    /// Run on this device (by default: the device of the first device-resident argument, else the
+    /// global runtime's first device).
+    pub fn on(mut self, device: &Device) -> Self {
+        self.device = Some(device.clone());
+        self
+    }
+    fn executable(&self, avals: Vec<Aval>) -> Result<Rc<Executable>> {
+        if let Some(e) = self.cache.borrow().get(&avals) {
+            return Ok(e.clone());
+        }
+        let g = trace_fn(&self.label, &self.f, &avals)?;
+        let e = Rc::new(Executable::new(g));
+        self.cache.borrow_mut().insert(avals, e.clone());
+        Ok(e)
+    }
+    /// The traced program for arguments of these shapes (like `jax.make_jaxpr`).
+    pub fn graph(&self, args: &[Array]) -> Result<Graph> {
+        Ok(self
+            .executable(args.iter().map(|a| a.aval().clone()).collect())?
+            .graph
+            .clone())
+    }
+    /// The compiled program (kernels, WGSL, buffer plan) for these arguments on `device`.
+    pub fn program(&self, args: &[Array], device: &Device) -> Result<Program> {
+        self.executable(args.iter().map(|a| a.aval().clone()).collect())?
+            .program_for(device)
+    }
+    /// Call with concrete arrays.
+    pub fn call(&self, args: &[Array]) -> Result<Vec<Array>> {
+        let exe = self.executable(args.iter().map(|a| a.aval().clone()).collect())?;
+        let refs: Vec<&Array> = args.iter().collect();
+        let dev = pick_device(self.device.as_ref(), &refs)?;
+        exe.run(&dev, args)
+    }
+}

@@ -1,0 +1,25 @@
+//! brigade: JAX-style parallel programs compiled to WGSL and run on every GPU adapter wgpu can reach.
+
+pub mod array;
+pub mod counters;
+pub mod device;
+pub mod dtype;
+pub mod error;
+mod exec;
+pub mod host;
+pub mod lower;
+pub mod ops;
+pub mod reference;
+pub mod tensor;
+pub mod trace;
+pub mod wgsl;
+
+pub use array::Array;
+pub use counters::{Counters, counters};
+pub use device::{Device, DeviceInfo, DeviceLimits, Runtime};
+pub use dtype::{DType, Scalar};
+pub use error::{Error, Result};
+pub use exec::{Jit, jit};
+pub use host::{Element, HostArray, HostData};
+pub use tensor::{Axes, Tensor, select};
+pub use trace::graph::{Aval, Graph, Var};

@@ -1,0 +1,481 @@
+//! Lowering a [`Graph`] for one device: canonical matmuls, fusion, kernels and a buffer plan.
+//!
+//! Fusion rule: a variable is *materialized* (gets a buffer) when it is a graph input, constant or
+//! output, the result of a non-fusable primitive (reduction, matmul), or used more than once (unless it
+//! is cheap to recompute: constants and index-only layout ops of materialized values). Every other
+//! variable is inlined into the kernel that consumes it, so a tree of elementwise ops with broadcasts
+//! becomes one kernel, and a reduction absorbs its elementwise prologue.
+
+use crate::device::DeviceLimits;
+use crate::error::{Error, Result};
+use crate::host::HostArray;
+use crate::ops::{DotDims, Prim};
+use crate::trace::graph::{Aval, Eqn, Graph, Var};
+use crate::wgsl::{self, KernelSrc};
+
+/// One dispatch of a compiled program: kernel source and the buffer slots it binds (inputs, then outputs).
+#[derive(Clone, Debug)]
+pub struct Launch {
+    pub label: String,
+    pub wgsl: String,
+    pub workgroups: [u32; 3],
+    pub slots: Vec<usize>,
+}
+
+/// A graph compiled for one device: kernels in order over numbered buffer slots.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub launches: Vec<Launch>,
+    /// Byte size of every slot.
+    pub slot_bytes: Vec<u64>,
+    pub input_slots: Vec<usize>,
+    pub const_slots: Vec<(usize, HostArray)>,
+    pub output_slots: Vec<usize>,
+    pub output_avals: Vec<Aval>,
+}
+
+impl Program {
+    pub fn dispatch_count(&self) -> usize {
+        self.launches
+            .iter()
+            .filter(|l| l.workgroups.iter().all(|&w| w > 0))
+            .count()
+    }
+}
+
+/// Rewrite every `dot_general` into the canonical (batch, m, k) × (batch, k, n) form the kernels take,
+/// with explicit transposes/reshapes around it (they fuse or alias away when they are identities).
+pub fn canonicalize_dots(g: &Graph) -> Graph {
+    let mut out = Graph {
+        avals: g.avals.clone(),
+        inputs: g.inputs.clone(),
+        consts: g.consts.clone(),
+        eqns: Vec::new(),
+        outputs: g.outputs.clone(),
+    };
+    for e in &g.eqns {
+        let Prim::DotGeneral(d) = &e.prim else {
+            out.eqns.push(e.clone());
+            continue;
+        };
+        let (ls, rs) = (
+            g.aval(e.inputs[0]).shape.clone(),
+            g.aval(e.inputs[1]).shape.clone(),
+        );
+        let dt = g.aval(e.inputs[0]).dtype;
+        let (lf, rf) = (d.lhs_free(ls.len()), d.rhs_free(rs.len()));
+        let prod = |s: &[usize], ax: &[usize]| ax.iter().map(|&a| s[a]).product::<usize>();
+        let (b, m, k, n) = (
+            prod(&ls, &d.lhs_batch),
+            prod(&ls, &lf),
+            prod(&ls, &d.lhs_contract),
+            prod(&rs, &rf),
+        );
+        let mut push = |out: &mut Graph, prim: Prim, input: Var, shape: Vec<usize>| -> Var {
+            let v = out.new_var(Aval::new(shape, dt));
+            out.eqns.push(Eqn {
+                prim,
+                inputs: vec![input],
+                out: v,
+            });
+            v
+        };
+        let arrange = |out: &mut Graph,
+                       push: &mut dyn FnMut(&mut Graph, Prim, Var, Vec<usize>) -> Var,
+                       x: Var,
+                       shape: &[usize],
+                       perm: Vec<usize>,
+                       target: [usize; 3]|
+         -> Var {
+            let is_id = perm.iter().enumerate().all(|(i, &p)| i == p);
+            let x = if is_id {
+                x
+            } else {
+                push(
+                    out,
+                    Prim::Transpose { perm: perm.clone() },
+                    x,
+                    perm.iter().map(|&p| shape[p]).collect(),
+                )
+            };
+            push(
+                out,
+                Prim::Reshape {
+                    shape: target.to_vec(),
+                },
+                x,
+                target.to_vec(),
+            )
+        };
+        let lperm: Vec<usize> = d
+            .lhs_batch
+            .iter()
+            .chain(&lf)
+            .chain(&d.lhs_contract)
+            .copied()
+            .collect();
+        let rperm: Vec<usize> = d
+            .rhs_batch
+            .iter()
+            .chain(&d.rhs_contract)
+            .chain(&rf)
+            .copied()
+            .collect();
+        let a = arrange(&mut out, &mut push, e.inputs[0], &ls, lperm, [b, m, k]);
+        let bb = arrange(&mut out, &mut push, e.inputs[1], &rs, rperm, [b, k, n]);
+        let c = out.new_var(Aval::new(vec![b, m, n], dt));
+        out.eqns.push(Eqn {
+            prim: Prim::DotGeneral(DotDims {
+                lhs_contract: vec![2],
+                rhs_contract: vec![1],
+                lhs_batch: vec![0],
+                rhs_batch: vec![0],
+            }),
+            inputs: vec![a, bb],
+            out: c,
+        });
+        out.eqns.push(Eqn {
+            prim: Prim::Reshape {
+                shape: g.aval(e.out).shape.clone(),
+            },
+            inputs: vec![c],
+            out: e.out,
+        });
+    }
+    out
+}
+
+fn is_canonical_dot(p: &Prim) -> bool {
+    matches!(p, Prim::DotGeneral(d) if d.lhs_contract == [2] && d.rhs_contract == [1] && d.lhs_batch == [0] && d.rhs_batch == [0])
+}
+
+/// Decide which variables get buffers.
+fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
+    let uses = g.use_counts();
+    let mut mat = vec![false; g.avals.len()];
+    for v in g
+        .inputs
+        .iter()
+        .chain(g.consts.iter().map(|(v, _)| v))
+        .chain(&g.outputs)
+    {
+        mat[v.idx()] = true;
+    }
+    for e in &g.eqns {
+        if !e.prim.is_fusable() {
+            mat[e.out.idx()] = true;
+            // Matmul kernels read plain row-major operands.
+            if matches!(e.prim, Prim::DotGeneral(_)) {
+                for v in &e.inputs {
+                    mat[v.idx()] = true;
+                }
+            }
+        }
+    }
+    // Cheap variables may be recomputed by each consumer instead of stored.
+    let mut cheap = vec![false; g.avals.len()];
+    for e in &g.eqns {
+        cheap[e.out.idx()] = match &e.prim {
+            Prim::Full { .. } | Prim::Iota { .. } => true,
+            Prim::Transpose { .. } | Prim::BroadcastInDim { .. } | Prim::Slice { .. } => {
+                let i = e.inputs[0].idx();
+                cheap[i] || mat[i]
+            }
+            _ => false,
+        };
+    }
+    for e in &g.eqns {
+        if uses[e.out.idx()] > 1 && !cheap[e.out.idx()] {
+            mat[e.out.idx()] = true;
+        }
+    }
+    let _ = producers;
+    mat
+}
+
+/// Kernels for the materialized variables, in program order.
+enum Step {
+    Kernel {
+        src: KernelSrc,
+        out: Var,
+    },
+    /// Reduction through a temporary of `parts` partials per output.
+    TwoPass {
+        first: KernelSrc,
+        second: KernelSrc,
+        temp_bytes: u64,
+        out: Var,
+    },
+    /// `out` shares `input`'s buffer (reshape of a materialized value).
+    Alias {
+        input: Var,
+        out: Var,
+    },
+}
+
+fn plan_steps(
+    g: &Graph,
+    producers: &[Option<usize>],
+    mat: &[bool],
+    max_wg: u32,
+) -> Result<Vec<Step>> {
+    let mut steps = Vec::new();
+    for e in &g.eqns {
+        if !mat[e.out.idx()] {
+            continue;
+        }
+        let aval = g.aval(e.out);
+        match &e.prim {
+            Prim::Reshape { .. } if mat[e.inputs[0].idx()] => steps.push(Step::Alias {
+                input: e.inputs[0],
+                out: e.out,
+            }),
+            Prim::Reduce { op, axes } => {
+                let plan = wgsl::reduce_kernels(g, producers, mat, *op, e.inputs[0], axes, max_wg);
+                match plan.second {
+                    None => steps.push(Step::Kernel {
+                        src: plan.first,
+                        out: e.out,
+                    }),
+                    Some((parts, second)) => steps.push(Step::TwoPass {
+                        first: plan.first,
+                        second,
+                        temp_bytes: (aval.size() * parts * aval.dtype.size_bytes()) as u64,
+                        out: e.out,
+                    }),
+                }
+            }
+            Prim::ArgReduce { op, axis } => steps.push(Step::Kernel {
+                src: wgsl::argreduce_kernel(g, producers, mat, *op, e.inputs[0], *axis, max_wg),
+                out: e.out,
+            }),
+            Prim::DotGeneral(_) if is_canonical_dot(&e.prim) => {
+                let s = &g.aval(e.inputs[0]).shape;
+                let n = g.aval(e.inputs[1]).shape[2];
+                let mk = wgsl::matmul::matmul_kernel(
+                    s[0],
+                    s[1],
+                    s[2],
+                    n,
+                    aval.dtype.wgsl_storage(),
+                    max_wg,
+                );
+                steps.push(Step::Kernel {
+                    src: KernelSrc {
+                        label: mk.label,
+                        wgsl: mk.wgsl,
+                        inputs: e.inputs.clone(),
+                        workgroups: mk.workgroups,
+                    },
+                    out: e.out,
+                });
+            }
+            Prim::DotGeneral(_) => {
+                return Err(Error::Unsupported {
+                    op: "dot_general",
+                    detail: "before canonicalization (internal)".into(),
+                });
+            }
+            _ => steps.push(Step::Kernel {
+                src: wgsl::elementwise_kernel(g, producers, mat, e.out, max_wg),
+                out: e.out,
+            }),
+        }
+    }
+    Ok(steps)
+}
+
+/// Compile `graph` for a device with `limits`.
+pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
+    let mut g = canonicalize_dots(graph);
+    g.dce();
+    let producers = g.producers();
+    let mut mat = materialize(&g, &producers);
+    let max_wg = limits.max_compute_workgroups_per_dimension;
+    let max_inputs = (limits.max_storage_buffers_per_shader_stage as usize)
+        .saturating_sub(1)
+        .max(1);
+    // Fuse as much as the binding limit allows: when a kernel reads too many buffers, store the
+    // fusable operand that contributes the most of them and try again.
+    let steps = loop {
+        let steps = plan_steps(&g, &producers, &mat, max_wg)?;
+        let over = steps.iter().find_map(|s| match s {
+            Step::Kernel { src, out }
+            | Step::TwoPass {
+                first: src, out, ..
+            } if src.inputs.len() > max_inputs => Some(*out),
+            _ => None,
+        });
+        let Some(out) = over else { break steps };
+        let cut = pick_cut(&g, &producers, &mat, out).ok_or_else(|| Error::OverLimit {
+            device: "target".into(),
+            what: format!("a kernel reading {} buffers", max_inputs + 1),
+            needed: (max_inputs + 1) as u64,
+            limit: max_inputs as u64,
+            limit_name: "max_storage_buffers_per_shader_stage",
+        })?;
+        mat[cut.idx()] = true;
+    };
+    // Buffer slots: one per materialized variable, aliases share, freed slots are reused by later
+    // values of the same size.
+    let mut slot_of: Vec<Option<usize>> = vec![None; g.avals.len()];
+    let mut slot_bytes: Vec<u64> = Vec::new();
+    let bytes = |v: Var| (g.aval(v).size_bytes().max(4)) as u64;
+    let new_slot = |slot_bytes: &mut Vec<u64>, b: u64| {
+        slot_bytes.push(b);
+        slot_bytes.len() - 1
+    };
+    // Input and constant buffers belong to the caller / the executable: never reused.
+    for &v in g.inputs.iter().chain(g.consts.iter().map(|(v, _)| v)) {
+        slot_of[v.idx()] = Some(new_slot(&mut slot_bytes, bytes(v)));
+    }
+    let pinned = slot_bytes.len();
+    // Last step reading each variable.
+    let mut last_use = vec![usize::MAX; g.avals.len()];
+    for (i, s) in steps.iter().enumerate() {
+        let reads: Vec<Var> = match s {
+            Step::Kernel { src, .. } | Step::TwoPass { first: src, .. } => src.inputs.clone(),
+            Step::Alias { input, .. } => vec![*input],
+        };
+        for v in reads {
+            last_use[v.idx()] = i;
+        }
+    }
+    let is_out = |v: Var| g.outputs.contains(&v);
+    let mut free: Vec<usize> = Vec::new();
+    let mut launches = Vec::new();
+    let mut holders: Vec<Vec<Var>> = Vec::new(); // variables sharing each slot
+    for (i, s) in steps.iter().enumerate() {
+        let out = match s {
+            Step::Kernel { out, .. } | Step::TwoPass { out, .. } | Step::Alias { out, .. } => *out,
+        };
+        let slot = if let Step::Alias { input, .. } = s {
+            slot_of[input.idx()].expect("materialized input has a slot")
+        } else {
+            let b = bytes(out);
+            match free.iter().position(|&f| slot_bytes[f] == b) {
+                Some(p) if !is_out(out) => free.swap_remove(p),
+                _ => new_slot(&mut slot_bytes, b),
+            }
+        };
+        slot_of[out.idx()] = Some(slot);
+        if holders.len() < slot_bytes.len() {
+            holders.resize(slot_bytes.len(), Vec::new());
+        }
+        holders[slot].push(out);
+        let ins = |src: &KernelSrc| {
+            src.inputs
+                .iter()
+                .map(|v| slot_of[v.idx()].expect("inputs are computed before use"))
+                .collect::<Vec<usize>>()
+        };
+        match s {
+            Step::Kernel { src, .. } => {
+                let mut slots = ins(src);
+                slots.push(slot);
+                launches.push(Launch {
+                    label: src.label.clone(),
+                    wgsl: src.wgsl.clone(),
+                    workgroups: src.workgroups,
+                    slots,
+                });
+            }
+            Step::TwoPass {
+                first,
+                second,
+                temp_bytes,
+                ..
+            } => {
+                let temp = new_slot(&mut slot_bytes, *temp_bytes);
+                let mut slots = ins(first);
+                slots.push(temp);
+                launches.push(Launch {
+                    label: first.label.clone(),
+                    wgsl: first.wgsl.clone(),
+                    workgroups: first.workgroups,
+                    slots,
+                });
+                launches.push(Launch {
+                    label: second.label.clone(),
+                    wgsl: second.wgsl.clone(),
+                    workgroups: second.workgroups,
+                    slots: vec![temp, slot],
+                });
+                free.push(temp);
+            }
+            Step::Alias { .. } => {}
+        }
+        // Release slots whose every holder is dead after this step (never inputs, consts or outputs).
+        let reads: Vec<Var> = match s {
+            Step::Kernel { src, .. } | Step::TwoPass { first: src, .. } => src.inputs.clone(),
+            Step::Alias { input, .. } => vec![*input],
+        };
+        for v in reads {
+            let Some(sl) = slot_of[v.idx()] else { continue };
+            let dead = holders.get(sl).is_some_and(|h| {
+                !h.is_empty() && h.iter().all(|&x| last_use[x.idx()] <= i && !is_out(x))
+            });
+            if dead && sl >= pinned && !free.contains(&sl) {
+                free.push(sl);
+            }
+        }
+    }
+    let input_slots = g
+        .inputs
+        .iter()
+        .map(|v| slot_of[v.idx()].expect("input slot"))
+        .collect();
+    let const_slots = g
+        .consts
+        .iter()
+        .map(|(v, h)| (slot_of[v.idx()].expect("const slot"), h.clone()))
+        .collect();
+    let output_slots = g
+        .outputs
+        .iter()
+        .map(|v| slot_of[v.idx()].expect("output slot"))
+        .collect();
+    let output_avals = g.outputs.iter().map(|v| g.aval(*v).clone()).collect();
+    Ok(Program {
+        launches,
+        slot_bytes,
+        input_slots,
+        const_slots,
+        output_slots,
+        output_avals,
+    })
+}
+
+/// The fusable, not yet materialized operand subtree of `root`'s kernel that reads the most buffers.
+fn pick_cut(g: &Graph, producers: &[Option<usize>], mat: &[bool], root: Var) -> Option<Var> {
+    fn leaves(g: &Graph, producers: &[Option<usize>], mat: &[bool], v: Var, acc: &mut Vec<Var>) {
+        if mat[v.idx()] {
+            if !acc.contains(&v) {
+                acc.push(v);
+            }
+            return;
+        }
+        if let Some(p) = producers[v.idx()] {
+            for &i in &g.eqns[p].inputs {
+                leaves(g, producers, mat, i, acc);
+            }
+        }
+    }
+    let e = &g.eqns[producers[root.idx()]?];
+    let mut best: Option<(usize, Var)> = None;
+    let mut stack: Vec<Var> = e.inputs.clone();
+    while let Some(v) = stack.pop() {
+        if mat[v.idx()] {
+            continue;
+        }
+        let mut acc = Vec::new();
+        leaves(g, producers, mat, v, &mut acc);
+        if acc.len() >= 2 && best.is_none_or(|(n, _)| acc.len() > n) {
+            best = Some((acc.len(), v));
+        }
+        if let Some(p) = producers[v.idx()] {
+            stack.extend(g.eqns[p].inputs.iter().copied());
+        }
+    }
+    best.map(|(_, v)| v)
+}

@@ -1,0 +1,90 @@
+//! Indexing: `take` (gather whole slices along one axis by integer indices).
+//!
+//! Index semantics (same on CPU and device): a negative index counts from the end once (`-1` is the
+//! last element, as in NumPy); anything still out of range is clamped into `[0, n)`, the way XLA's
+//! gather clamps. `one_hot` is a composition (`eq(expand(idx), iota)`), see `Tensor::one_hot`.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::host::{HostArray, HostData, strides, unravel};
+
+/// Shape rule of `take(x, idx, axis)`: `x.shape[..axis] ++ idx.shape ++ x.shape[axis+1..]`.
+pub fn take_shape(x: &[usize], idx: &[usize], idx_dtype: DType, axis: usize) -> Result<Vec<usize>> {
+    if axis >= x.len() {
+        return Err(Error::BadAxis {
+            op: "take",
+            axis: axis as i64,
+            rank: x.len(),
+            shape: x.to_vec(),
+        });
+    }
+    if !idx_dtype.is_int() {
+        return Err(Error::BadDType {
+            op: "take (indices)",
+            dtype: idx_dtype,
+            hint: "indices must be i32 or u32; cast them",
+        });
+    }
+    let n_idx: usize = idx.iter().product();
+    if x[axis] == 0 && n_idx > 0 {
+        return Err(Error::BadShapeArg {
+            op: "take",
+            shape: x.to_vec(),
+            detail: format!("cannot take {n_idx} indices from axis {axis} of size 0"),
+        });
+    }
+    let mut out = x[..axis].to_vec();
+    out.extend_from_slice(idx);
+    out.extend_from_slice(&x[axis + 1..]);
+    Ok(out)
+}
+
+/// Normalize one index into `[0, n)` (wrap negatives once, then clamp).
+pub fn norm_index(i: i64, n: usize) -> usize {
+    let n = n as i64;
+    let i = if i < 0 { i + n } else { i };
+    i.clamp(0, (n - 1).max(0)) as usize
+}
+
+pub fn take_cpu(x: &HostArray, idx: &HostArray, axis: usize, out_shape: &[usize]) -> HostArray {
+    let st = strides(&x.shape);
+    let r = idx.shape.len();
+    let n: usize = out_shape.iter().product();
+    let vals = (0..n).map(|o| {
+        let oi = unravel(o, out_shape);
+        let idx_lin: usize = {
+            let isub = &oi[axis..axis + r];
+            let ist = strides(&idx.shape);
+            isub.iter().zip(&ist).map(|(a, b)| a * b).sum()
+        };
+        let raw = match idx.data.get(idx_lin) {
+            crate::Scalar::I32(v) => v as i64,
+            s => s.as_f64() as i64,
+        };
+        let j = norm_index(raw, x.shape[axis]);
+        let mut off = 0;
+        for d in 0..axis {
+            off += oi[d] * st[d];
+        }
+        off += j * st[axis];
+        for d in axis + 1..x.shape.len() {
+            off += oi[d - 1 + r] * st[d];
+        }
+        x.data.get(off)
+    });
+    HostArray {
+        shape: out_shape.to_vec(),
+        data: HostData::from_scalars(x.dtype(), vals),
+    }
+}
+
+/// WGSL for the normalized index: `raw` is an i32 or u32 expression, `n` the axis length (> 0).
+pub fn norm_index_wgsl(raw: &str, dt: DType, n: usize) -> String {
+    match dt {
+        DType::I32 => format!(
+            "u32(clamp(select({raw}, {raw} + {n}i, {raw} < 0i), 0i, {}i))",
+            n.max(1) - 1
+        ),
+        _ => format!("min({raw}, {}u)", n.max(1) - 1),
+    }
+}

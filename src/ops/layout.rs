@@ -1,0 +1,351 @@
+//! Layout primitives: transpose, reshape, broadcast_in_dim, slice (strided), concatenate, pad.
+//!
+//! All of them only move elements, so each is described by an index map from an output position
+//! to an input position. The same map drives the CPU reference and the WGSL lowering, where the map
+//! is inlined into whatever kernel consumes the result (layout ops never need their own pass unless
+//! their result must be materialized).
+
+use crate::dtype::Scalar;
+use crate::error::{Error, Result};
+use crate::host::{HostArray, HostData, strides, unravel};
+
+/// Output shape of `transpose(x, perm)`.
+pub fn transpose_shape(shape: &[usize], perm: &[usize]) -> Result<Vec<usize>> {
+    let mut seen = vec![false; shape.len()];
+    let valid = perm.len() == shape.len()
+        && perm
+            .iter()
+            .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true));
+    if !valid {
+        return Err(Error::BadShapeArg {
+            op: "transpose",
+            shape: shape.to_vec(),
+            detail: format!("{perm:?} is not a permutation of 0..{}", shape.len()),
+        });
+    }
+    Ok(perm.iter().map(|&p| shape[p]).collect())
+}
+
+/// Validate `broadcast_in_dim(x, shape, dims)`: input axis i maps to output axis dims[i] and must equal it or be 1.
+pub fn broadcast_check(in_shape: &[usize], shape: &[usize], dims: &[usize]) -> Result<()> {
+    let bad = |detail: String| {
+        Err(Error::BadShapeArg {
+            op: "broadcast_in_dim",
+            shape: in_shape.to_vec(),
+            detail,
+        })
+    };
+    if dims.len() != in_shape.len() {
+        return bad(format!(
+            "needs one output axis per input axis, got dims {dims:?}"
+        ));
+    }
+    for (i, &d) in dims.iter().enumerate() {
+        if d >= shape.len() || (i > 0 && dims[i - 1] >= d) {
+            return bad(format!(
+                "dims {dims:?} must be increasing axes of the target {shape:?}"
+            ));
+        }
+        if in_shape[i] != 1 && in_shape[i] != shape[d] {
+            return bad(format!(
+                "cannot broadcast to {shape:?}: axis {i} has size {} but the target axis {d} has {}",
+                in_shape[i], shape[d]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Output shape of a strided slice.
+pub fn slice_shape(
+    shape: &[usize],
+    start: &[usize],
+    limit: &[usize],
+    stride: &[usize],
+) -> Result<Vec<usize>> {
+    let bad = |detail: String| {
+        Err(Error::BadShapeArg {
+            op: "slice",
+            shape: shape.to_vec(),
+            detail,
+        })
+    };
+    if start.len() != shape.len() || limit.len() != shape.len() || stride.len() != shape.len() {
+        return bad(format!(
+            "start {start:?}, limit {limit:?} and strides {stride:?} need one entry per axis ({} axes)",
+            shape.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(shape.len());
+    for i in 0..shape.len() {
+        if start[i] > limit[i] || limit[i] > shape[i] || stride[i] == 0 {
+            return bad(format!(
+                "axis {i}: need 0 <= start ({}) <= limit ({}) <= size ({}) and stride ({}) >= 1",
+                start[i], limit[i], shape[i], stride[i]
+            ));
+        }
+        out.push((limit[i] - start[i]).div_ceil(stride[i]));
+    }
+    Ok(out)
+}
+
+/// Output shape of concatenating `shapes` along `axis`.
+pub fn concat_shape(shapes: &[&[usize]], axis: usize) -> Result<Vec<usize>> {
+    let Some(first) = shapes.first() else {
+        return Err(Error::BadShapeArg {
+            op: "concatenate",
+            shape: vec![],
+            detail: "needs at least one array".into(),
+        });
+    };
+    if axis >= first.len() {
+        return Err(Error::BadAxis {
+            op: "concatenate",
+            axis: axis as i64,
+            rank: first.len(),
+            shape: first.to_vec(),
+        });
+    }
+    let mut out = first.to_vec();
+    for s in &shapes[1..] {
+        let same_rest =
+            s.len() == first.len() && (0..s.len()).all(|i| i == axis || s[i] == first[i]);
+        if !same_rest {
+            return Err(Error::BadShapeArg {
+                op: "concatenate",
+                shape: s.to_vec(),
+                detail: format!("all arrays must match {first:?} except along axis {axis}"),
+            });
+        }
+        out[axis] += s[axis];
+    }
+    Ok(out)
+}
+
+/// Output shape of `pad` with low/high/interior padding per axis.
+pub fn pad_shape(
+    shape: &[usize],
+    lo: &[usize],
+    hi: &[usize],
+    interior: &[usize],
+) -> Result<Vec<usize>> {
+    if lo.len() != shape.len() || hi.len() != shape.len() || interior.len() != shape.len() {
+        return Err(Error::BadShapeArg {
+            op: "pad",
+            shape: shape.to_vec(),
+            detail: format!("lo {lo:?}, hi {hi:?}, interior {interior:?} need one entry per axis"),
+        });
+    }
+    Ok((0..shape.len())
+        .map(|i| lo[i] + hi[i] + shape[i] + shape[i].saturating_sub(1) * interior[i])
+        .collect())
+}
+
+// ---- CPU reference -----------------------------------------------------------------------------
+
+/// Gather every output element from the input through `map` (None: use `fill`).
+fn gather(
+    x: &HostArray,
+    out_shape: &[usize],
+    fill: Option<Scalar>,
+    map: impl Fn(&[usize]) -> Option<Vec<usize>>,
+) -> HostArray {
+    let n: usize = out_shape.iter().product();
+    let st = strides(&x.shape);
+    let vals = (0..n).map(|i| {
+        let oi = unravel(i, out_shape);
+        match map(&oi) {
+            Some(ii) => x.data.get(ii.iter().zip(&st).map(|(a, b)| a * b).sum()),
+            None => fill.unwrap_or(Scalar::F32(0.0)).cast(x.dtype()),
+        }
+    });
+    HostArray {
+        shape: out_shape.to_vec(),
+        data: HostData::from_scalars(x.dtype(), vals),
+    }
+}
+
+pub fn transpose_cpu(x: &HostArray, perm: &[usize], out_shape: &[usize]) -> HostArray {
+    gather(x, out_shape, None, |o| {
+        let mut ii = vec![0; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            ii[p] = o[i];
+        }
+        Some(ii)
+    })
+}
+
+pub fn broadcast_cpu(x: &HostArray, shape: &[usize], dims: &[usize]) -> HostArray {
+    gather(x, shape, None, |o| {
+        Some(
+            dims.iter()
+                .enumerate()
+                .map(|(i, &d)| if x.shape[i] == 1 { 0 } else { o[d] })
+                .collect(),
+        )
+    })
+}
+
+pub fn slice_cpu(
+    x: &HostArray,
+    start: &[usize],
+    stride: &[usize],
+    out_shape: &[usize],
+) -> HostArray {
+    gather(x, out_shape, None, |o| {
+        Some((0..o.len()).map(|i| start[i] + o[i] * stride[i]).collect())
+    })
+}
+
+pub fn pad_cpu(
+    x: &HostArray,
+    lo: &[usize],
+    interior: &[usize],
+    value: Scalar,
+    out_shape: &[usize],
+) -> HostArray {
+    gather(x, out_shape, Some(value), |o| {
+        let mut ii = Vec::with_capacity(o.len());
+        for d in 0..o.len() {
+            let p = o[d].checked_sub(lo[d])?;
+            let step = interior[d] + 1;
+            if p % step != 0 || p / step >= x.shape[d] {
+                return None;
+            }
+            ii.push(p / step);
+        }
+        Some(ii)
+    })
+}
+
+pub fn concat_cpu(xs: &[&HostArray], axis: usize, out_shape: &[usize]) -> HostArray {
+    let n: usize = out_shape.iter().product();
+    let dt = xs[0].dtype();
+    let vals = (0..n).map(|i| {
+        let mut oi = unravel(i, out_shape);
+        let mut k = 0;
+        while oi[axis] >= xs[k].shape[axis] {
+            oi[axis] -= xs[k].shape[axis];
+            k += 1;
+        }
+        let st = strides(&xs[k].shape);
+        xs[k].data.get(oi.iter().zip(&st).map(|(a, b)| a * b).sum())
+    });
+    HostArray {
+        shape: out_shape.to_vec(),
+        data: HostData::from_scalars(dt, vals),
+    }
+}
+
+// ---- WGSL index maps ------------------------------------------------------------------------------
+// Index expressions are WGSL `u32` expressions, one per axis.
+
+pub fn transpose_wgsl(perm: &[usize], out_idx: &[String]) -> Vec<String> {
+    let mut ii = vec![String::new(); perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        ii[p] = out_idx[i].clone();
+    }
+    ii
+}
+
+pub fn broadcast_wgsl(in_shape: &[usize], dims: &[usize], out_idx: &[String]) -> Vec<String> {
+    dims.iter()
+        .enumerate()
+        .map(|(i, &d)| {
+            if in_shape[i] == 1 {
+                "0u".to_string()
+            } else {
+                out_idx[d].clone()
+            }
+        })
+        .collect()
+}
+
+pub fn slice_wgsl(start: &[usize], stride: &[usize], out_idx: &[String]) -> Vec<String> {
+    (0..out_idx.len())
+        .map(|i| match (start[i], stride[i]) {
+            (0, 1) => out_idx[i].clone(),
+            (s, 1) => format!("({} + {s}u)", out_idx[i]),
+            (s, t) => format!("({}u + {} * {t}u)", s, out_idx[i]),
+        })
+        .collect()
+}
+
+/// Linear row-major offset of `idx` in `shape`, as WGSL.
+pub fn linear_wgsl(shape: &[usize], idx: &[String]) -> String {
+    let st = strides(shape);
+    let terms: Vec<String> = (0..shape.len())
+        .filter(|&i| shape[i] != 1)
+        .map(|i| {
+            if st[i] == 1 {
+                idx[i].clone()
+            } else {
+                format!("{} * {}u", idx[i], st[i])
+            }
+        })
+        .collect();
+    if terms.is_empty() {
+        "0u".to_string()
+    } else {
+        terms.join(" + ")
+    }
+}
+
+/// Per-axis indices of linear offset `lin` (a WGSL expression) in `shape`.
+pub fn unravel_wgsl(shape: &[usize], lin: &str) -> Vec<String> {
+    let st = strides(shape);
+    (0..shape.len())
+        .map(|i| {
+            if shape[i] == 1 {
+                "0u".to_string()
+            } else if i == 0 {
+                if st[0] == 1 {
+                    lin.to_string()
+                } else {
+                    format!("({lin} / {}u)", st[0])
+                }
+            } else if st[i] == 1 {
+                format!("({lin} % {}u)", shape[i])
+            } else {
+                format!("(({lin} / {}u) % {}u)", st[i], shape[i])
+            }
+        })
+        .collect()
+}
+
+/// For pad: (condition that the output position holds an input element, input indices).
+pub fn pad_wgsl(
+    in_shape: &[usize],
+    lo: &[usize],
+    interior: &[usize],
+    out_idx: &[String],
+) -> (String, Vec<String>) {
+    let mut conds = Vec::new();
+    let mut ii = Vec::new();
+    for d in 0..in_shape.len() {
+        let p = if lo[d] == 0 {
+            out_idx[d].clone()
+        } else {
+            format!("({} - {}u)", out_idx[d], lo[d])
+        };
+        if lo[d] > 0 {
+            conds.push(format!("{} >= {}u", out_idx[d], lo[d]));
+        }
+        let step = interior[d] + 1;
+        if step > 1 {
+            conds.push(format!("{p} % {step}u == 0u"));
+            ii.push(format!("({p} / {step}u)"));
+        } else {
+            ii.push(p);
+        }
+        conds.push(format!("{} < {}u", ii[d], in_shape[d]));
+    }
+    (
+        if conds.is_empty() {
+            "true".into()
+        } else {
+            conds.join(" && ")
+        },
+        ii,
+    )
+}

@@ -1,0 +1,181 @@
+//! `dot_general`: contraction over paired axes with batch axes, the primitive behind `matmul`.
+//!
+//! Output axes are: batch axes, then the free axes of lhs, then the free axes of rhs (as in XLA).
+//! The device lowering transposes/reshapes operands into (batch, m, k) × (batch, k, n) and runs the
+//! register-blocked kernel of `shaders/matmul_vec4.wgsl` (or the general one).
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::host::{HostArray, HostData, strides, unravel};
+
+/// Dimension numbers of a `dot_general`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DotDims {
+    pub lhs_contract: Vec<usize>,
+    pub rhs_contract: Vec<usize>,
+    pub lhs_batch: Vec<usize>,
+    pub rhs_batch: Vec<usize>,
+}
+
+impl DotDims {
+    pub fn lhs_free(&self, rank: usize) -> Vec<usize> {
+        (0..rank)
+            .filter(|i| !self.lhs_contract.contains(i) && !self.lhs_batch.contains(i))
+            .collect()
+    }
+    pub fn rhs_free(&self, rank: usize) -> Vec<usize> {
+        (0..rank)
+            .filter(|i| !self.rhs_contract.contains(i) && !self.rhs_batch.contains(i))
+            .collect()
+    }
+}
+
+/// Shape and dtype rule.
+pub fn dot_shape(
+    lhs: &[usize],
+    rhs: &[usize],
+    dims: &DotDims,
+    lt: DType,
+    rt: DType,
+) -> Result<Vec<usize>> {
+    let err = |detail: String| {
+        Err(Error::MatmulShape {
+            op: "dot_general",
+            lhs: lhs.to_vec(),
+            rhs: rhs.to_vec(),
+            detail,
+        })
+    };
+    if lt != rt {
+        return Err(Error::DTypeMismatch {
+            op: "dot_general",
+            lhs: lt,
+            rhs: rt,
+        });
+    }
+    if lt == DType::Bool {
+        return Err(Error::BadDType {
+            op: "dot_general",
+            dtype: lt,
+            hint: "cast to f32 or i32 first",
+        });
+    }
+    if dims.lhs_contract.len() != dims.rhs_contract.len()
+        || dims.lhs_batch.len() != dims.rhs_batch.len()
+    {
+        return err("contracting and batch axis lists must pair up".into());
+    }
+    let all_l: Vec<usize> = dims
+        .lhs_contract
+        .iter()
+        .chain(&dims.lhs_batch)
+        .copied()
+        .collect();
+    let all_r: Vec<usize> = dims
+        .rhs_contract
+        .iter()
+        .chain(&dims.rhs_batch)
+        .copied()
+        .collect();
+    for (all, rank, side) in [(&all_l, lhs.len(), "lhs"), (&all_r, rhs.len(), "rhs")] {
+        let mut s = all.clone();
+        s.sort_unstable();
+        s.dedup();
+        if s.len() != all.len() || s.iter().any(|&a| a >= rank) {
+            return err(format!(
+                "{side} axes {all:?} must be distinct and below rank {rank}"
+            ));
+        }
+    }
+    for (&a, &b) in dims.lhs_contract.iter().zip(&dims.rhs_contract) {
+        if lhs[a] != rhs[b] {
+            return err(format!(
+                "contracted lhs axis {a} has size {} but rhs axis {b} has {}",
+                lhs[a], rhs[b]
+            ));
+        }
+    }
+    for (&a, &b) in dims.lhs_batch.iter().zip(&dims.rhs_batch) {
+        if lhs[a] != rhs[b] {
+            return err(format!(
+                "batch lhs axis {a} has size {} but rhs axis {b} has {}",
+                lhs[a], rhs[b]
+            ));
+        }
+    }
+    let mut out: Vec<usize> = dims.lhs_batch.iter().map(|&a| lhs[a]).collect();
+    out.extend(dims.lhs_free(lhs.len()).iter().map(|&a| lhs[a]));
+    out.extend(dims.rhs_free(rhs.len()).iter().map(|&a| rhs[a]));
+    Ok(out)
+}
+
+/// CPU reference (f64 accumulation for floats, wrapping for integers).
+pub fn dot_cpu(l: &HostArray, r: &HostArray, dims: &DotDims, out_shape: &[usize]) -> HostArray {
+    let (lf, rf) = (dims.lhs_free(l.shape.len()), dims.rhs_free(r.shape.len()));
+    let (ls, rs) = (strides(&l.shape), strides(&r.shape));
+    let kshape: Vec<usize> = dims.lhs_contract.iter().map(|&a| l.shape[a]).collect();
+    let nk: usize = kshape.iter().product();
+    let nb = dims.lhs_batch.len();
+    let n: usize = out_shape.iter().product();
+    let dt = l.dtype();
+    let mut fv = Vec::new();
+    let mut iv: Vec<u32> = Vec::new();
+    for o in 0..n {
+        let oi = unravel(o, out_shape);
+        let mut lbase = 0;
+        let mut rbase = 0;
+        for j in 0..nb {
+            lbase += ls[dims.lhs_batch[j]] * oi[j];
+            rbase += rs[dims.rhs_batch[j]] * oi[j];
+        }
+        for (j, &a) in lf.iter().enumerate() {
+            lbase += ls[a] * oi[nb + j];
+        }
+        for (j, &a) in rf.iter().enumerate() {
+            rbase += rs[a] * oi[nb + lf.len() + j];
+        }
+        let mut accf = 0f64;
+        let mut acci = 0u32;
+        for k in 0..nk {
+            let ki = unravel(k, &kshape);
+            let lo = lbase
+                + dims
+                    .lhs_contract
+                    .iter()
+                    .zip(&ki)
+                    .map(|(&a, &i)| ls[a] * i)
+                    .sum::<usize>();
+            let ro = rbase
+                + dims
+                    .rhs_contract
+                    .iter()
+                    .zip(&ki)
+                    .map(|(&a, &i)| rs[a] * i)
+                    .sum::<usize>();
+            if dt == DType::F32 {
+                accf += l.data.get_f64(lo) * r.data.get_f64(ro);
+            } else {
+                acci = acci.wrapping_add(
+                    l.data
+                        .get(lo)
+                        .to_bits()
+                        .wrapping_mul(r.data.get(ro).to_bits()),
+                );
+            }
+        }
+        if dt == DType::F32 {
+            fv.push(accf as f32);
+        } else {
+            iv.push(acci);
+        }
+    }
+    let data = match dt {
+        DType::F32 => HostData::F32(fv),
+        DType::I32 => HostData::I32(iv.into_iter().map(|v| v as i32).collect()),
+        _ => HostData::U32(iv),
+    };
+    HostArray {
+        shape: out_shape.to_vec(),
+        data,
+    }
+}

@@ -1,0 +1,370 @@
+//! The primitive registry: every primitive of the IR, its parameters, and dispatch to the rules that
+//! each family module declares (shape/dtype rule, CPU reference, WGSL lowering).
+//!
+//! Families: [`elementwise`] (unary, binary, select, cast, full, iota), [`reduce`], [`matmul`]
+//! (dot_general), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad) and
+//! [`indexing`] (take). Adding a primitive touches its family module and this registry only.
+
+pub mod elementwise;
+pub mod indexing;
+pub mod layout;
+pub mod matmul;
+pub mod reduce;
+
+use std::fmt;
+
+use crate::dtype::{DType, Scalar};
+use crate::error::{Error, Result};
+use crate::host::{HostArray, HostData};
+use crate::trace::graph::Aval;
+
+pub use elementwise::{BinaryOp, UnaryOp};
+pub use matmul::DotDims;
+pub use reduce::{ArgOp, ReduceOp};
+
+/// A primitive with its static parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prim {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    /// `select(pred, on_true, on_false)`, all of one shape; pred is bool.
+    Select,
+    Cast(DType),
+    /// A constant array filled with one value.
+    Full {
+        value: Scalar,
+        shape: Vec<usize>,
+    },
+    /// `0, 1, 2, ...` along `axis`, broadcast over the other axes.
+    Iota {
+        dtype: DType,
+        shape: Vec<usize>,
+        axis: usize,
+    },
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+    },
+    ArgReduce {
+        op: ArgOp,
+        axis: usize,
+    },
+    DotGeneral(DotDims),
+    Transpose {
+        perm: Vec<usize>,
+    },
+    Reshape {
+        shape: Vec<usize>,
+    },
+    /// Input axis i becomes output axis `dims[i]`; size-1 input axes stretch.
+    BroadcastInDim {
+        shape: Vec<usize>,
+        dims: Vec<usize>,
+    },
+    Slice {
+        start: Vec<usize>,
+        limit: Vec<usize>,
+        stride: Vec<usize>,
+    },
+    Concatenate {
+        axis: usize,
+    },
+    Pad {
+        lo: Vec<usize>,
+        hi: Vec<usize>,
+        interior: Vec<usize>,
+        value: Scalar,
+    },
+    Take {
+        axis: usize,
+    },
+}
+
+impl Prim {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Prim::Unary(op) => op.name(),
+            Prim::Binary(op) => op.name(),
+            Prim::Select => "select",
+            Prim::Cast(_) => "convert_element_type",
+            Prim::Full { .. } => "full",
+            Prim::Iota { .. } => "iota",
+            Prim::Reduce { op, .. } => op.name(),
+            Prim::ArgReduce { op, .. } => op.name(),
+            Prim::DotGeneral(_) => "dot_general",
+            Prim::Transpose { .. } => "transpose",
+            Prim::Reshape { .. } => "reshape",
+            Prim::BroadcastInDim { .. } => "broadcast_in_dim",
+            Prim::Slice { .. } => "slice",
+            Prim::Concatenate { .. } => "concatenate",
+            Prim::Pad { .. } => "pad",
+            Prim::Take { .. } => "take",
+        }
+    }
+
+    /// Can this primitive be inlined into a fused kernel (computed per output element with no
+    /// communication between elements)?
+    pub fn is_fusable(&self) -> bool {
+        !matches!(
+            self,
+            Prim::Reduce { .. } | Prim::ArgReduce { .. } | Prim::DotGeneral(_)
+        )
+    }
+
+    /// Expected operand count (None: variadic).
+    pub fn arity(&self) -> Option<usize> {
+        match self {
+            Prim::Full { .. } | Prim::Iota { .. } => Some(0),
+            Prim::Binary(_) | Prim::DotGeneral(_) | Prim::Take { .. } => Some(2),
+            Prim::Select => Some(3),
+            Prim::Concatenate { .. } => None,
+            _ => Some(1),
+        }
+    }
+
+    /// Shape and dtype rule.
+    pub fn infer(&self, ins: &[&Aval]) -> Result<Aval> {
+        if let Some(n) = self.arity() {
+            if ins.len() != n {
+                return Err(Error::Arity {
+                    what: self.name().to_string(),
+                    expected: n,
+                    got: ins.len(),
+                });
+            }
+        }
+        let same_shape = |op: &'static str, a: &Aval, b: &Aval| -> Result<()> {
+            if a.shape != b.shape {
+                return Err(Error::ShapeMismatchBinaryOp {
+                    op,
+                    lhs: a.shape.clone(),
+                    rhs: b.shape.clone(),
+                });
+            }
+            Ok(())
+        };
+        Ok(match self {
+            Prim::Unary(op) => Aval::new(ins[0].shape.clone(), op.out_dtype(ins[0].dtype)?),
+            Prim::Binary(op) => {
+                same_shape(op.name(), ins[0], ins[1])?;
+                Aval::new(
+                    ins[0].shape.clone(),
+                    op.out_dtype(ins[0].dtype, ins[1].dtype)?,
+                )
+            }
+            Prim::Select => {
+                if ins[0].dtype != DType::Bool {
+                    return Err(Error::BadDType {
+                        op: "select (predicate)",
+                        dtype: ins[0].dtype,
+                        hint: "the predicate must be bool: compare, or cast to bool",
+                    });
+                }
+                same_shape("select", ins[0], ins[1])?;
+                same_shape("select", ins[1], ins[2])?;
+                if ins[1].dtype != ins[2].dtype {
+                    return Err(Error::DTypeMismatch {
+                        op: "select",
+                        lhs: ins[1].dtype,
+                        rhs: ins[2].dtype,
+                    });
+                }
+                ins[1].clone()
+            }
+            Prim::Cast(t) => Aval::new(ins[0].shape.clone(), *t),
+            Prim::Full { value, shape } => Aval::new(shape.clone(), value.dtype()),
+            Prim::Iota { dtype, shape, axis } => {
+                if *axis >= shape.len() {
+                    return Err(Error::BadAxis {
+                        op: "iota",
+                        axis: *axis as i64,
+                        rank: shape.len(),
+                        shape: shape.clone(),
+                    });
+                }
+                Aval::new(shape.clone(), *dtype)
+            }
+            Prim::Reduce { op, axes } => {
+                let axes = reduce::check_axes(op.name(), &ins[0].shape, axes)?;
+                Aval::new(
+                    reduce::reduced_shape(&ins[0].shape, &axes),
+                    reduce::reduce_dtype(*op, ins[0].dtype)?,
+                )
+            }
+            Prim::ArgReduce { op, axis } => {
+                let axes = reduce::check_axes(op.name(), &ins[0].shape, &[*axis])?;
+                if ins[0].shape[*axis] == 0 {
+                    return Err(Error::BadShapeArg {
+                        op: op.name(),
+                        shape: ins[0].shape.clone(),
+                        detail: format!("axis {axis} is empty: no element to pick"),
+                    });
+                }
+                if ins[0].dtype == DType::Bool {
+                    return Err(Error::BadDType {
+                        op: op.name(),
+                        dtype: DType::Bool,
+                        hint: "cast to i32 first",
+                    });
+                }
+                Aval::new(reduce::reduced_shape(&ins[0].shape, &axes), DType::I32)
+            }
+            Prim::DotGeneral(d) => Aval::new(
+                matmul::dot_shape(&ins[0].shape, &ins[1].shape, d, ins[0].dtype, ins[1].dtype)?,
+                ins[0].dtype,
+            ),
+            Prim::Transpose { perm } => {
+                Aval::new(layout::transpose_shape(&ins[0].shape, perm)?, ins[0].dtype)
+            }
+            Prim::Reshape { shape } => {
+                let (from_n, to_n) = (ins[0].size(), shape.iter().product::<usize>());
+                if from_n != to_n {
+                    return Err(Error::BadReshape {
+                        from: ins[0].shape.clone(),
+                        from_n,
+                        to: shape.clone(),
+                        to_n,
+                    });
+                }
+                Aval::new(shape.clone(), ins[0].dtype)
+            }
+            Prim::BroadcastInDim { shape, dims } => {
+                layout::broadcast_check(&ins[0].shape, shape, dims)?;
+                Aval::new(shape.clone(), ins[0].dtype)
+            }
+            Prim::Slice {
+                start,
+                limit,
+                stride,
+            } => Aval::new(
+                layout::slice_shape(&ins[0].shape, start, limit, stride)?,
+                ins[0].dtype,
+            ),
+            Prim::Concatenate { axis } => {
+                let shapes: Vec<&[usize]> = ins.iter().map(|a| a.shape.as_slice()).collect();
+                let out = layout::concat_shape(&shapes, *axis)?;
+                if let Some(b) = ins.iter().find(|a| a.dtype != ins[0].dtype) {
+                    return Err(Error::DTypeMismatch {
+                        op: "concatenate",
+                        lhs: ins[0].dtype,
+                        rhs: b.dtype,
+                    });
+                }
+                Aval::new(out, ins[0].dtype)
+            }
+            Prim::Pad {
+                lo,
+                hi,
+                interior,
+                value,
+            } => {
+                if value.dtype() != ins[0].dtype {
+                    return Err(Error::DTypeMismatch {
+                        op: "pad (value)",
+                        lhs: ins[0].dtype,
+                        rhs: value.dtype(),
+                    });
+                }
+                Aval::new(
+                    layout::pad_shape(&ins[0].shape, lo, hi, interior)?,
+                    ins[0].dtype,
+                )
+            }
+            Prim::Take { axis } => Aval::new(
+                indexing::take_shape(&ins[0].shape, &ins[1].shape, ins[1].dtype, *axis)?,
+                ins[0].dtype,
+            ),
+        })
+    }
+
+    /// CPU reference evaluation. Inputs have already passed [`Prim::infer`]; `out` is its result.
+    pub fn eval_cpu(&self, ins: &[&HostArray], out: &Aval) -> HostArray {
+        let map = |f: &dyn Fn(usize) -> Scalar| HostArray {
+            shape: out.shape.clone(),
+            data: HostData::from_scalars(out.dtype, (0..out.size()).map(f)),
+        };
+        match self {
+            Prim::Unary(op) => map(&|i| op.eval(ins[0].data.get(i))),
+            Prim::Binary(op) => map(&|i| op.eval(ins[0].data.get(i), ins[1].data.get(i))),
+            Prim::Select => map(&|i| {
+                if ins[0].data.get(i) == Scalar::Bool(true) {
+                    ins[1].data.get(i)
+                } else {
+                    ins[2].data.get(i)
+                }
+            }),
+            Prim::Cast(t) => map(&|i| ins[0].data.get(i).cast(*t)),
+            Prim::Full { value, shape } => HostArray::full(*value, shape),
+            Prim::Iota { dtype, shape, axis } => {
+                let st = crate::host::strides(shape);
+                map(&|i| Scalar::U32(((i / st[*axis]) % shape[*axis].max(1)) as u32).cast(*dtype))
+            }
+            Prim::Reduce { op, axes } => {
+                let mut a = axes.clone();
+                a.sort_unstable();
+                reduce::reduce_cpu(*op, ins[0], &a)
+            }
+            Prim::ArgReduce { op, axis } => reduce::argreduce_cpu(*op, ins[0], *axis),
+            Prim::DotGeneral(d) => matmul::dot_cpu(ins[0], ins[1], d, &out.shape),
+            Prim::Transpose { perm } => layout::transpose_cpu(ins[0], perm, &out.shape),
+            Prim::Reshape { shape } => HostArray {
+                shape: shape.clone(),
+                data: ins[0].data.clone(),
+            },
+            Prim::BroadcastInDim { shape, dims } => layout::broadcast_cpu(ins[0], shape, dims),
+            Prim::Slice { start, stride, .. } => {
+                layout::slice_cpu(ins[0], start, stride, &out.shape)
+            }
+            Prim::Concatenate { axis } => layout::concat_cpu(ins, *axis, &out.shape),
+            Prim::Pad {
+                lo,
+                interior,
+                value,
+                ..
+            } => layout::pad_cpu(ins[0], lo, interior, *value, &out.shape),
+            Prim::Take { axis } => indexing::take_cpu(ins[0], ins[1], *axis, &out.shape),
+        }
+    }
+}
+
+impl fmt::Display for Prim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.name();
+        match self {
+            Prim::Cast(t) => write!(f, "{n}[new_dtype={t}]"),
+            Prim::Full { value, shape } => write!(f, "{n}[value={value} shape={shape:?}]"),
+            Prim::Iota { dtype, shape, axis } => {
+                write!(f, "{n}[dtype={dtype} shape={shape:?} dimension={axis}]")
+            }
+            Prim::Reduce { axes, .. } => write!(f, "{n}[axes={axes:?}]"),
+            Prim::ArgReduce { axis, .. } => write!(f, "{n}[axis={axis}]"),
+            Prim::DotGeneral(d) => write!(
+                f,
+                "{n}[contract=({:?}, {:?}) batch=({:?}, {:?})]",
+                d.lhs_contract, d.rhs_contract, d.lhs_batch, d.rhs_batch
+            ),
+            Prim::Transpose { perm } => write!(f, "{n}[permutation={perm:?}]"),
+            Prim::Reshape { shape } => write!(f, "{n}[new_sizes={shape:?}]"),
+            Prim::BroadcastInDim { shape, dims } => {
+                write!(f, "{n}[shape={shape:?} broadcast_dimensions={dims:?}]")
+            }
+            Prim::Slice {
+                start,
+                limit,
+                stride,
+            } => write!(f, "{n}[start={start:?} limit={limit:?} strides={stride:?}]"),
+            Prim::Concatenate { axis } => write!(f, "{n}[dimension={axis}]"),
+            Prim::Pad {
+                lo,
+                hi,
+                interior,
+                value,
+            } => write!(
+                f,
+                "{n}[lo={lo:?} hi={hi:?} interior={interior:?} value={value}]"
+            ),
+            Prim::Take { axis } => write!(f, "{n}[axis={axis}]"),
+            _ => f.write_str(n),
+        }
+    }
+}

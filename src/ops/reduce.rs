@@ -1,0 +1,213 @@
+//! Reductions: sum, prod, max, min over any set of axes, and argmax/argmin over one axis.
+//!
+//! The device kernels live in `shaders/reduce.wgsl` / `shaders/argreduce.wgsl`; the code generator
+//! inlines the elementwise prologue of the reduced value into the kernel's load, so `sum(x * y)` is one
+//! pass. The CPU reference accumulates floats in f64 (the oracle should be more exact than the device).
+
+use crate::dtype::{DType, Scalar};
+use crate::error::{Error, Result};
+use crate::host::{HostArray, HostData, strides, unravel};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Prod,
+    Max,
+    Min,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ArgOp {
+    ArgMax,
+    ArgMin,
+}
+
+impl ReduceOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "reduce_sum",
+            ReduceOp::Prod => "reduce_prod",
+            ReduceOp::Max => "reduce_max",
+            ReduceOp::Min => "reduce_min",
+        }
+    }
+    /// The identity element, also the result of reducing zero elements.
+    pub fn identity(self, dt: DType) -> Scalar {
+        match (self, dt) {
+            (ReduceOp::Sum, d) => Scalar::F32(0.0).cast(d),
+            (ReduceOp::Prod, d) => Scalar::F32(1.0).cast(d),
+            (ReduceOp::Max, DType::F32) => Scalar::F32(f32::NEG_INFINITY),
+            (ReduceOp::Max, DType::I32) => Scalar::I32(i32::MIN),
+            (ReduceOp::Max, _) => Scalar::U32(0),
+            (ReduceOp::Min, DType::F32) => Scalar::F32(f32::INFINITY),
+            (ReduceOp::Min, DType::I32) => Scalar::I32(i32::MAX),
+            (ReduceOp::Min, _) => Scalar::U32(u32::MAX),
+        }
+    }
+    /// WGSL combining expression.
+    pub fn wgsl_combine(self, acc: &str, x: &str) -> String {
+        match self {
+            ReduceOp::Sum => format!("{acc} + {x}"),
+            ReduceOp::Prod => format!("{acc} * {x}"),
+            ReduceOp::Max => format!("max({acc}, {x})"),
+            ReduceOp::Min => format!("min({acc}, {x})"),
+        }
+    }
+}
+
+impl ArgOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArgOp::ArgMax => "argmax",
+            ArgOp::ArgMin => "argmin",
+        }
+    }
+    /// WGSL comparison: does candidate `x` replace the best `b` (strictly better, so ties keep the first)?
+    pub fn wgsl_better(self, x: &str, b: &str) -> String {
+        match self {
+            ArgOp::ArgMax => format!("{x} > {b}"),
+            ArgOp::ArgMin => format!("{x} < {b}"),
+        }
+    }
+}
+
+/// Check and normalize reduction axes (sorted, unique, in range).
+pub fn check_axes(op: &'static str, shape: &[usize], axes: &[usize]) -> Result<Vec<usize>> {
+    let mut a = axes.to_vec();
+    a.sort_unstable();
+    for w in a.windows(2) {
+        if w[0] == w[1] {
+            return Err(Error::BadShapeArg {
+                op,
+                shape: shape.to_vec(),
+                detail: format!("axis {} is repeated in {axes:?}", w[0]),
+            });
+        }
+    }
+    if let Some(&bad) = a.iter().find(|&&x| x >= shape.len()) {
+        return Err(Error::BadAxis {
+            op,
+            axis: bad as i64,
+            rank: shape.len(),
+            shape: shape.to_vec(),
+        });
+    }
+    Ok(a)
+}
+
+/// Dtype rule for reductions: numeric only.
+pub fn reduce_dtype(op: ReduceOp, dt: DType) -> Result<DType> {
+    if dt == DType::Bool {
+        return Err(Error::BadDType {
+            op: op.name(),
+            dtype: dt,
+            hint: "cast to i32 or f32 first (sum of bools counts them)",
+        });
+    }
+    Ok(dt)
+}
+
+/// Shape after removing `axes`.
+pub fn reduced_shape(shape: &[usize], axes: &[usize]) -> Vec<usize> {
+    shape
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !axes.contains(i))
+        .map(|(_, &d)| d)
+        .collect()
+}
+
+/// For each output element, the list of input linear offsets it reduces over (in row-major order of the reduced axes).
+fn groups(shape: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let out_shape = reduced_shape(shape, axes);
+    let red_shape: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
+    let kept: Vec<usize> = (0..shape.len()).filter(|i| !axes.contains(i)).collect();
+    let st = strides(shape);
+    let n_out: usize = out_shape.iter().product();
+    let n_red: usize = red_shape.iter().product();
+    let g = (0..n_out)
+        .map(|o| {
+            let oi = unravel(o, &out_shape);
+            let base: usize = kept.iter().zip(&oi).map(|(&k, &i)| st[k] * i).sum();
+            (0..n_red)
+                .map(|r| {
+                    let ri = unravel(r, &red_shape);
+                    base + axes
+                        .iter()
+                        .zip(&ri)
+                        .map(|(&a, &i)| st[a] * i)
+                        .sum::<usize>()
+                })
+                .collect()
+        })
+        .collect();
+    (out_shape, g)
+}
+
+/// CPU reference of a reduction (floats accumulate in f64; integers wrap like the device).
+pub fn reduce_cpu(op: ReduceOp, x: &HostArray, axes: &[usize]) -> HostArray {
+    let (out_shape, groups) = groups(&x.shape, axes);
+    let dt = x.dtype();
+    let vals = groups.iter().map(|g| match dt {
+        DType::F32 => {
+            let it = g.iter().map(|&i| x.data.get_f64(i));
+            Scalar::F32(match op {
+                ReduceOp::Sum => it.sum::<f64>() as f32,
+                ReduceOp::Prod => it.product::<f64>() as f32,
+                ReduceOp::Max => it.fold(f64::NEG_INFINITY, f64::max) as f32,
+                ReduceOp::Min => it.fold(f64::INFINITY, f64::min) as f32,
+            })
+        }
+        _ => {
+            let id = op.identity(dt);
+            g.iter().fold(id, |acc, &i| {
+                let v = x.data.get(i);
+                match (acc, v) {
+                    (Scalar::I32(a), Scalar::I32(b)) => Scalar::I32(match op {
+                        ReduceOp::Sum => a.wrapping_add(b),
+                        ReduceOp::Prod => a.wrapping_mul(b),
+                        ReduceOp::Max => a.max(b),
+                        ReduceOp::Min => a.min(b),
+                    }),
+                    (Scalar::U32(a), Scalar::U32(b)) => Scalar::U32(match op {
+                        ReduceOp::Sum => a.wrapping_add(b),
+                        ReduceOp::Prod => a.wrapping_mul(b),
+                        ReduceOp::Max => a.max(b),
+                        ReduceOp::Min => a.min(b),
+                    }),
+                    _ => acc,
+                }
+            })
+        }
+    });
+    HostArray {
+        shape: out_shape,
+        data: HostData::from_scalars(dt, vals),
+    }
+}
+
+/// CPU reference of argmax/argmin along one axis (first index wins ties). Result dtype i32.
+pub fn argreduce_cpu(op: ArgOp, x: &HostArray, axis: usize) -> HostArray {
+    let (out_shape, groups) = groups(&x.shape, &[axis]);
+    let vals: Vec<i32> = groups
+        .iter()
+        .map(|g| {
+            let mut best = 0usize;
+            for (k, &i) in g.iter().enumerate().skip(1) {
+                let (v, b) = (x.data.get_f64(i), x.data.get_f64(g[best]));
+                let better = match op {
+                    ArgOp::ArgMax => v > b,
+                    ArgOp::ArgMin => v < b,
+                };
+                if better {
+                    best = k;
+                }
+            }
+            best as i32
+        })
+        .collect();
+    HostArray {
+        shape: out_shape,
+        data: HostData::I32(vals),
+    }
+}

@@ -1,0 +1,1066 @@
+//! [`Tensor`]: the value type user closures compute with.
+//!
+//! A tensor is either concrete (an [`Array`]; ops run eagerly on its device, like JAX without `jit`)
+//! or traced (a variable of a graph being recorded by `jit` or a transform). One closure works both
+//! ways. Ops never panic and never return `Result`: an invalid op yields a *failed* tensor that carries
+//! the [`Error`]; the error propagates through later ops and is returned by the transform that traced
+//! the closure, or by [`Tensor::to_array`]. So closures read like NumPy:
+//!
+//! ```
+//! use brigade::{Tensor, Array};
+//! let x = Tensor::from(Array::from_vec(vec![1.0f32, -2.0, 3.0], &[3])?);
+//! let y = (&x * 2.0 + 1.0).relu().sum_all();
+//! assert_eq!(y.to_array()?.to_vec::<f32>()?, vec![10.0]);
+//! # Ok::<(), brigade::Error>(())
+//! ```
+
+use std::rc::Rc;
+
+use crate::array::Array;
+use crate::dtype::{DType, Scalar};
+use crate::error::{Error, Result};
+use crate::ops::{ArgOp, BinaryOp, DotDims, Prim, ReduceOp, UnaryOp};
+use crate::trace::graph::{Aval, Var};
+use crate::trace::tracer::Trace;
+
+/// A value inside a brigade computation: concrete, traced, or failed. Cheap to clone.
+#[derive(Clone)]
+pub struct Tensor {
+    pub(crate) repr: Rc<Repr>,
+}
+
+pub(crate) enum Repr {
+    Concrete(Array),
+    Traced {
+        trace: Rc<Trace>,
+        var: Var,
+        aval: Aval,
+    },
+    Failed(Error),
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &*self.repr {
+            Repr::Concrete(a) => write!(f, "Tensor({a:?})"),
+            Repr::Traced { aval, .. } => write!(f, "Tensor(traced {aval})"),
+            Repr::Failed(e) => write!(f, "Tensor(failed: {e})"),
+        }
+    }
+}
+
+impl From<Array> for Tensor {
+    fn from(a: Array) -> Tensor {
+        Tensor {
+            repr: Rc::new(Repr::Concrete(a)),
+        }
+    }
+}
+impl From<&Array> for Tensor {
+    fn from(a: &Array) -> Tensor {
+        Tensor::from(a.clone())
+    }
+}
+
+/// Axes argument of reductions: one axis, several, or all. Negative axes count from the end.
+#[derive(Clone, Debug)]
+pub enum Axes {
+    All,
+    Some(Vec<i64>),
+}
+impl From<i64> for Axes {
+    fn from(a: i64) -> Axes {
+        Axes::Some(vec![a])
+    }
+}
+impl From<i32> for Axes {
+    fn from(a: i32) -> Axes {
+        Axes::Some(vec![a as i64])
+    }
+}
+impl From<&[i64]> for Axes {
+    fn from(a: &[i64]) -> Axes {
+        Axes::Some(a.to_vec())
+    }
+}
+impl<const N: usize> From<[i64; N]> for Axes {
+    fn from(a: [i64; N]) -> Axes {
+        Axes::Some(a.to_vec())
+    }
+}
+impl From<Vec<i64>> for Axes {
+    fn from(a: Vec<i64>) -> Axes {
+        Axes::Some(a)
+    }
+}
+
+/// Normalize a possibly negative axis against `rank`.
+pub(crate) fn norm_axis(op: &'static str, axis: i64, shape: &[usize]) -> Result<usize> {
+    let rank = shape.len() as i64;
+    let a = if axis < 0 { axis + rank } else { axis };
+    if a < 0 || a >= rank {
+        return Err(Error::BadAxis {
+            op,
+            axis,
+            rank: shape.len(),
+            shape: shape.to_vec(),
+        });
+    }
+    Ok(a as usize)
+}
+
+/// NumPy broadcast of two shapes.
+pub(crate) fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(Error::ShapeMismatchBinaryOp {
+                op,
+                lhs: a.to_vec(),
+                rhs: b.to_vec(),
+            });
+        };
+    }
+    Ok(out)
+}
+
+impl Tensor {
+    pub(crate) fn failed(e: Error) -> Tensor {
+        Tensor {
+            repr: Rc::new(Repr::Failed(e)),
+        }
+    }
+    pub(crate) fn traced(trace: Rc<Trace>, var: Var, aval: Aval) -> Tensor {
+        Tensor {
+            repr: Rc::new(Repr::Traced { trace, var, aval }),
+        }
+    }
+
+    // ---- inspection -------------------------------------------------------------------------------
+
+    /// Shape (empty for a failed tensor).
+    pub fn shape(&self) -> &[usize] {
+        match &*self.repr {
+            Repr::Concrete(a) => a.shape(),
+            Repr::Traced { aval, .. } => &aval.shape,
+            Repr::Failed(_) => &[],
+        }
+    }
+    /// Dtype (f32 for a failed tensor).
+    pub fn dtype(&self) -> DType {
+        match &*self.repr {
+            Repr::Concrete(a) => a.dtype(),
+            Repr::Traced { aval, .. } => aval.dtype,
+            Repr::Failed(_) => DType::F32,
+        }
+    }
+    pub fn ndim(&self) -> usize {
+        self.shape().len()
+    }
+    pub fn size(&self) -> usize {
+        self.shape().iter().product()
+    }
+    /// True while being traced by `jit` or a transform.
+    pub fn is_traced(&self) -> bool {
+        matches!(&*self.repr, Repr::Traced { .. })
+    }
+    /// The error this tensor carries, if an op that produced it failed.
+    pub fn error(&self) -> Option<&Error> {
+        match &*self.repr {
+            Repr::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+    /// The concrete array. Fails for traced tensors (their data does not exist yet: use
+    /// `select`/`where_` or `cond` for data-dependent choices) and for failed ones (their error).
+    pub fn to_array(&self) -> Result<Array> {
+        match &*self.repr {
+            Repr::Concrete(a) => Ok(a.clone()),
+            Repr::Traced { trace, aval, .. } => {
+                let e = Error::TracedValue {
+                    shape: aval.shape.clone(),
+                    dtype: aval.dtype,
+                    context: trace.label.clone(),
+                };
+                trace.fail(e.clone());
+                Err(e)
+            }
+            Repr::Failed(e) => Err(e.clone()),
+        }
+    }
+    /// Read the data as a `Vec<T>` (concrete tensors only; see [`Tensor::to_array`]).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn to_vec<T: crate::host::Element>(&self) -> Result<Vec<T>> {
+        self.to_array()?.to_vec()
+    }
+
+    // ---- creation ---------------------------------------------------------------------------------
+
+    /// A tensor from host data.
+    pub fn from_vec<T: crate::host::Element>(data: Vec<T>, shape: &[usize]) -> Tensor {
+        match Array::from_vec(data, shape) {
+            Ok(a) => a.into(),
+            Err(e) => Tensor::failed(e),
+        }
+    }
+    /// A tensor of `shape` filled with `value` (its dtype is the value's).
+    pub fn full(value: impl Into<Scalar>, shape: &[usize]) -> Tensor {
+        Array::full(value, shape).into()
+    }
+    pub fn scalar(value: impl Into<Scalar>) -> Tensor {
+        Array::scalar(value).into()
+    }
+    pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::full(Scalar::F32(0.0).cast(dtype), shape)
+    }
+    pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::full(Scalar::F32(1.0).cast(dtype), shape)
+    }
+    /// `0, 1, ..., n-1` as i32.
+    pub fn arange(n: usize) -> Tensor {
+        Tensor::iota(DType::I32, &[n], 0)
+    }
+    /// Indices along `axis` of an array of `shape`.
+    pub fn iota(dtype: DType, shape: &[usize], axis: usize) -> Tensor {
+        apply_eager_host(Prim::Iota {
+            dtype,
+            shape: shape.to_vec(),
+            axis,
+        })
+    }
+
+    // ---- the one entry point of every op ------------------------------------------------------------
+
+    /// Apply a primitive: record it when any input is traced, run it eagerly otherwise.
+    pub(crate) fn apply(prim: Prim, inputs: &[&Tensor]) -> Tensor {
+        let mut trace: Option<&Rc<Trace>> = None;
+        for t in inputs {
+            match &*t.repr {
+                Repr::Failed(e) => return Tensor::failed(e.clone()),
+                Repr::Traced { trace: tr, .. } => {
+                    if let Some(prev) = trace {
+                        if prev.id != tr.id {
+                            let e = Error::TraceMismatch { op: prim.name() };
+                            tr.fail(e.clone());
+                            return Tensor::failed(e);
+                        }
+                    }
+                    trace = Some(tr);
+                }
+                Repr::Concrete(_) => {}
+            }
+        }
+        match trace {
+            Some(tr) => {
+                let tr = tr.clone();
+                let mut vars = Vec::with_capacity(inputs.len());
+                for t in inputs {
+                    match &*t.repr {
+                        Repr::Traced { var, .. } => vars.push(*var),
+                        Repr::Concrete(a) => match tr.lift(a) {
+                            Ok(v) => vars.push(v),
+                            Err(e) => {
+                                tr.fail(e.clone());
+                                return Tensor::failed(e);
+                            }
+                        },
+                        Repr::Failed(_) => unreachable!("handled above"),
+                    }
+                }
+                match tr.push(prim, vars) {
+                    Ok((var, aval)) => Tensor::traced(tr, var, aval),
+                    Err(e) => {
+                        tr.fail(e.clone());
+                        Tensor::failed(e)
+                    }
+                }
+            }
+            None => {
+                let arrays: Vec<&Array> = inputs
+                    .iter()
+                    .map(|t| match &*t.repr {
+                        Repr::Concrete(a) => a,
+                        _ => unreachable!("all concrete"),
+                    })
+                    .collect();
+                match crate::exec::eager(prim, &arrays) {
+                    Ok(a) => a.into(),
+                    Err(e) => Tensor::failed(e),
+                }
+            }
+        }
+    }
+
+    // ---- elementwise ------------------------------------------------------------------------------
+
+    fn unary(&self, op: UnaryOp) -> Tensor {
+        // Like jnp: transcendental ops on integers/bools compute in f32.
+        if op.float_only() && self.dtype() != DType::F32 && self.error().is_none() {
+            return self.cast(DType::F32).unary(op);
+        }
+        Tensor::apply(Prim::Unary(op), &[self])
+    }
+    pub fn neg(&self) -> Tensor {
+        self.unary(UnaryOp::Neg)
+    }
+    pub fn abs(&self) -> Tensor {
+        self.unary(UnaryOp::Abs)
+    }
+    pub fn exp(&self) -> Tensor {
+        self.unary(UnaryOp::Exp)
+    }
+    pub fn log(&self) -> Tensor {
+        self.unary(UnaryOp::Log)
+    }
+    pub fn sqrt(&self) -> Tensor {
+        self.unary(UnaryOp::Sqrt)
+    }
+    pub fn rsqrt(&self) -> Tensor {
+        self.unary(UnaryOp::Rsqrt)
+    }
+    pub fn sin(&self) -> Tensor {
+        self.unary(UnaryOp::Sin)
+    }
+    pub fn cos(&self) -> Tensor {
+        self.unary(UnaryOp::Cos)
+    }
+    pub fn tanh(&self) -> Tensor {
+        self.unary(UnaryOp::Tanh)
+    }
+    pub fn sigmoid(&self) -> Tensor {
+        self.unary(UnaryOp::Sigmoid)
+    }
+    pub fn relu(&self) -> Tensor {
+        self.unary(UnaryOp::Relu)
+    }
+    pub fn square(&self) -> Tensor {
+        self.unary(UnaryOp::Square)
+    }
+    pub fn sign(&self) -> Tensor {
+        self.unary(UnaryOp::Sign)
+    }
+    pub fn floor(&self) -> Tensor {
+        self.unary(UnaryOp::Floor)
+    }
+    pub fn ceil(&self) -> Tensor {
+        self.unary(UnaryOp::Ceil)
+    }
+    /// Round half to even.
+    pub fn round(&self) -> Tensor {
+        self.unary(UnaryOp::Round)
+    }
+    /// Logical not (bool) or bitwise not (integers).
+    pub fn not(&self) -> Tensor {
+        self.unary(UnaryOp::Not)
+    }
+    /// Convert to another dtype (float → int truncates toward zero and saturates).
+    pub fn cast(&self, dtype: DType) -> Tensor {
+        if self.dtype() == dtype && self.error().is_none() {
+            return self.clone();
+        }
+        Tensor::apply(Prim::Cast(dtype), &[self])
+    }
+
+    /// Broadcast both operands to a common shape (NumPy rules) and apply a binary op.
+    pub(crate) fn binary(&self, op: BinaryOp, other: &Tensor) -> Tensor {
+        if let Some(e) = self.error().or(other.error()) {
+            return Tensor::failed(e.clone());
+        }
+        let shape = match broadcast_shapes(op.name(), self.shape(), other.shape()) {
+            Ok(s) => s,
+            Err(e) => return self.fail_with(e),
+        };
+        let [a, b] = Tensor::align([self, other]);
+        let (a, b) = (a.broadcast_to(&shape), b.broadcast_to(&shape));
+        Tensor::apply(Prim::Binary(op), &[&a, &b])
+    }
+    /// When any operand is traced, bring concrete operands into that trace first, so that their
+    /// broadcasts are recorded in the graph instead of running eagerly.
+    pub(crate) fn align<const N: usize>(ts: [&Tensor; N]) -> [Tensor; N] {
+        let trace = ts.iter().find_map(|t| match &*t.repr {
+            Repr::Traced { trace, .. } => Some(trace.clone()),
+            _ => None,
+        });
+        ts.map(|t| match (&*t.repr, &trace) {
+            (Repr::Concrete(a), Some(tr)) => match tr.lift(a) {
+                Ok(v) => Tensor::traced(tr.clone(), v, a.aval().clone()),
+                Err(e) => Tensor::failed(e),
+            },
+            _ => t.clone(),
+        })
+    }
+    /// A binary op with a scalar that takes this tensor's dtype (JAX's weak typing of literals).
+    fn binary_scalar(&self, op: BinaryOp, v: f64, scalar_on_left: bool) -> Tensor {
+        let s = Tensor::scalar(Scalar::F32(0.0).cast(self.dtype()).with_f64(v));
+        if scalar_on_left {
+            s.binary(op, self)
+        } else {
+            self.binary(op, &s)
+        }
+    }
+    /// Record `e` in the trace of `self` (if any) and return a failed tensor.
+    pub(crate) fn fail_with(&self, e: Error) -> Tensor {
+        if let Repr::Traced { trace, .. } = &*self.repr {
+            trace.fail(e.clone());
+        }
+        Tensor::failed(e)
+    }
+    pub fn add(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Add, o)
+    }
+    pub fn sub(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Sub, o)
+    }
+    pub fn mul(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Mul, o)
+    }
+    /// Float division, or integer division truncating toward zero.
+    pub fn div(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Div, o)
+    }
+    pub fn pow(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Pow, o)
+    }
+    /// `self ** v` for a scalar exponent.
+    pub fn powf(&self, v: f32) -> Tensor {
+        self.binary_scalar(BinaryOp::Pow, v as f64, false)
+    }
+    pub fn maximum(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Max, o)
+    }
+    pub fn minimum(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Min, o)
+    }
+    /// Remainder with the sign of the dividend (C fmod).
+    pub fn rem(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Rem, o)
+    }
+    pub fn eq(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Eq, o)
+    }
+    pub fn ne(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Ne, o)
+    }
+    pub fn lt(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Lt, o)
+    }
+    pub fn le(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Le, o)
+    }
+    pub fn gt(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Gt, o)
+    }
+    pub fn ge(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Ge, o)
+    }
+    /// Logical and (bool) or bitwise and (integers).
+    pub fn and(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::And, o)
+    }
+    /// Logical or (bool) or bitwise or (integers).
+    pub fn or(&self, o: &Tensor) -> Tensor {
+        self.binary(BinaryOp::Or, o)
+    }
+    /// `where(self, on_true, on_false)`: `self` is the bool predicate; all three broadcast.
+    pub fn where_(&self, on_true: &Tensor, on_false: &Tensor) -> Tensor {
+        select(self, on_true, on_false)
+    }
+
+    // ---- reductions -------------------------------------------------------------------------------
+
+    fn reduce_axes(&self, op: &'static str, axes: Axes) -> Result<Vec<usize>> {
+        match axes {
+            Axes::All => Ok((0..self.ndim()).collect()),
+            Axes::Some(v) => v.iter().map(|&a| norm_axis(op, a, self.shape())).collect(),
+        }
+    }
+    fn reduce(&self, op: ReduceOp, axes: Axes, keepdims: bool) -> Tensor {
+        if let Some(e) = self.error() {
+            return Tensor::failed(e.clone());
+        }
+        let axes = match self.reduce_axes(op.name(), axes) {
+            Ok(a) => a,
+            Err(e) => return self.fail_with(e),
+        };
+        // Sums of bools count them, like jnp.
+        let x = if self.dtype() == DType::Bool && matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
+            self.cast(DType::I32)
+        } else {
+            self.clone()
+        };
+        let r = Tensor::apply(
+            Prim::Reduce {
+                op,
+                axes: axes.clone(),
+            },
+            &[&x],
+        );
+        if keepdims {
+            r.keep_dims(self.shape(), &axes)
+        } else {
+            r
+        }
+    }
+    fn keep_dims(&self, full: &[usize], axes: &[usize]) -> Tensor {
+        let shape: Vec<usize> = full
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+            .collect();
+        self.reshape_exact(&shape)
+    }
+    /// Sum over `axes` (`Axes::All` for every axis).
+    pub fn sum(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
+        self.reduce(ReduceOp::Sum, axes.into(), keepdims)
+    }
+    pub fn sum_all(&self) -> Tensor {
+        self.reduce(ReduceOp::Sum, Axes::All, false)
+    }
+    pub fn prod(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
+        self.reduce(ReduceOp::Prod, axes.into(), keepdims)
+    }
+    pub fn max(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
+        self.reduce(ReduceOp::Max, axes.into(), keepdims)
+    }
+    pub fn min(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
+        self.reduce(ReduceOp::Min, axes.into(), keepdims)
+    }
+    /// Mean over `axes`, computed in f32 for integer inputs.
+    pub fn mean(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
+        let axes = axes.into();
+        let n: usize = match self.reduce_axes("mean", axes.clone()) {
+            Ok(a) => a.iter().map(|&i| self.shape()[i]).product(),
+            Err(e) => return self.fail_with(e),
+        };
+        let x = if self.dtype() == DType::F32 {
+            self.clone()
+        } else {
+            self.cast(DType::F32)
+        };
+        x.reduce(ReduceOp::Sum, axes, keepdims) * (1.0 / n as f64) as f32
+    }
+    pub fn mean_all(&self) -> Tensor {
+        self.mean(Axes::All, false)
+    }
+    fn argreduce(&self, op: ArgOp, axis: i64, keepdims: bool) -> Tensor {
+        let ax = match norm_axis(op.name(), axis, self.shape()) {
+            Ok(a) => a,
+            Err(e) => return self.fail_with(e),
+        };
+        let r = Tensor::apply(Prim::ArgReduce { op, axis: ax }, &[self]);
+        if keepdims {
+            r.keep_dims(self.shape(), &[ax])
+        } else {
+            r
+        }
+    }
+    /// Index (i32) of the largest element along `axis`; ties pick the first.
+    pub fn argmax(&self, axis: i64, keepdims: bool) -> Tensor {
+        self.argreduce(ArgOp::ArgMax, axis, keepdims)
+    }
+    /// Index (i32) of the smallest element along `axis`; ties pick the first.
+    pub fn argmin(&self, axis: i64, keepdims: bool) -> Tensor {
+        self.argreduce(ArgOp::ArgMin, axis, keepdims)
+    }
+
+    // ---- numerically stable compositions ---------------------------------------------------------------
+
+    /// `log(sum(exp(x)))` over `axes`, shifted by the max so large inputs do not overflow.
+    pub fn logsumexp(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
+        let axes = axes.into();
+        let m = self.max(axes.clone(), true);
+        // A row of -inf would give -inf - -inf = NaN; shift by 0 there instead.
+        let finite = m.abs().lt(&Tensor::scalar(f32::INFINITY));
+        let m = finite.where_(&m, &Tensor::scalar(0.0f32));
+        let s = (self - &m).exp().sum(axes.clone(), true).log() + &m;
+        if keepdims {
+            s
+        } else {
+            match self.reduce_axes("logsumexp", axes) {
+                Ok(a) => s.squeeze_axes(&a),
+                Err(e) => self.fail_with(e),
+            }
+        }
+    }
+    /// `exp(x - max) / sum(exp(x - max))` along `axis`.
+    pub fn softmax(&self, axis: i64) -> Tensor {
+        let e = (self - &self.max(axis, true)).exp();
+        &e / &e.sum(axis, true)
+    }
+    /// `x - logsumexp(x)` along `axis`.
+    pub fn log_softmax(&self, axis: i64) -> Tensor {
+        self - &self.logsumexp(axis, true)
+    }
+
+    // ---- matmul -----------------------------------------------------------------------------------
+
+    /// General contraction (XLA `dot_general`): output axes are batch, lhs free, rhs free.
+    pub fn dot_general(&self, rhs: &Tensor, dims: DotDims) -> Tensor {
+        Tensor::apply(Prim::DotGeneral(dims), &[self, rhs])
+    }
+    /// Matrix product with NumPy `matmul` rules: 1-D operands are promoted (and the added axis removed),
+    /// leading batch axes broadcast.
+    pub fn matmul(&self, rhs: &Tensor) -> Tensor {
+        if let Some(e) = self.error().or(rhs.error()) {
+            return Tensor::failed(e.clone());
+        }
+        let (la, ra) = (self.shape().to_vec(), rhs.shape().to_vec());
+        let err = |detail: String| Error::MatmulShape {
+            op: "matmul",
+            lhs: la.clone(),
+            rhs: ra.clone(),
+            detail,
+        };
+        if la.is_empty() || ra.is_empty() {
+            return self.fail_with(err(
+                "matmul needs arrays of rank >= 1; use * for scalars".into()
+            ));
+        }
+        let a = if la.len() == 1 {
+            self.reshape_exact(&[1, la[0]])
+        } else {
+            self.clone()
+        };
+        let b = if ra.len() == 1 {
+            rhs.reshape_exact(&[ra[0], 1])
+        } else {
+            rhs.clone()
+        };
+        let (ash, bsh) = (a.shape().to_vec(), b.shape().to_vec());
+        let (m, k) = (ash[ash.len() - 2], ash[ash.len() - 1]);
+        let (k2, n) = (bsh[bsh.len() - 2], bsh[bsh.len() - 1]);
+        if k != k2 {
+            return self.fail_with(err(format!("inner dimensions differ: {k} (last axis of lhs) vs {k2} (second-to-last axis of rhs)")));
+        }
+        let batch = match broadcast_shapes("matmul", &ash[..ash.len() - 2], &bsh[..bsh.len() - 2]) {
+            Ok(b) => b,
+            Err(_) => return self.fail_with(err("batch axes do not broadcast".into())),
+        };
+        let out = if batch.is_empty() {
+            a.dot_general(
+                &b,
+                DotDims {
+                    lhs_contract: vec![1],
+                    rhs_contract: vec![0],
+                    lhs_batch: vec![],
+                    rhs_batch: vec![],
+                },
+            )
+        } else if bsh.len() == 2 {
+            // (batch..., m, k) @ (k, n): fold the batch into rows, no batch axes needed.
+            let mut full = batch.clone();
+            full.extend([m, k]);
+            let a = a.broadcast_to(&full);
+            a.dot_general(
+                &b,
+                DotDims {
+                    lhs_contract: vec![full.len() - 1],
+                    rhs_contract: vec![0],
+                    lhs_batch: vec![],
+                    rhs_batch: vec![],
+                },
+            )
+        } else {
+            let nb = batch.len();
+            let mut fa = batch.clone();
+            fa.extend([m, k]);
+            let mut fb = batch.clone();
+            fb.extend([k, n]);
+            let (a, b) = (a.broadcast_to(&fa), b.broadcast_to(&fb));
+            a.dot_general(
+                &b,
+                DotDims {
+                    lhs_contract: vec![nb + 1],
+                    rhs_contract: vec![nb],
+                    lhs_batch: (0..nb).collect(),
+                    rhs_batch: (0..nb).collect(),
+                },
+            )
+        };
+        // Drop the axes added for 1-D operands.
+        let mut shape = batch;
+        if la.len() > 1 {
+            shape.push(m);
+        }
+        if ra.len() > 1 {
+            shape.push(n);
+        }
+        out.reshape_exact(&shape)
+    }
+
+    // ---- layout -----------------------------------------------------------------------------------
+
+    /// Permute axes.
+    pub fn transpose(&self, perm: &[usize]) -> Tensor {
+        Tensor::apply(
+            Prim::Transpose {
+                perm: perm.to_vec(),
+            },
+            &[self],
+        )
+    }
+    /// Reverse the axes (matrix transpose for 2-D).
+    pub fn t(&self) -> Tensor {
+        let perm: Vec<usize> = (0..self.ndim()).rev().collect();
+        self.transpose(&perm)
+    }
+    /// Reshape; one entry may be -1 to be inferred.
+    pub fn reshape(&self, shape: &[i64]) -> Tensor {
+        if let Some(e) = self.error() {
+            return Tensor::failed(e.clone());
+        }
+        let n = self.size();
+        let known: i64 = shape.iter().filter(|&&d| d >= 0).product();
+        let holes = shape.iter().filter(|&&d| d < 0).count();
+        let to_usize = |fill: usize| {
+            shape
+                .iter()
+                .map(|&d| if d < 0 { fill } else { d as usize })
+                .collect::<Vec<usize>>()
+        };
+        let bad = |s: Vec<usize>| Error::BadReshape {
+            from: self.shape().to_vec(),
+            from_n: n,
+            to: s.clone(),
+            to_n: s.iter().product(),
+        };
+        if shape.iter().any(|&d| d < -1) || holes > 1 {
+            return self.fail_with(Error::BadShapeArg {
+                op: "reshape",
+                shape: self.shape().to_vec(),
+                detail: format!(
+                    "{shape:?}: only one -1 entry is allowed, other sizes must be >= 0"
+                ),
+            });
+        }
+        let target = if holes == 1 {
+            if known == 0 || n % known as usize != 0 {
+                return self.fail_with(bad(to_usize(0)));
+            }
+            to_usize(n / known as usize)
+        } else {
+            to_usize(0)
+        };
+        self.reshape_exact(&target)
+    }
+    pub(crate) fn reshape_exact(&self, shape: &[usize]) -> Tensor {
+        if self.shape() == shape && self.error().is_none() {
+            return self.clone();
+        }
+        Tensor::apply(
+            Prim::Reshape {
+                shape: shape.to_vec(),
+            },
+            &[self],
+        )
+    }
+    /// Broadcast to `shape` with NumPy rules (leading axes added, size-1 axes stretched).
+    pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
+        if let Some(e) = self.error() {
+            return Tensor::failed(e.clone());
+        }
+        if self.shape() == shape {
+            return self.clone();
+        }
+        let r = self.ndim();
+        if r > shape.len() {
+            return self.fail_with(Error::BadShapeArg {
+                op: "broadcast_to",
+                shape: self.shape().to_vec(),
+                detail: format!("cannot broadcast to the lower-rank shape {shape:?}"),
+            });
+        }
+        let dims: Vec<usize> = (shape.len() - r..shape.len()).collect();
+        Tensor::apply(
+            Prim::BroadcastInDim {
+                shape: shape.to_vec(),
+                dims,
+            },
+            &[self],
+        )
+    }
+    /// XLA's `broadcast_in_dim`: input axis i becomes output axis `dims[i]`.
+    pub fn broadcast_in_dim(&self, shape: &[usize], dims: &[usize]) -> Tensor {
+        Tensor::apply(
+            Prim::BroadcastInDim {
+                shape: shape.to_vec(),
+                dims: dims.to_vec(),
+            },
+            &[self],
+        )
+    }
+    /// Insert a size-1 axis at `axis` (negative counts from the end of the result).
+    pub fn expand_dims(&self, axis: i64) -> Tensor {
+        let mut shape = self.shape().to_vec();
+        let rank = shape.len() as i64 + 1;
+        let a = if axis < 0 { axis + rank } else { axis };
+        if a < 0 || a >= rank {
+            return self.fail_with(Error::BadAxis {
+                op: "expand_dims",
+                axis,
+                rank: rank as usize,
+                shape,
+            });
+        }
+        shape.insert(a as usize, 1);
+        self.reshape_exact(&shape)
+    }
+    /// Remove the given size-1 axes.
+    pub fn squeeze(&self, axes: &[i64]) -> Tensor {
+        let mut ax = Vec::new();
+        for &a in axes {
+            match norm_axis("squeeze", a, self.shape()) {
+                Ok(a) if self.shape()[a] == 1 => ax.push(a),
+                Ok(a) => {
+                    return self.fail_with(Error::BadShapeArg {
+                        op: "squeeze",
+                        shape: self.shape().to_vec(),
+                        detail: format!("axis {a} has size {}, not 1", self.shape()[a]),
+                    });
+                }
+                Err(e) => return self.fail_with(e),
+            }
+        }
+        self.squeeze_axes(&ax)
+    }
+    fn squeeze_axes(&self, axes: &[usize]) -> Tensor {
+        let shape: Vec<usize> = self
+            .shape()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !axes.contains(i))
+            .map(|(_, &d)| d)
+            .collect();
+        self.reshape_exact(&shape)
+    }
+    /// Strided slice: `start[i] .. limit[i]` step `strides[i]` (None: step 1).
+    pub fn slice(&self, start: &[usize], limit: &[usize], strides: Option<&[usize]>) -> Tensor {
+        let stride = strides
+            .map(|s| s.to_vec())
+            .unwrap_or_else(|| vec![1; start.len()]);
+        Tensor::apply(
+            Prim::Slice {
+                start: start.to_vec(),
+                limit: limit.to_vec(),
+                stride,
+            },
+            &[self],
+        )
+    }
+    /// Slice `start..end` along one axis.
+    pub fn slice_axis(&self, axis: i64, start: usize, end: usize) -> Tensor {
+        let ax = match norm_axis("slice_axis", axis, self.shape()) {
+            Ok(a) => a,
+            Err(e) => return self.fail_with(e),
+        };
+        let mut s = vec![0; self.ndim()];
+        let mut l = self.shape().to_vec();
+        s[ax] = start;
+        l[ax] = end;
+        self.slice(&s, &l, None)
+    }
+    /// Join tensors along an existing axis.
+    pub fn concatenate(tensors: &[&Tensor], axis: i64) -> Tensor {
+        let Some(first) = tensors.first() else {
+            return Tensor::failed(Error::BadShapeArg {
+                op: "concatenate",
+                shape: vec![],
+                detail: "needs at least one tensor".into(),
+            });
+        };
+        match norm_axis("concatenate", axis, first.shape()) {
+            Ok(a) => Tensor::apply(Prim::Concatenate { axis: a }, tensors),
+            Err(e) => first.fail_with(e),
+        }
+    }
+    /// Stack tensors of one shape along a new axis.
+    pub fn stack(tensors: &[&Tensor], axis: i64) -> Tensor {
+        let ex: Vec<Tensor> = tensors.iter().map(|t| t.expand_dims(axis)).collect();
+        let refs: Vec<&Tensor> = ex.iter().collect();
+        Tensor::concatenate(&refs, axis)
+    }
+    /// Pad with `value`: `lo[i]` elements before and `hi[i]` after each axis.
+    pub fn pad(&self, lo: &[usize], hi: &[usize], value: impl Into<Scalar>) -> Tensor {
+        self.pad_interior(lo, hi, &vec![0; lo.len()], value)
+    }
+    /// Pad with `value`, including `interior[i]` elements between neighbours (XLA `pad`).
+    pub fn pad_interior(
+        &self,
+        lo: &[usize],
+        hi: &[usize],
+        interior: &[usize],
+        value: impl Into<Scalar>,
+    ) -> Tensor {
+        let value = value.into().cast(self.dtype());
+        Tensor::apply(
+            Prim::Pad {
+                lo: lo.to_vec(),
+                hi: hi.to_vec(),
+                interior: interior.to_vec(),
+                value,
+            },
+            &[self],
+        )
+    }
+
+    // ---- indexing ---------------------------------------------------------------------------------
+
+    /// Gather slices along `axis` by integer `indices` (like `jnp.take`): the result has shape
+    /// `shape[..axis] + indices.shape + shape[axis+1..]`. Negative indices count from the end; indices
+    /// still out of range are clamped.
+    pub fn take(&self, indices: &Tensor, axis: i64) -> Tensor {
+        match norm_axis("take", axis, self.shape()) {
+            Ok(a) => Tensor::apply(Prim::Take { axis: a }, &[self, indices]),
+            Err(e) => self.fail_with(e),
+        }
+    }
+    /// One-hot encoding of integer class indices: adds a trailing axis of length `depth` (f32 0/1).
+    pub fn one_hot(&self, depth: usize) -> Tensor {
+        if let Some(e) = self.error() {
+            return Tensor::failed(e.clone());
+        }
+        if !self.dtype().is_int() {
+            return self.fail_with(Error::BadDType {
+                op: "one_hot",
+                dtype: self.dtype(),
+                hint: "class indices must be i32 or u32",
+            });
+        }
+        let mut shape = self.shape().to_vec();
+        shape.push(depth);
+        let classes = Tensor::iota(self.dtype(), &shape, shape.len() - 1);
+        let idx = self.expand_dims(-1).broadcast_to(&shape);
+        idx.eq(&classes).cast(DType::F32)
+    }
+}
+
+impl Scalar {
+    /// A scalar of the same dtype holding `v` (converted).
+    pub(crate) fn with_f64(self, v: f64) -> Scalar {
+        match self {
+            Scalar::F32(_) => Scalar::F32(v as f32),
+            Scalar::I32(_) => Scalar::I32(v as i32),
+            Scalar::U32(_) => Scalar::U32(v as u32),
+            Scalar::Bool(_) => Scalar::Bool(v != 0.0),
+        }
+    }
+}
+
+/// `select(pred, on_true, on_false)` with broadcasting (JAX's `jnp.where`).
+pub fn select(pred: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Tensor {
+    for t in [pred, on_true, on_false] {
+        if let Some(e) = t.error() {
+            return Tensor::failed(e.clone());
+        }
+    }
+    let shape = match broadcast_shapes("select", pred.shape(), on_true.shape())
+        .and_then(|s| broadcast_shapes("select", &s, on_false.shape()))
+    {
+        Ok(s) => s,
+        Err(e) => return pred.fail_with(e),
+    };
+    let [p, t, f] = Tensor::align([pred, on_true, on_false]);
+    let (p, t, f) = (
+        p.broadcast_to(&shape),
+        t.broadcast_to(&shape),
+        f.broadcast_to(&shape),
+    );
+    Tensor::apply(Prim::Select, &[&p, &t, &f])
+}
+
+/// Run a zero-input primitive (a constant) eagerly on the host: constants are cheap and
+/// should not wake a device until they are combined with device data.
+fn apply_eager_host(prim: Prim) -> Tensor {
+    match prim.infer(&[]) {
+        Ok(aval) => Array::from_host(prim.eval_cpu(&[], &aval)).into(),
+        Err(e) => Tensor::failed(e),
+    }
+}
+
+// ---- operators ----------------------------------------------------------------------------------
+
+macro_rules! binop {
+    ($tr:ident, $m:ident, $op:expr) => {
+        impl std::ops::$tr<&Tensor> for &Tensor {
+            type Output = Tensor;
+            fn $m(self, o: &Tensor) -> Tensor {
+                self.binary($op, o)
+            }
+        }
+        impl std::ops::$tr<Tensor> for Tensor {
+            type Output = Tensor;
+            fn $m(self, o: Tensor) -> Tensor {
+                self.binary($op, &o)
+            }
+        }
+        impl std::ops::$tr<&Tensor> for Tensor {
+            type Output = Tensor;
+            fn $m(self, o: &Tensor) -> Tensor {
+                self.binary($op, o)
+            }
+        }
+        impl std::ops::$tr<Tensor> for &Tensor {
+            type Output = Tensor;
+            fn $m(self, o: Tensor) -> Tensor {
+                self.binary($op, &o)
+            }
+        }
+        impl std::ops::$tr<f32> for &Tensor {
+            type Output = Tensor;
+            fn $m(self, o: f32) -> Tensor {
+                self.binary_scalar($op, o as f64, false)
+            }
+        }
+        impl std::ops::$tr<f32> for Tensor {
+            type Output = Tensor;
+            fn $m(self, o: f32) -> Tensor {
+                self.binary_scalar($op, o as f64, false)
+            }
+        }
+        impl std::ops::$tr<&Tensor> for f32 {
+            type Output = Tensor;
+            fn $m(self, o: &Tensor) -> Tensor {
+                o.binary_scalar($op, self as f64, true)
+            }
+        }
+        impl std::ops::$tr<Tensor> for f32 {
+            type Output = Tensor;
+            fn $m(self, o: Tensor) -> Tensor {
+                o.binary_scalar($op, self as f64, true)
+            }
+        }
+    };
+}
+binop!(Add, add, BinaryOp::Add);
+binop!(Sub, sub, BinaryOp::Sub);
+binop!(Mul, mul, BinaryOp::Mul);
+binop!(Div, div, BinaryOp::Div);
+binop!(Rem, rem, BinaryOp::Rem);
+
+impl std::ops::Neg for &Tensor {
+    type Output = Tensor;
+    fn neg(self) -> Tensor {
+        self.unary(UnaryOp::Neg)
+    }
+}
+impl std::ops::Neg for Tensor {
+    type Output = Tensor;
+    fn neg(self) -> Tensor {
+        self.unary(UnaryOp::Neg)
+    }
+}

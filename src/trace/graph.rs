@@ -1,0 +1,167 @@
+//! The traced program: typed inputs, equations, outputs (a jaxpr-like IR).
+
+use std::fmt;
+
+use crate::dtype::DType;
+use crate::host::HostArray;
+use crate::ops::Prim;
+
+/// A variable of a [`Graph`]: an index into `Graph::avals`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Var(pub u32);
+
+impl Var {
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Abstract value: the shape and dtype of a variable, with no data.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Aval {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl Aval {
+    pub fn new(shape: Vec<usize>, dtype: DType) -> Aval {
+        Aval { shape, dtype }
+    }
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+    pub fn size_bytes(&self) -> usize {
+        self.size() * self.dtype.size_bytes()
+    }
+}
+
+impl fmt::Display for Aval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        write!(f, "{}[{}]", self.dtype, dims.join(","))
+    }
+}
+
+/// One primitive application: `out = prim(inputs...)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Eqn {
+    pub prim: Prim,
+    pub inputs: Vec<Var>,
+    pub out: Var,
+}
+
+/// A traced program. Constants captured from the closure are extra inputs with known data.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    pub avals: Vec<Aval>,
+    pub inputs: Vec<Var>,
+    pub consts: Vec<(Var, HostArray)>,
+    pub eqns: Vec<Eqn>,
+    pub outputs: Vec<Var>,
+}
+
+impl Graph {
+    pub fn new_var(&mut self, aval: Aval) -> Var {
+        self.avals.push(aval);
+        Var(self.avals.len() as u32 - 1)
+    }
+    pub fn aval(&self, v: Var) -> &Aval {
+        &self.avals[v.idx()]
+    }
+    /// Number of uses of each variable (by equations and as outputs).
+    pub fn use_counts(&self) -> Vec<usize> {
+        let mut n = vec![0; self.avals.len()];
+        for e in &self.eqns {
+            for v in &e.inputs {
+                n[v.idx()] += 1;
+            }
+        }
+        for v in &self.outputs {
+            n[v.idx()] += 1;
+        }
+        n
+    }
+    /// The equation producing each variable, if any.
+    pub fn producers(&self) -> Vec<Option<usize>> {
+        let mut p = vec![None; self.avals.len()];
+        for (i, e) in self.eqns.iter().enumerate() {
+            p[e.out.idx()] = Some(i);
+        }
+        p
+    }
+    /// Remove equations whose results are never used.
+    pub fn dce(&mut self) {
+        let mut live = vec![false; self.avals.len()];
+        for v in &self.outputs {
+            live[v.idx()] = true;
+        }
+        let mut keep = vec![false; self.eqns.len()];
+        for (i, e) in self.eqns.iter().enumerate().rev() {
+            if live[e.out.idx()] {
+                keep[i] = true;
+                for v in &e.inputs {
+                    live[v.idx()] = true;
+                }
+            }
+        }
+        let mut i = 0;
+        self.eqns.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
+    }
+}
+
+impl fmt::Display for Graph {
+    /// Prints the program like a jaxpr:
+    /// `{ lambda c0:f32[] ; a:f32[4,3] b:f32[3] . let c:f32[4,3] = broadcast_in_dim[...] b ... in (d) }`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = |v: Var| var_name(v.0);
+        let consts: Vec<String> = self
+            .consts
+            .iter()
+            .map(|(v, _)| format!("{}:{}", name(*v), self.aval(*v)))
+            .collect();
+        let ins: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|v| format!("{}:{}", name(*v), self.aval(*v)))
+            .collect();
+        writeln!(
+            f,
+            "{{ lambda {} ; {} . let",
+            consts.join(" "),
+            ins.join(" ")
+        )?;
+        for e in &self.eqns {
+            let args: Vec<String> = e.inputs.iter().map(|v| name(*v)).collect();
+            writeln!(
+                f,
+                "    {}:{} = {} {}",
+                name(e.out),
+                self.aval(e.out),
+                e.prim,
+                args.join(" ")
+            )?;
+        }
+        let outs: Vec<String> = self.outputs.iter().map(|v| name(*v)).collect();
+        write!(f, "  in ({}) }}", outs.join(", "))
+    }
+}
+
+/// Variable names like jaxprs: a, b, ..., z, ba, bb, ...
+fn var_name(mut i: u32) -> String {
+    let mut s = Vec::new();
+    loop {
+        s.push(b'a' + (i % 26) as u8);
+        i /= 26;
+        if i == 0 {
+            break;
+        }
+    }
+    s.reverse();
+    String::from_utf8(s).unwrap_or_default()
+}

@@ -1,0 +1,93 @@
+//! The tracer: records primitives applied to traced tensors into a [`Graph`].
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::array::Array;
+use crate::error::{Error, Result};
+use crate::ops::Prim;
+use crate::trace::graph::{Aval, Eqn, Graph, Var};
+
+static NEXT_TRACE: AtomicU64 = AtomicU64::new(1);
+
+/// One tracing session: the graph being built and the first error met.
+pub(crate) struct Trace {
+    pub(crate) id: u64,
+    pub(crate) label: String,
+    pub(crate) state: RefCell<TraceState>,
+}
+
+pub(crate) struct TraceState {
+    pub(crate) graph: Graph,
+    pub(crate) error: Option<Error>,
+    /// Captured concrete arrays already lifted into the graph, by identity.
+    lifted: HashMap<usize, (Var, Array)>,
+}
+
+impl Trace {
+    pub(crate) fn new(label: &str) -> Rc<Trace> {
+        crate::counters::bump(|c| c.traces += 1);
+        Rc::new(Trace {
+            id: NEXT_TRACE.fetch_add(1, Ordering::Relaxed),
+            label: label.to_string(),
+            state: RefCell::new(TraceState {
+                graph: Graph::default(),
+                error: None,
+                lifted: HashMap::new(),
+            }),
+        })
+    }
+    pub(crate) fn add_input(&self, aval: Aval) -> Var {
+        let mut st = self.state.borrow_mut();
+        let v = st.graph.new_var(aval);
+        st.graph.inputs.push(v);
+        v
+    }
+    /// Record the first error of the trace (later errors are consequences of it).
+    pub(crate) fn fail(&self, e: Error) {
+        let mut st = self.state.borrow_mut();
+        if st.error.is_none() {
+            st.error = Some(e);
+        }
+    }
+    /// Make a concrete array usable inside the graph: a `full` for single elements, a captured
+    /// constant otherwise (read to the host once per trace).
+    pub(crate) fn lift(&self, a: &Array) -> Result<Var> {
+        let key = std::sync::Arc::as_ptr(&a.inner) as usize;
+        if let Some((v, _)) = self.state.borrow().lifted.get(&key) {
+            return Ok(*v);
+        }
+        let h = crate::array::host_data(a)?;
+        let mut st = self.state.borrow_mut();
+        let v = if h.len() == 1 {
+            let aval = Aval::new(h.shape.clone(), h.dtype());
+            let v = st.graph.new_var(aval);
+            st.graph.eqns.push(Eqn {
+                prim: Prim::Full {
+                    value: h.data.get(0),
+                    shape: h.shape.clone(),
+                },
+                inputs: vec![],
+                out: v,
+            });
+            v
+        } else {
+            let v = st.graph.new_var(Aval::new(h.shape.clone(), h.dtype()));
+            st.graph.consts.push((v, h));
+            v
+        };
+        st.lifted.insert(key, (v, a.clone()));
+        Ok(v)
+    }
+    /// Append `out = prim(inputs)` after checking the shape rule.
+    pub(crate) fn push(&self, prim: Prim, inputs: Vec<Var>) -> Result<(Var, Aval)> {
+        let mut st = self.state.borrow_mut();
+        let avals: Vec<&Aval> = inputs.iter().map(|v| st.graph.aval(*v)).collect();
+        let aval = prim.infer(&avals)?;
+        let out = st.graph.new_var(aval.clone());
+        st.graph.eqns.push(Eqn { prim, inputs, out });
+        Ok((out, aval))
+    }
+}
