@@ -132,13 +132,14 @@ pub enum Error {
 
     /// A buffer can never fit this device: it is over a hard limit. Retrying will not help.
     #[error(
-        "{what} needs {needed} bytes but device {device} allows at most {limit} bytes ({limit_name}); split the work over more devices or smaller batches"
+        "{what} needs {needed} {unit} but device {device} allows at most {limit} {unit} ({limit_name}); split the work over more devices or smaller batches"
     )]
     OverLimit {
         device: String,
         what: String,
         needed: u64,
         limit: u64,
+        unit: &'static str,
         limit_name: &'static str,
     },
 

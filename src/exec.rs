@@ -43,7 +43,25 @@ impl Executable {
         if let Some(c) = self.compiled.borrow().get(&dev.inner.id) {
             return Ok(c.clone());
         }
-        let program = lower(&self.graph, dev.limits())?;
+        let program = lower(&self.graph, dev.limits()).map_err(|e| match e {
+            // The lowering knows the limits, not the device: name it here.
+            Error::OverLimit {
+                what,
+                needed,
+                limit,
+                unit,
+                limit_name,
+                ..
+            } => Error::OverLimit {
+                device: dev.name().to_string(),
+                what,
+                needed,
+                limit,
+                unit,
+                limit_name,
+            },
+            e => e,
+        })?;
         let kernels = program
             .launches
             .iter()

@@ -572,3 +572,47 @@ fn a_destroyed_device_reports_lost() {
     assert!(matches!(dev.wait(), Err(Error::DeviceLost { .. })));
     drop(buf);
 }
+
+#[test]
+fn no_adapter_falls_back_to_one_cpu_device() {
+    init_log();
+    // No DX12 adapter exists on Linux: an `auto` layout over DX12 only finds nothing.
+    let rt = block(Runtime::builder().backends(&["dx12"]).build()).unwrap();
+    assert_eq!(rt.devices().len(), 1);
+    assert!(rt.devices()[0].is_cpu());
+    match block(
+        Runtime::builder()
+            .backends(&["dx12"])
+            .allow_cpu_fallback(false)
+            .build(),
+    ) {
+        Err(Error::NoDevice(msg)) => assert!(msg.contains("dx12"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    // An explicit backend that is missing is an error even with fallback on.
+    assert!(matches!(
+        block(
+            Runtime::builder()
+                .backends(&["dx12"])
+                .layout_str("dx12:1")
+                .build()
+        ),
+        Err(Error::NoDevice(_))
+    ));
+}
+
+#[test]
+fn global_runtime_is_created_once() {
+    init_log();
+    let a = Runtime::global().unwrap();
+    let b = Runtime::global().unwrap();
+    assert_eq!(a.devices(), b.devices());
+    assert!(!a.devices().is_empty());
+    // The first global stays.
+    let other = block(Runtime::builder().layout_str("cpu:1").build()).unwrap();
+    assert!(Runtime::set_global(other).is_err());
+    assert_eq!(
+        block(brigade::device::init()).unwrap().devices(),
+        a.devices()
+    );
+}

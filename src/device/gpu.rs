@@ -315,6 +315,7 @@ impl Device {
                 what: what(),
                 needed: bytes,
                 limit,
+                unit: "bytes",
                 limit_name,
             }),
         }
@@ -495,12 +496,13 @@ impl Device {
                 return Err(Error::OverLimit {
                     device: self.inner.label.clone(),
                     what: format!(
-                        "dispatch {i} of kernel `{}` with workgroups {:?} (a count, not bytes)",
+                        "dispatch {i} of kernel `{}` with workgroups {:?}",
                         k.label(),
                         d.workgroups
                     ),
                     needed: u64::from(w),
                     limit: u64::from(max_wg),
+                    unit: "workgroups",
                     limit_name: "max_compute_workgroups_per_dimension",
                 });
             }

@@ -37,9 +37,15 @@
 //! device-lost callback after which every call returns [`crate::Error::DeviceLost`].
 //!
 //! # Platform notes
-//! On Linux the GL backend (EGL) wants `XDG_RUNTIME_DIR` to exist; without it Mesa prints a warning
-//! but still works. Software drivers: `mesa-vulkan-drivers` (lavapipe) and `libegl-mesa0`
-//! (llvmpipe GL).
+//! Software drivers: `mesa-vulkan-drivers` (lavapipe) and `libegl-mesa0` + `libgl1-mesa-dri`
+//! (llvmpipe GL through EGL). While probing EGL displays wgpu logs
+//! `EGL 'eglInitialize' code 0x3001: DRI2: failed to load driver` on machines without a render node;
+//! it then falls back to a surfaceless llvmpipe display and the GL adapter works. Setting
+//! `XDG_RUNTIME_DIR` makes no difference to that (checked with Mesa 25.0.7), so brigade does not
+//! touch the environment.
+
+// wgpu types are not Send/Sync in the browser; `Arc` there is only for cheap clones.
+#![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
 mod gpu;
 mod kernel;

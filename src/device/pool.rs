@@ -249,7 +249,7 @@ mod tests {
         for b in [3u64, 5, 1000, 70_000, 1_000_001, 33 << 20] {
             let c = bucket_size(b, max);
             assert!(
-                c >= b && c % 4 == 0 && (c as f64) <= (b as f64) * 1.25 + 256.0,
+                c >= b && c.is_multiple_of(4) && (c as f64) <= (b as f64) * 1.25 + 256.0,
                 "{b} -> {c}"
             );
         }

@@ -289,6 +289,7 @@ fn plan_steps(
 pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
     let mut g = canonicalize_dots(graph);
     g.dce();
+    check_sizes(&g, limits)?;
     let producers = g.producers();
     let mut mat = materialize(&g, &producers);
     let max_wg = limits.max_compute_workgroups_per_dimension;
@@ -312,6 +313,7 @@ pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
             what: format!("a kernel reading {} buffers", max_inputs + 1),
             needed: (max_inputs + 1) as u64,
             limit: max_inputs as u64,
+            unit: "storage buffers",
             limit_name: "max_storage_buffers_per_shader_stage",
         })?;
         mat[cut.idx()] = true;
@@ -444,6 +446,35 @@ pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
         output_slots,
         output_avals,
     })
+}
+
+/// Refuse arrays that can never fit: kernels index with 32-bit integers and each buffer must fit
+/// one storage binding. (Automatic chunking of oversized arrays is future work.)
+fn check_sizes(g: &Graph, limits: &DeviceLimits) -> Result<()> {
+    for a in &g.avals {
+        let (n, bytes) = (a.size() as u64, a.size_bytes() as u64);
+        if n > u32::MAX as u64 {
+            return Err(Error::OverLimit {
+                device: "target".into(),
+                what: format!("an array of shape {:?}", a.shape),
+                needed: n,
+                limit: u32::MAX as u64,
+                unit: "elements",
+                limit_name: "32-bit kernel indexing",
+            });
+        }
+        if bytes > limits.max_storage_buffer_binding_size {
+            return Err(Error::OverLimit {
+                device: "target".into(),
+                what: format!("an array of shape {:?} ({})", a.shape, a.dtype),
+                needed: bytes,
+                limit: limits.max_storage_buffer_binding_size,
+                unit: "bytes",
+                limit_name: "max_storage_buffer_binding_size",
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The fusable, not yet materialized operand subtree of `root`'s kernel that reads the most buffers.
