@@ -11,9 +11,17 @@
 //! Neither kernel uses workgroup memory or `workgroupBarrier` (barriers are very costly on
 //! llvmpipe/lavapipe, our CI adapter). Both use 64 invocations per workgroup (within
 //! SwiftShader's 256 limit). Invocations are numbered linearly over
-//! `(batch, row tile, column tile)` with the column tile fastest; the linear workgroup index
-//! `x + GRID_X * (y + GRID_Y * z)` is folded into three dispatch dimensions so that none exceeds
-//! `max_workgroups_per_dim`, whatever the batch size. Invocations past the end return at once.
+//! `(batch, column tile, row tile)` with the row tile fastest (adjacent lanes share B's columns;
+//! on llvmpipe this is ~1.4x faster than column-fastest at 2048³ and equal at 1024³); the linear
+//! workgroup index `x + GRID_X * (y + GRID_Y * z)` is folded into three dispatch dimensions so
+//! that none exceeds `max_workgroups_per_dim`, whatever the batch size. Invocations past the end
+//! return at once.
+//!
+//! Measured on lavapipe (Mesa 25.0.7, 2 cores; CPU time normalised to 2 cores because the box was
+//! shared), 8 x 4 vec4 kernel: ~9.5-11 GFLOP/s at 256³-1024³, ~6.5-8 at 2048³; the generic
+//! kernel ~6. On this driver (and on 22.3.6) every storage-buffer load
+//! with a non-constant index becomes a per-lane scalar loop with a bounds check, so the kernels
+//! are bound by load count and register pressure: 8 x 4 beat 4 x 4, 8 x 8, 16 x 4 and 16 x 16 blocks.
 //!
 //! Accumulation runs in the element type (f32 for floats) with k ascending, so results are
 //! deterministic for a given adapter.
@@ -57,7 +65,7 @@ pub(crate) enum MatmulVariant {
 impl MatmulVariant {
     /// The variant [`matmul_kernel`] picks for this shape and element type.
     pub(crate) fn choose(k: usize, n: usize, elem: &str) -> MatmulVariant {
-        if elem == "f32" && k % 4 == 0 && n % 4 == 0 && n > 0 {
+        if elem == "f32" && k.is_multiple_of(4) && n.is_multiple_of(4) && n > 0 {
             MatmulVariant::Vec4
         } else {
             MatmulVariant::Generic
@@ -116,7 +124,7 @@ pub(crate) fn instantiate(
     );
     if variant == MatmulVariant::Vec4 {
         assert!(
-            elem == "f32" && k % 4 == 0 && n % 4 == 0,
+            elem == "f32" && k.is_multiple_of(4) && n.is_multiple_of(4),
             "matmul: the vec4 kernel needs f32 and k, n multiples of 4 (got {elem}, k={k}, n={n})"
         );
     }
@@ -261,7 +269,7 @@ mod tests {
                 let generic = instantiate(MatmulVariant::Generic, b, m, k, n, elem, 65_535);
                 validate(&generic.wgsl, &generic.label);
             }
-            if k % 4 == 0 && n % 4 == 0 {
+            if k.is_multiple_of(4) && n.is_multiple_of(4) {
                 let v = instantiate(MatmulVariant::Vec4, b, m, k, n, "f32", 65_535);
                 validate(&v.wgsl, &v.label);
             }
@@ -370,7 +378,7 @@ mod tests {
                 if fits(MatmulVariant::Generic) {
                     check_coverage(MatmulVariant::Generic, b, m, k, n, max);
                 }
-                if k % 4 == 0 && n % 4 == 0 && fits(MatmulVariant::Vec4) {
+                if k.is_multiple_of(4) && n.is_multiple_of(4) && fits(MatmulVariant::Vec4) {
                     check_coverage(MatmulVariant::Vec4, b, m, k, n, max);
                 }
             }
