@@ -87,7 +87,7 @@ fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
     let rows = 1024.min(n);
     let xr = Array::from_vec(data(n, 6), &[rows, n / rows])?.to_device(dev)?;
     let f = jit(|a: &[Tensor]| vec![a[0].sum(-1, false)]).on(dev);
-    let t = time(s.reps, || wait(f.call(&[xr.clone()])?))?;
+    let t = time(s.reps, || wait(f.call(std::slice::from_ref(&xr))?))?;
     println!(
         "| reduction row sums | {rows}×{} f32 | {:.2} ms | {:.2} GB/s |",
         n / rows,
@@ -104,7 +104,7 @@ fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
     })?;
     println!(
         "| upload | {} MiB | {:.2} ms | {:.2} GB/s |",
-        m * 4 >> 20,
+        (m * 4) >> 20,
         t.as_secs_f64() * 1e3,
         (4 * m) as f64 / t.as_secs_f64() / 1e9
     );
@@ -113,18 +113,18 @@ fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
     let t = time(s.reps, || on_dev.to_host().map(|_| ()))?;
     println!(
         "| readback | {} MiB | {:.2} ms | {:.2} GB/s |",
-        m * 4 >> 20,
+        (m * 4) >> 20,
         t.as_secs_f64() * 1e3,
         (4 * m) as f64 / t.as_secs_f64() / 1e9
     );
+    let src: Vec<f32> = data(m, 7);
     let t = time(s.reps, || {
-        let v: Vec<f32> = data(m, 7);
-        std::hint::black_box(v.clone());
+        std::hint::black_box(src.clone());
         Ok(())
     })?;
     println!(
         "| host memcpy (for scale) | {} MiB | {:.2} ms | {:.2} GB/s |",
-        m * 4 >> 20,
+        (m * 4) >> 20,
         t.as_secs_f64() * 1e3,
         (4 * m) as f64 / t.as_secs_f64() / 1e9
     );
@@ -134,7 +134,7 @@ fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
     let calls = 20 * s.reps;
     let t = time(3, || {
         for _ in 0..calls {
-            drop(f.call(&[tiny.clone()])?);
+            drop(f.call(std::slice::from_ref(&tiny))?);
         }
         dev.wait()
     })?;
@@ -142,7 +142,11 @@ fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
         "| tiny jitted call (submit only) | 4 f32 | {:.1} µs / call | |",
         t.as_secs_f64() * 1e6 / calls as f64
     );
-    let t = time(s.reps, || f.call(&[tiny.clone()])?[0].to_host().map(|_| ()))?;
+    let t = time(s.reps, || {
+        f.call(std::slice::from_ref(&tiny))?[0]
+            .to_host()
+            .map(|_| ())
+    })?;
     println!(
         "| tiny jitted call + readback | 4 f32 | {:.1} µs / call | |",
         t.as_secs_f64() * 1e6

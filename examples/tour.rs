@@ -91,14 +91,14 @@ fn main() -> Result<()> {
             dev,
             "fused chain: tanh(exp(x*0.5+0.25)-1)*x",
             |a| vec![((&a[0] * 0.5 + 0.25).exp() - 1.0).tanh() * &a[0]],
-            &[x.clone()],
+            std::slice::from_ref(&x),
             1e-5,
         )?;
         all_ok &= run_checked(
             dev,
             "row softmax + argmax",
             |a| vec![a[0].softmax(-1), a[0].argmax(-1, false)],
-            &[x.clone()],
+            std::slice::from_ref(&x),
             1e-5,
         )?;
         all_ok &= run_checked(
@@ -112,7 +112,7 @@ fn main() -> Result<()> {
             dev,
             "mean / logsumexp over axes",
             |a| vec![a[0].mean(0, false), a[0].logsumexp(1, true)],
-            &[x.clone()],
+            std::slice::from_ref(&x),
             1e-5,
         )?;
         let big = Array::from_vec(data(1 << 20, 4), &[1 << 20])?;

@@ -494,7 +494,11 @@ impl Tensor {
             return Tensor::failed(e.clone());
         }
         let axes = match self.reduce_axes(op.name(), axes) {
-            Ok(a) => a,
+            // The primitive takes axes in increasing order, as its kernels assume.
+            Ok(mut a) => {
+                a.sort_unstable();
+                a
+            }
             Err(e) => return self.fail_with(e),
         };
         // Sums of bools count them, like jnp.
@@ -733,12 +737,6 @@ impl Tensor {
                 .map(|&d| if d < 0 { fill } else { d as usize })
                 .collect::<Vec<usize>>()
         };
-        let bad = |s: Vec<usize>| Error::BadReshape {
-            from: self.shape().to_vec(),
-            from_n: n,
-            to: s.clone(),
-            to_n: s.iter().product(),
-        };
         if shape.iter().any(|&d| d < -1) || holes > 1 {
             return self.fail_with(Error::BadShapeArg {
                 op: "reshape",
@@ -749,8 +747,12 @@ impl Tensor {
             });
         }
         let target = if holes == 1 {
-            if known == 0 || n % known as usize != 0 {
-                return self.fail_with(bad(to_usize(0)));
+            if known == 0 || !n.is_multiple_of(known as usize) {
+                return self.fail_with(Error::BadShapeArg {
+                    op: "reshape",
+                    shape: self.shape().to_vec(),
+                    detail: format!("cannot infer the -1 in {shape:?}: {n} elements are not a multiple of {known}"),
+                });
             }
             to_usize(n / known as usize)
         } else {

@@ -20,6 +20,26 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// wgpu's GL backend shares one context per adapter and panics ("Could not lock adapter context")
+/// when a thread waits for it more than a few seconds — and llvmpipe holds it that long while it
+/// compiles a big shader. So brigade serializes its own GL calls behind this lock instead.
+static GL_CONTEXT: Mutex<()> = Mutex::new(());
+
+thread_local! {
+    static GL_HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Holds [`GL_CONTEXT`] (re-entrant per thread); empty for other backends.
+pub(crate) struct GlGuard(Option<MutexGuard<'static, ()>>);
+
+impl Drop for GlGuard {
+    fn drop(&mut self) {
+        if self.0.take().is_some() {
+            GL_HELD.with(|h| h.set(false));
+        }
+    }
+}
+
 /// Error and loss state written by wgpu callbacks.
 #[derive(Default)]
 pub(crate) struct DeviceState {
@@ -47,9 +67,21 @@ pub(crate) struct Gpu {
     pub(crate) state: Arc<DeviceState>,
     pub(crate) pool: Mutex<Pool>,
     pub(crate) kernels: Mutex<HashMap<String, Arc<Kernel>>>,
+    /// True on wgpu's GL backend (see [`GL_CONTEXT`]).
+    pub(crate) is_gl: bool,
 }
 
 impl Gpu {
+    /// Serialize GL calls across threads; a no-op on other backends and when this thread holds it.
+    pub(crate) fn gl_guard(&self) -> GlGuard {
+        if !self.is_gl || GL_HELD.with(|h| h.get()) {
+            return GlGuard(None);
+        }
+        let g = lock(&GL_CONTEXT);
+        GL_HELD.with(|h| h.set(true));
+        GlGuard(Some(g))
+    }
+
     /// Run `f` inside validation, out-of-memory and internal error scopes and return the first
     /// error caught (out-of-memory first).
     ///
@@ -57,6 +89,7 @@ impl Gpu {
     /// calls are synchronous, so no scope is pushed there: errors reach the uncaptured-error handler,
     /// which logs them and keeps the last one ([`Device::last_error`]).
     pub(crate) fn capture<T>(&self, f: impl FnOnce() -> T) -> (T, Option<wgpu::Error>) {
+        let _gl = self.gl_guard();
         #[cfg(not(target_arch = "wasm32"))]
         {
             use futures::FutureExt;
@@ -185,6 +218,7 @@ impl Device {
             state,
             pool: Mutex::new(Pool::new()),
             kernels: Mutex::new(HashMap::new()),
+            is_gl: adapter.backend == wgpu::Backend::Gl,
         };
         Device::from_parts(info, Some(gpu))
     }
@@ -581,7 +615,11 @@ impl Device {
             return Err(self.lost_error(reason));
         }
         #[cfg(not(target_arch = "wasm32"))]
-        if let Err(e) = gpu.device.poll(wgpu::PollType::wait_indefinitely()) {
+        let polled = {
+            let _gl = gpu.gl_guard();
+            gpu.device.poll(wgpu::PollType::wait_indefinitely())
+        };
+        if let Err(e) = polled {
             return Err(match gpu.state.lost() {
                 Some(reason) => self.lost_error(reason),
                 None => Error::Wgpu {
@@ -634,7 +672,11 @@ impl Device {
                 if attempt > 0 {
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
-                if let Err(e) = gpu.device.poll(wgpu::PollType::wait_indefinitely()) {
+                let polled = {
+                    let _gl = gpu.gl_guard();
+                    gpu.device.poll(wgpu::PollType::wait_indefinitely())
+                };
+                if let Err(e) = polled {
                     return Err(match gpu.state.lost() {
                         Some(reason) => self.lost_error(reason),
                         None => Error::Wgpu {

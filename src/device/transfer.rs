@@ -284,6 +284,7 @@ impl PendingRead {
                     },
                 );
             }
+            let _gl = device.inner.gpu.as_ref().map(|g| g.gl_guard());
             let copy = match buffer.slice(..).get_mapped_range() {
                 Ok(view) => view.to_vec(),
                 Err(e) => {

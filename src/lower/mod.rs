@@ -71,42 +71,6 @@ pub fn canonicalize_dots(g: &Graph) -> Graph {
             prod(&ls, &d.lhs_contract),
             prod(&rs, &rf),
         );
-        let mut push = |out: &mut Graph, prim: Prim, input: Var, shape: Vec<usize>| -> Var {
-            let v = out.new_var(Aval::new(shape, dt));
-            out.eqns.push(Eqn {
-                prim,
-                inputs: vec![input],
-                out: v,
-            });
-            v
-        };
-        let arrange = |out: &mut Graph,
-                       push: &mut dyn FnMut(&mut Graph, Prim, Var, Vec<usize>) -> Var,
-                       x: Var,
-                       shape: &[usize],
-                       perm: Vec<usize>,
-                       target: [usize; 3]|
-         -> Var {
-            let is_id = perm.iter().enumerate().all(|(i, &p)| i == p);
-            let x = if is_id {
-                x
-            } else {
-                push(
-                    out,
-                    Prim::Transpose { perm: perm.clone() },
-                    x,
-                    perm.iter().map(|&p| shape[p]).collect(),
-                )
-            };
-            push(
-                out,
-                Prim::Reshape {
-                    shape: target.to_vec(),
-                },
-                x,
-                target.to_vec(),
-            )
-        };
         let lperm: Vec<usize> = d
             .lhs_batch
             .iter()
@@ -121,8 +85,8 @@ pub fn canonicalize_dots(g: &Graph) -> Graph {
             .chain(&rf)
             .copied()
             .collect();
-        let a = arrange(&mut out, &mut push, e.inputs[0], &ls, lperm, [b, m, k]);
-        let bb = arrange(&mut out, &mut push, e.inputs[1], &rs, rperm, [b, k, n]);
+        let a = arrange(&mut out, e.inputs[0], &ls, &lperm, [b, m, k], dt);
+        let bb = arrange(&mut out, e.inputs[1], &rs, &rperm, [b, k, n], dt);
         let c = out.new_var(Aval::new(vec![b, m, n], dt));
         out.eqns.push(Eqn {
             prim: Prim::DotGeneral(DotDims {
@@ -145,9 +109,63 @@ pub fn canonicalize_dots(g: &Graph) -> Graph {
     out
 }
 
+/// Append `out = prim(input)` with result `shape`.
+fn push_unary(
+    out: &mut Graph,
+    prim: Prim,
+    input: Var,
+    shape: Vec<usize>,
+    dt: crate::dtype::DType,
+) -> Var {
+    let v = out.new_var(Aval::new(shape, dt));
+    out.eqns.push(Eqn {
+        prim,
+        inputs: vec![input],
+        out: v,
+    });
+    v
+}
+
+/// Transpose `x` by `perm` (skipped when it is the identity), then reshape to `target`.
+fn arrange(
+    out: &mut Graph,
+    x: Var,
+    shape: &[usize],
+    perm: &[usize],
+    target: [usize; 3],
+    dt: crate::dtype::DType,
+) -> Var {
+    let is_id = perm.iter().enumerate().all(|(i, &p)| i == p);
+    let x = if is_id {
+        x
+    } else {
+        push_unary(
+            out,
+            Prim::Transpose {
+                perm: perm.to_vec(),
+            },
+            x,
+            perm.iter().map(|&p| shape[p]).collect(),
+            dt,
+        )
+    };
+    push_unary(
+        out,
+        Prim::Reshape {
+            shape: target.to_vec(),
+        },
+        x,
+        target.to_vec(),
+        dt,
+    )
+}
+
 fn is_canonical_dot(p: &Prim) -> bool {
     matches!(p, Prim::DotGeneral(d) if d.lhs_contract == [2] && d.rhs_contract == [1] && d.lhs_batch == [0] && d.rhs_batch == [0])
 }
+
+/// Longest chain of ops inlined into one kernel.
+const MAX_FUSION_DEPTH: usize = 128;
 
 /// Decide which variables get buffers.
 fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
@@ -188,6 +206,22 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
         if uses[e.out.idx()] > 1 && !cheap[e.out.idx()] {
             mat[e.out.idx()] = true;
         }
+    }
+    // Bound the depth of inlined trees: the generator recurses per fused op, and one giant kernel
+    // compiles slowly anyway. A value MAX_FUSION_DEPTH ops deep is stored and fusion restarts there.
+    let mut depth = vec![0usize; g.avals.len()];
+    for e in &g.eqns {
+        let d = 1 + e
+            .inputs
+            .iter()
+            .filter(|v| !mat[v.idx()])
+            .map(|v| depth[v.idx()])
+            .max()
+            .unwrap_or(0);
+        if d >= MAX_FUSION_DEPTH && e.prim.is_fusable() {
+            mat[e.out.idx()] = true;
+        }
+        depth[e.out.idx()] = if mat[e.out.idx()] { 0 } else { d };
     }
     let _ = producers;
     mat
@@ -231,6 +265,9 @@ fn plan_steps(
                 out: e.out,
             }),
             Prim::Reduce { op, axes } => {
+                let mut axes = axes.clone();
+                axes.sort_unstable();
+                let axes = &axes;
                 let plan = wgsl::reduce_kernels(g, producers, mat, *op, e.inputs[0], axes, max_wg);
                 match plan.second {
                     None => steps.push(Step::Kernel {
@@ -322,7 +359,8 @@ pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
     // values of the same size.
     let mut slot_of: Vec<Option<usize>> = vec![None; g.avals.len()];
     let mut slot_bytes: Vec<u64> = Vec::new();
-    let bytes = |v: Var| (g.aval(v).size_bytes().max(4)) as u64;
+    // At least 16 bytes: a vec4 binding of an empty array still needs one element's room.
+    let bytes = |v: Var| (g.aval(v).size_bytes().max(16)) as u64;
     let new_slot = |slot_bytes: &mut Vec<u64>, b: u64| {
         slot_bytes.push(b);
         slot_bytes.len() - 1

@@ -240,6 +240,9 @@ impl BinaryOp {
         };
         match self {
             _ if self.is_comparison() => Ok(DType::Bool),
+            And | Or if a == DType::F32 => {
+                bad("and/or are logical (bool) or bitwise (integers); compare first, e.g. x.gt(0)")
+            }
             And | Or => Ok(a),
             Pow if a != DType::F32 => bad("cast to f32 first"),
             _ if a == DType::Bool => bad("cast the bool arrays to f32 or i32 first, or use and/or"),
@@ -332,13 +335,24 @@ impl BinaryOp {
                 format!("{f}_{}({a}, {b})", dt.wgsl())
             }
             Div => format!("({a} / {b})"),
-            Rem => format!("({a} - {b} * trunc({a} / {b}))"),
+            Rem => {
+                helpers.push(FMOD_F32);
+                format!("bfmod({a}, {b})")
+            }
             Pow => {
                 helpers.push(POW_F32);
                 format!("bpow({a}, {b})")
             }
             Max => format!("max({a}, {b})"),
             Min => format!("min({a}, {b})"),
+            Lt | Le | Gt | Ge if dt == DType::Bool => {
+                // WGSL orders only numbers: compare bools as 0/1.
+                let (a, b) = (
+                    format!("select(0u, 1u, {a})"),
+                    format!("select(0u, 1u, {b})"),
+                );
+                BinaryOp::wgsl(self, DType::U32, &a, &b, helpers)
+            }
             Eq => format!("({a} == {b})"),
             Ne => format!("({a} != {b})"),
             Lt => format!("({a} < {b})"),
@@ -372,10 +386,30 @@ fn pow_f32(x: f32, y: f32) -> f32 {
 // Integer division and remainder guarded the way WGSL defines them (x / 0 = x, x % 0 = 0),
 // written out so every backend agrees with the CPU reference.
 const INT_DIV_I32: &str = "fn bdiv_i32(a: i32, b: i32) -> i32 { if (b == 0i || (a == i32(-2147483647 - 1) && b == -1i)) { return a; } return a / b; }
-fn brem_i32(a: i32, b: i32) -> i32 { if (b == 0i || (a == i32(-2147483647 - 1) && b == -1i)) { return 0i; } return a % b; }";
+fn brem_i32(a: i32, b: i32) -> i32 { if (b == 0i || (a == i32(-2147483647 - 1) && b == -1i)) { return 0i; } return a - b * (a / b); }";
 const INT_DIV_U32: &str =
     "fn bdiv_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return a; } return a / b; }
 fn brem_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return 0u; } return a % b; }";
+// Exact C fmod: subtract y·2^k for k from the exponent gap down to 0. Each subtraction is exact
+// (t <= r < 2t, Sterbenz), unlike a - b*trunc(a/b), which loses the result when a/b rounds.
+const FMOD_F32: &str = "fn bfmod(a: f32, b: f32) -> f32 {
+    let x = abs(a);
+    let y = abs(b);
+    if (!(y > 0.0) || !(x <= 3.40282347e38) || !(y <= 3.40282347e38)) {
+        if (y > 3.40282347e38 && x <= 3.40282347e38) { return a; }
+        return bitcast<f32>(0x7fc00000u);
+    }
+    if (x < y) { return a; }
+    var k: i32 = max(i32((bitcast<u32>(x) >> 23u) & 0xffu) - i32((bitcast<u32>(y) >> 23u) & 0xffu), 0);
+    while (k > 0 && ldexp(y, k) > x) { k = k - 1; }
+    while (k < 254 && ldexp(y, k + 1) <= x) { k = k + 1; }
+    var r = x;
+    for (var j: i32 = k; j >= 0; j = j - 1) {
+        let t = ldexp(y, j);
+        if (r >= t) { r = r - t; }
+    }
+    return select(r, -r, a < 0.0);
+}";
 // WGSL's pow is only defined for x >= 0; this one follows IEEE pow for the cases users meet.
 const POW_F32: &str = "fn bpow(x: f32, y: f32) -> f32 {
     if (y == 0.0) { return 1.0; }
@@ -405,6 +439,14 @@ pub fn cast_wgsl(from: DType, to: DType, x: &str) -> String {
             Scalar::Bool(true).cast(t).wgsl_literal()
         ),
         // WGSL f32 -> u32 of a negative value saturates to 0, like Rust.
+        // Saturate like Rust `as` (NaN → 0): WGSL's own conversion clamps to the nearest f32 below
+        // the integer limit, e.g. 3e9 → 2147483520.
+        (DType::F32, DType::I32) => format!(
+            "select(select(select(i32({x}), 2147483647i, {x} >= 2147483648.0), i32(-2147483647 - 1), {x} < -2147483648.0), 0i, {x} != {x})"
+        ),
+        (DType::F32, DType::U32) => {
+            format!("select(select(u32({x}), 4294967295u, {x} >= 4294967296.0), 0u, !({x} > 0.0))")
+        }
         (_, t) => format!("{}({x})", t.wgsl()),
     }
 }

@@ -293,6 +293,10 @@ pub fn linear_wgsl(shape: &[usize], idx: &[String]) -> String {
 
 /// Per-axis indices of linear offset `lin` (a WGSL expression) in `shape`.
 pub fn unravel_wgsl(shape: &[usize], lin: &str) -> Vec<String> {
+    // An array with a zero-size axis has no elements, so this code never runs for it; treating
+    // such axes as size 1 keeps the shader free of divisions by zero that naga rejects.
+    let shape: Vec<usize> = shape.iter().map(|&d| d.max(1)).collect();
+    let shape = shape.as_slice();
     let st = strides(shape);
     (0..shape.len())
         .map(|i| {

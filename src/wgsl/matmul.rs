@@ -65,7 +65,7 @@ pub(crate) enum MatmulVariant {
 impl MatmulVariant {
     /// The variant [`matmul_kernel`] picks for this shape and element type.
     pub(crate) fn choose(k: usize, n: usize, elem: &str) -> MatmulVariant {
-        if elem == "f32" && k.is_multiple_of(4) && n.is_multiple_of(4) && n > 0 {
+        if elem == "f32" && k.is_multiple_of(4) && n.is_multiple_of(4) && n > 0 && k > 0 {
             MatmulVariant::Vec4
         } else {
             MatmulVariant::Generic

@@ -363,6 +363,10 @@ struct RedGeom {
 }
 
 fn red_geom(in_shape: &[usize], axes: &[usize]) -> RedGeom {
+    debug_assert!(
+        axes.windows(2).all(|w| w[0] < w[1]),
+        "reduction axes are sorted"
+    );
     RedGeom {
         out_shape: in_shape
             .iter()

@@ -1,0 +1,2050 @@
+//! Every primitive on every GPU device (lavapipe and llvmpipe GL), against the CPU reference.
+//!
+//! Tolerances (see `common::Tol`):
+//! - integer and bool results: exact, always;
+//! - f32 layout ops, select, casts, neg/abs/relu/sign/floor/ceil/round, min/max, comparisons: exact
+//!   (`Tol::EXACT`, only the sign of zero is ignored);
+//! - f32 add/sub/mul/div/square/rem: `Tol::ARITH`, 1e-5 relative + 1e-6 absolute (WGSL allows 2.5 ULP
+//!   for division; add/sub/mul are correctly rounded);
+//! - f32 exp/log/sqrt/rsqrt/sin/cos/tanh/sigmoid/pow: `Tol::TRANS`, 1e-5 relative + 1e-6 absolute.
+//!   WGSL only promises 3 + 2|x| ULP for exp, 3 ULP (2^-21 absolute near 1) for log and 2^-11
+//!   absolute for sin/cos; measured on lavapipe/llvmpipe: exp 3 ULP on [-3, 3] growing to 3.8e-6
+//!   relative at |x| = 88 (~4.3e-8·|x|), log 2.2e-7 absolute near 1, sin/cos/sqrt/rsqrt < 1 ULP,
+//!   tanh 1.4e-7 absolute, pow 6.3e-7 relative (details at `Tol::TRANS`);
+//! - reductions, matmul, softmax: `Tol::REDUCE` (1e-4 relative + 1e-4 absolute): f32 accumulation of up
+//!   to a few hundred terms against the f64-accumulating reference. The 100 000-element sums use
+//!   positive inputs so the relative bound is meaningful.
+
+mod common;
+
+use brigade::ops::{DotDims, Prim};
+use brigade::{Array, Aval, DType, Graph, Scalar, Tensor, select};
+use common::*;
+
+type UnaryFn = fn(&Tensor) -> Tensor;
+type BinaryFn = fn(&Tensor, &Tensor) -> Tensor;
+
+fn f32_arr(v: &[f32], shape: &[usize]) -> Array {
+    Array::from_vec(v.to_vec(), shape).unwrap()
+}
+fn i32_arr(v: &[i32], shape: &[usize]) -> Array {
+    Array::from_vec(v.to_vec(), shape).unwrap()
+}
+fn u32_arr(v: &[u32], shape: &[usize]) -> Array {
+    Array::from_vec(v.to_vec(), shape).unwrap()
+}
+fn bool_arr(v: &[bool], shape: &[usize]) -> Array {
+    Array::from_vec(v.to_vec(), shape).unwrap()
+}
+
+/// Random values with some special ones written over the first elements.
+fn with_specials(shape: &[usize], seed: u64, lo: f32, hi: f32, specials: &[f32]) -> Array {
+    let mut v = f32s(numel(shape), seed, lo, hi);
+    for (d, s) in v.iter_mut().zip(specials) {
+        *d = *s;
+    }
+    f32_arr(&v, shape)
+}
+
+fn unary(op: UnaryFn) -> impl Fn(&[Tensor]) -> Vec<Tensor> {
+    move |x: &[Tensor]| vec![op(&x[0])]
+}
+fn binary(op: BinaryFn) -> impl Fn(&[Tensor]) -> Vec<Tensor> {
+    move |x: &[Tensor]| vec![op(&x[0], &x[1])]
+}
+
+// ---- unary --------------------------------------------------------------------------------------
+
+/// Ops defined on all reals, with their tolerance.
+const UNARY_ALL_REALS: &[(&str, UnaryFn, Tol)] = &[
+    ("neg", Tensor::neg, Tol::EXACT),
+    ("abs", Tensor::abs, Tol::EXACT),
+    ("exp", Tensor::exp, Tol::TRANS),
+    ("sin", Tensor::sin, Tol::TRANS),
+    ("cos", Tensor::cos, Tol::TRANS),
+    ("tanh", Tensor::tanh, Tol::TRANS),
+    ("sigmoid", Tensor::sigmoid, Tol::TRANS),
+    ("relu", Tensor::relu, Tol::EXACT),
+    ("square", Tensor::square, Tol::ARITH),
+    ("sign", Tensor::sign, Tol::EXACT),
+    ("floor", Tensor::floor, Tol::EXACT),
+    ("ceil", Tensor::ceil, Tol::EXACT),
+    ("round", Tensor::round, Tol::EXACT),
+];
+
+/// Ops that need positive inputs.
+const UNARY_POSITIVE: &[(&str, UnaryFn, Tol)] = &[
+    ("log", Tensor::log, Tol::TRANS),
+    ("sqrt", Tensor::sqrt, Tol::TRANS),
+    ("rsqrt", Tensor::rsqrt, Tol::TRANS),
+];
+
+#[test]
+fn unary_f32_on_all_reals() {
+    let specials = [
+        0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 1.0, -1.0, 2.0, -3.0,
+    ];
+    for &(name, op, tol) in UNARY_ALL_REALS {
+        for (shape, x) in [
+            (
+                vec![4usize, 5],
+                with_specials(&[4, 5], 11, -3.0, 3.0, &specials),
+            ),
+            (vec![], rand_f32(&[], 12)),
+            (vec![1, 1], rand_f32(&[1, 1], 13)),
+            (vec![0, 3], rand_f32(&[0, 3], 14)),
+        ] {
+            eprintln!("{name} {shape:?}");
+            check_on_all(unary(op), &[x], tol);
+        }
+    }
+}
+
+#[test]
+fn unary_f32_on_positive_inputs() {
+    for &(name, op, tol) in UNARY_POSITIVE {
+        for (shape, x) in [
+            (
+                vec![4usize, 5],
+                with_specials(
+                    &[4, 5],
+                    21,
+                    0.1,
+                    4.0,
+                    &[1.0, 4.0, 0.25, 1e-3, 1e3, 12345.0, 2.0],
+                ),
+            ),
+            (vec![], rand_pos(&[], 22)),
+            (vec![0], rand_pos(&[0], 23)),
+        ] {
+            eprintln!("{name} {shape:?}");
+            check_on_all(unary(op), &[x], tol);
+        }
+    }
+}
+
+#[test]
+fn unary_f32_edge_values() {
+    // Round is half to even; floor/ceil of exact integers and of negatives; tanh and sigmoid
+    // saturate without NaN for large |x|; exp underflows to 0.
+    let x = f32_arr(
+        &[
+            0.5,
+            1.5,
+            2.5,
+            3.5,
+            -0.5,
+            -1.5,
+            -2.5,
+            0.499_999_97,
+            -0.499_999_97,
+            3.7,
+            -3.7,
+            8_388_609.0,
+            -8_388_609.0,
+            20.0,
+            -20.0,
+            100.0,
+            -100.0,
+            1e30,
+            -1e30,
+            0.0,
+        ],
+        &[20],
+    );
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].round(), t[0].floor(), t[0].ceil(), t[0].sign()],
+        std::slice::from_ref(&x),
+        Tol::EXACT,
+    );
+    assert_f32s(
+        &got[0],
+        &[
+            0.0,
+            2.0,
+            2.0,
+            4.0,
+            -0.0,
+            -2.0,
+            -2.0,
+            0.0,
+            -0.0,
+            4.0,
+            -4.0,
+            8_388_609.0,
+            -8_388_609.0,
+            20.0,
+            -20.0,
+            100.0,
+            -100.0,
+            1e30,
+            -1e30,
+            0.0,
+        ],
+        Tol::EXACT,
+        "round (host)",
+    );
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].tanh(), t[0].sigmoid()],
+        std::slice::from_ref(&x),
+        Tol::TRANS,
+    );
+    let xs = host(&x).to_vec::<f32>().unwrap();
+    assert_f32s(
+        &got[0],
+        &xs.iter().map(|v| v.tanh()).collect::<Vec<_>>(),
+        Tol::TRANS,
+        "tanh (host)",
+    );
+    assert_f32s(
+        &got[1],
+        &xs.iter()
+            .map(|v| 1.0 / (1.0 + (-v).exp()))
+            .collect::<Vec<_>>(),
+        Tol::TRANS,
+        "sigmoid (host)",
+    );
+    let e = f32_arr(&[-100.0, -80.0, -10.0, 0.0, 10.0, 80.0], &[6]);
+    check_on_all(unary(Tensor::exp), &[e], Tol::TRANS);
+    let z = f32_arr(&[0.0, 1.0, 4.0, 1e-30, 1e30], &[5]);
+    check_on_all(|t: &[Tensor]| vec![t[0].sqrt()], &[z], Tol::TRANS);
+}
+
+#[test]
+fn unary_integer_ops() {
+    let i = i32_arr(
+        &[
+            0,
+            1,
+            -1,
+            7,
+            -7,
+            46_341,
+            -46_341,
+            i32::MAX,
+            i32::MIN,
+            123,
+            -123,
+            2,
+        ],
+        &[3, 4],
+    );
+    for (name, op) in [
+        ("neg", Tensor::neg as UnaryFn),
+        ("abs", Tensor::abs),
+        ("relu", Tensor::relu),
+        ("square", Tensor::square),
+        ("sign", Tensor::sign),
+        ("not", Tensor::not),
+    ] {
+        eprintln!("i32 {name}");
+        check_on_all(unary(op), std::slice::from_ref(&i), Tol::EXACT);
+        check_on_all(unary(op), &[rand_i32(&[], 31, -9, 9)], Tol::EXACT);
+    }
+    let u = u32_arr(&[0, 1, 2, 7, 65_536, 65_537, u32::MAX, 1 << 31], &[8]);
+    for (name, op) in [
+        ("neg", Tensor::neg as UnaryFn),
+        ("abs", Tensor::abs),
+        ("relu", Tensor::relu),
+        ("square", Tensor::square),
+        ("sign", Tensor::sign),
+        ("not", Tensor::not),
+    ] {
+        eprintln!("u32 {name}");
+        check_on_all(unary(op), std::slice::from_ref(&u), Tol::EXACT);
+    }
+    let b = bool_arr(&[true, false, false, true, true], &[5]);
+    check_on_all(unary(Tensor::not), &[b], Tol::EXACT);
+    check_on_all(unary(Tensor::not), &[rand_bool(&[0, 2], 1)], Tol::EXACT);
+}
+
+#[test]
+fn float_only_unary_ops_promote_integers_to_f32() {
+    let i = i32_arr(&[1, 2, 3, 4, 9, 16], &[2, 3]);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].sqrt(), t[0].exp(), t[0].log(), t[0].floor()],
+        &[i],
+        Tol::TRANS,
+    );
+    assert!(got.iter().all(|h| h.dtype() == DType::F32));
+    assert_f32s(
+        &got[0],
+        &[1.0, std::f32::consts::SQRT_2, 3f32.sqrt(), 2.0, 3.0, 4.0],
+        Tol::TRANS,
+        "sqrt of i32",
+    );
+    let b = bool_arr(&[true, false], &[2]);
+    check_on_all(|t: &[Tensor]| vec![t[0].exp()], &[b], Tol::TRANS);
+}
+
+// ---- binary ---------------------------------------------------------------------------------------
+
+const BINARY_F32: &[(&str, BinaryFn, Tol)] = &[
+    ("add", Tensor::add, Tol::ARITH),
+    ("sub", Tensor::sub, Tol::ARITH),
+    ("mul", Tensor::mul, Tol::ARITH),
+    ("div", Tensor::div, Tol::ARITH),
+    ("max", Tensor::maximum, Tol::EXACT),
+    ("min", Tensor::minimum, Tol::EXACT),
+    ("rem", Tensor::rem, Tol::ARITH),
+    ("eq", Tensor::eq, Tol::EXACT),
+    ("ne", Tensor::ne, Tol::EXACT),
+    ("lt", Tensor::lt, Tol::EXACT),
+    ("le", Tensor::le, Tol::EXACT),
+    ("gt", Tensor::gt, Tol::EXACT),
+    ("ge", Tensor::ge, Tol::EXACT),
+];
+
+/// Shape pairs that broadcast (NumPy rules), including size-0, size-1 and rank-0 operands.
+const BROADCAST_PAIRS: &[(&[usize], &[usize])] = &[
+    (&[4, 5], &[4, 5]),
+    (&[3, 4], &[4]),
+    (&[2, 1, 3], &[4, 1]),
+    (&[], &[2, 3]),
+    (&[2, 3], &[]),
+    (&[], &[]),
+    (&[0, 3], &[1, 3]),
+    (&[5, 1], &[1, 5]),
+    (&[1], &[3, 1, 2]),
+];
+
+#[test]
+fn binary_f32_every_op() {
+    for &(name, op, tol) in BINARY_F32 {
+        eprintln!("{name}");
+        // Ties for the comparisons and min/max: equal values in a few places.
+        let mut a = f32s(12, 41, -3.0, 3.0);
+        let b = f32s(4, 42, -3.0, 3.0);
+        a[1] = b[1];
+        a[6] = b[2];
+        check_on_all(binary(op), &[f32_arr(&a, &[3, 4]), f32_arr(&b, &[4])], tol);
+        check_on_all(binary(op), &[rand_f32(&[], 43), rand_f32(&[2, 3], 44)], tol);
+    }
+}
+
+#[test]
+fn binary_f32_broadcasting_pairs() {
+    for &(a, b) in BROADCAST_PAIRS {
+        eprintln!("{a:?} {b:?}");
+        check_on_all(
+            binary(Tensor::add),
+            &[rand_f32(a, 51), rand_f32(b, 52)],
+            Tol::ARITH,
+        );
+        check_on_all(
+            |t: &[Tensor]| vec![t[0].mul(&t[1]), t[1].lt(&t[0])],
+            &[rand_f32(a, 53), rand_f32(b, 54)],
+            Tol::ARITH,
+        );
+    }
+}
+
+#[test]
+fn pow_f32() {
+    // Positive bases with any exponent.
+    check_on_all(
+        binary(Tensor::pow),
+        &[rand_pos(&[3, 4], 61), rand_f32(&[4], 62)],
+        Tol::TRANS,
+    );
+    // Negative bases: defined (with the sign of the odd power) for integer exponents, NaN otherwise;
+    // zero bases; zero exponents.
+    let base = [
+        -2.0, -2.0, -2.0, -2.0, -1.5, -3.0, 0.0, 0.0, 0.0, 2.0, -2.0, 5.0, 1.0, 0.5,
+    ];
+    let expo = [
+        3.0, 2.0, -3.0, 0.5, -2.0, 0.0, 2.0, -1.0, 0.0, 10.0, 10.0, -1.0, 1e6, 3.5,
+    ];
+    let got = check_on_all(
+        binary(Tensor::pow),
+        &[f32_arr(&base, &[14]), f32_arr(&expo, &[14])],
+        Tol::TRANS,
+    );
+    let want: Vec<f32> = base.iter().zip(&expo).map(|(b, e)| b.powf(*e)).collect();
+    assert_f32s(&got[0], &want, Tol::TRANS, "pow (host powf)");
+    // powf with a scalar exponent.
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].powf(2.0), t[0].powf(-0.5), t[0].abs().powf(1.5)],
+        &[rand_pos(&[5], 63)],
+        Tol::TRANS,
+    );
+}
+
+#[test]
+fn rem_f32_has_the_sign_of_the_dividend() {
+    let a = [7.5, -7.5, 7.5, -7.5, 1.0, -1.0, 5.25, 0.0, 3.0, -3.0];
+    let b = [2.0, 2.0, -2.0, -2.0, 3.0, 3.0, 0.5, 1.0, 1.5, 1.5];
+    let got = check_on_all(
+        binary(Tensor::rem),
+        &[f32_arr(&a, &[10]), f32_arr(&b, &[10])],
+        Tol::ARITH,
+    );
+    assert_f32s(
+        &got[0],
+        &[1.5, -1.5, 1.5, -1.5, 1.0, -1.0, 0.25, 0.0, 0.0, -0.0],
+        Tol::ARITH,
+        "rem (host)",
+    );
+}
+
+/// i32 pairs covering truncating division by negative numbers, division by zero (x / 0 = x,
+/// x % 0 = 0), i32::MIN / -1 (= MIN, remainder 0) and wrapping overflow.
+fn i32_pairs() -> (Array, Array) {
+    let a = [
+        7,
+        -7,
+        7,
+        -7,
+        0,
+        5,
+        -5,
+        i32::MIN,
+        i32::MIN,
+        i32::MAX,
+        i32::MAX,
+        i32::MIN,
+        1,
+        -1,
+        13,
+        -13,
+        100,
+        46_341,
+        6,
+        -6,
+    ];
+    let b = [
+        2, 2, -2, -2, 3, 0, 0, -1, 1, 1, -1, -1, 0, 3, 5, -5, 7, 46_341, -4, 4,
+    ];
+    (i32_arr(&a, &[4, 5]), i32_arr(&b, &[4, 5]))
+}
+
+#[test]
+fn binary_i32_every_op() {
+    let (a, b) = i32_pairs();
+    // `rem` has its own test below.
+    let ops: &[(&str, BinaryFn)] = &[
+        ("add", Tensor::add),
+        ("sub", Tensor::sub),
+        ("mul", Tensor::mul),
+        ("div", Tensor::div),
+        ("max", Tensor::maximum),
+        ("min", Tensor::minimum),
+        ("and", Tensor::and),
+        ("or", Tensor::or),
+        ("eq", Tensor::eq),
+        ("ne", Tensor::ne),
+        ("lt", Tensor::lt),
+        ("le", Tensor::le),
+        ("gt", Tensor::gt),
+        ("ge", Tensor::ge),
+    ];
+    for &(name, op) in ops {
+        eprintln!("i32 {name}");
+        check_on_all(binary(op), &[a.clone(), b.clone()], Tol::EXACT);
+        // Broadcast a row of divisors (negative, zero) against a random matrix.
+        check_on_all(
+            binary(op),
+            &[
+                rand_i32(&[3, 4], 71, -50, 50),
+                i32_arr(&[-3, 0, 2, -1], &[4]),
+            ],
+            Tol::EXACT,
+        );
+    }
+    // The division rules, spelled out: truncation toward zero, x / 0 = x, MIN / -1 = MIN.
+    let got = check_on_all(|t: &[Tensor]| vec![t[0].div(&t[1])], &[a, b], Tol::EXACT);
+    assert_eq!(
+        got[0].to_vec::<i32>().unwrap(),
+        vec![
+            3,
+            -3,
+            -3,
+            3,
+            0,
+            5,
+            -5,
+            i32::MIN,
+            i32::MIN,
+            i32::MAX,
+            -i32::MAX,
+            i32::MIN,
+            1,
+            0,
+            2,
+            2,
+            14,
+            1,
+            -1,
+            -1
+        ]
+    );
+}
+
+#[test]
+fn rem_i32_has_the_sign_of_the_dividend() {
+    // lax.rem / C: -7 % 2 = -1, 7 % -2 = 1; x % 0 = 0; MIN % -1 = 0.
+    let (a, b) = i32_pairs();
+    let got = check_on_all(|t: &[Tensor]| vec![t[0].rem(&t[1])], &[a, b], Tol::EXACT);
+    assert_eq!(
+        got[0].to_vec::<i32>().unwrap(),
+        vec![
+            1, -1, 1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 3, -3, 2, 0, 2, -2
+        ]
+    );
+    check_on_all(
+        binary(Tensor::rem),
+        &[
+            rand_i32(&[3, 4], 72, -50, 50),
+            i32_arr(&[-3, 0, 2, -1], &[4]),
+        ],
+        Tol::EXACT,
+    );
+    let got = check_on_all(
+        |t: &[Tensor]| vec![&t[0] % 4.0],
+        &[i32_arr(&[7, -7, 9, 0], &[4])],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].to_vec::<i32>().unwrap(), vec![3, -3, 1, 0]);
+}
+
+#[test]
+fn binary_u32_every_op() {
+    let a = u32_arr(
+        &[7, 0, 5, u32::MAX, u32::MAX, 1 << 31, 100, 3, 65_536, 9],
+        &[10],
+    );
+    let b = u32_arr(&[2, 3, 0, 1, 2, 1 << 31, 7, 0, 65_536, 10], &[10]);
+    let ops: &[(&str, BinaryFn)] = &[
+        ("add", Tensor::add),
+        ("sub", Tensor::sub),
+        ("mul", Tensor::mul),
+        ("div", Tensor::div),
+        ("rem", Tensor::rem),
+        ("max", Tensor::maximum),
+        ("min", Tensor::minimum),
+        ("and", Tensor::and),
+        ("or", Tensor::or),
+        ("eq", Tensor::eq),
+        ("ne", Tensor::ne),
+        ("lt", Tensor::lt),
+        ("le", Tensor::le),
+        ("gt", Tensor::gt),
+        ("ge", Tensor::ge),
+    ];
+    for &(name, op) in ops {
+        eprintln!("u32 {name}");
+        check_on_all(binary(op), &[a.clone(), b.clone()], Tol::EXACT);
+    }
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].div(&t[1]), t[0].rem(&t[1]), t[1].sub(&t[0])],
+        &[a, b],
+        Tol::EXACT,
+    );
+    assert_eq!(
+        got[0].to_vec::<u32>().unwrap(),
+        vec![3, 0, 5, u32::MAX, u32::MAX / 2, 1, 14, 3, 1, 0]
+    );
+    assert_eq!(
+        got[1].to_vec::<u32>().unwrap(),
+        vec![1, 0, 0, 0, 1, 0, 2, 0, 0, 9]
+    );
+}
+
+#[test]
+fn binary_bool_logic_and_equality() {
+    let a = bool_arr(&[true, true, false, false], &[4]);
+    let b = bool_arr(&[true, false, true, false], &[4]);
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].and(&t[1]),
+                t[0].or(&t[1]),
+                t[0].eq(&t[1]),
+                t[0].ne(&t[1]),
+            ]
+        },
+        &[a, b],
+        Tol::EXACT,
+    );
+    assert_eq!(
+        got[0].to_vec::<bool>().unwrap(),
+        vec![true, false, false, false]
+    );
+    assert_eq!(
+        got[1].to_vec::<bool>().unwrap(),
+        vec![true, true, true, false]
+    );
+    check_on_all(
+        binary(Tensor::and),
+        &[rand_bool(&[2, 3], 81), rand_bool(&[3], 82)],
+        Tol::EXACT,
+    );
+}
+
+#[test]
+fn binary_bool_ordering() {
+    // Comparisons are defined for every dtype (false < true, as in NumPy and the reference).
+    let a = bool_arr(&[true, true, false, false], &[4]);
+    let b = bool_arr(&[true, false, true, false], &[4]);
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].lt(&t[1]),
+                t[0].le(&t[1]),
+                t[0].gt(&t[1]),
+                t[0].ge(&t[1]),
+            ]
+        },
+        &[a, b],
+        Tol::EXACT,
+    );
+    assert_eq!(
+        got[0].to_vec::<bool>().unwrap(),
+        vec![false, false, true, false]
+    );
+}
+
+#[test]
+fn scalar_operands_take_the_tensor_dtype() {
+    let x = rand_f32(&[2, 3], 91);
+    check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                &t[0] + 2.0,
+                2.0 - &t[0],
+                &t[0] * -1.5,
+                &t[0] / 4.0,
+                3.0 / &t[0],
+                &t[0] % 1.25,
+                -&t[0],
+            ]
+        },
+        &[x],
+        Tol::ARITH,
+    );
+    // With an integer tensor the literal becomes an i32 (JAX's weak typing): 7 / 2 = 3.
+    let i = i32_arr(&[7, -7, 9, 0], &[4]);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![&t[0] / 2.0, &t[0] * 3.0, 10.0 - &t[0]],
+        &[i],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].dtype(), DType::I32);
+    assert_eq!(got[0].to_vec::<i32>().unwrap(), vec![3, -3, 4, 0]);
+    assert_eq!(got[2].to_vec::<i32>().unwrap(), vec![3, 17, 1, 10]);
+}
+
+// ---- select -------------------------------------------------------------------------------------
+
+#[test]
+fn select_and_where_broadcast() {
+    // Predicate computed in the kernel, scalars on either side.
+    check_on_all(
+        |t: &[Tensor]| {
+            vec![select(
+                &t[0].gt(&Tensor::scalar(0.0f32)),
+                &t[0],
+                &Tensor::scalar(-1.0f32),
+            )]
+        },
+        &[rand_f32(&[3, 4], 101)],
+        Tol::EXACT,
+    );
+    // Broadcast predicate (4,), on_true (3,4), on_false (3,1).
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].where_(&t[1], &t[2])],
+        &[
+            rand_bool(&[4], 102),
+            rand_f32(&[3, 4], 103),
+            rand_f32(&[3, 1], 104),
+        ],
+        Tol::EXACT,
+    );
+    // Every dtype as values, a rank-0 predicate and size-0 operands.
+    for dt in [DType::I32, DType::U32, DType::Bool, DType::F32] {
+        check_on_all(
+            |t: &[Tensor]| vec![select(&t[0], &t[1], &t[2])],
+            &[
+                rand_bool(&[2, 3], 105),
+                rand_of(dt, &[2, 3], 106),
+                rand_of(dt, &[3], 107),
+            ],
+            Tol::EXACT,
+        );
+    }
+    check_on_all(
+        |t: &[Tensor]| vec![select(&t[0], &t[1], &t[2])],
+        &[rand_bool(&[], 108), rand_f32(&[2], 109), rand_f32(&[], 110)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![select(&t[0], &t[1], &t[2])],
+        &[
+            rand_bool(&[0, 2], 111),
+            rand_f32(&[2], 112),
+            rand_f32(&[1], 113),
+        ],
+        Tol::EXACT,
+    );
+}
+
+// ---- casts --------------------------------------------------------------------------------------
+
+const DTYPES: [DType; 4] = [DType::F32, DType::I32, DType::U32, DType::Bool];
+
+/// Inputs where every conversion is well defined (floats in the range of both integer types, not
+/// too large to be exact in f32 after the round trip).
+fn cast_input(dt: DType) -> Array {
+    match dt {
+        DType::F32 => f32_arr(
+            &[
+                0.0,
+                0.3,
+                1.0,
+                1.7,
+                2.5,
+                99.99,
+                65_535.9,
+                1_000_000.5,
+                7.0,
+                3.0,
+            ],
+            &[2, 5],
+        ),
+        DType::I32 => i32_arr(
+            &[0, 1, 2, 7, 100, 65_536, 1_000_000, 16_777_216, 5, 3],
+            &[2, 5],
+        ),
+        DType::U32 => u32_arr(
+            &[0, 1, 2, 7, 100, 65_536, 1_000_000, 16_777_216, 5, 3],
+            &[2, 5],
+        ),
+        DType::Bool => bool_arr(
+            &[
+                true, false, true, true, false, false, true, false, true, true,
+            ],
+            &[2, 5],
+        ),
+    }
+}
+
+#[test]
+fn cast_between_every_pair_of_dtypes() {
+    for from in DTYPES {
+        for to in DTYPES {
+            eprintln!("{from} -> {to}");
+            let got = check_on_all(
+                move |t: &[Tensor]| vec![t[0].cast(to)],
+                &[cast_input(from)],
+                Tol::EXACT,
+            );
+            assert_eq!(got[0].dtype(), to);
+            // Fused after a computation, and on a rank-0 value.
+            check_on_all(
+                move |t: &[Tensor]| vec![t[0].abs().cast(to)],
+                &[rand_of(
+                    if from == DType::Bool {
+                        DType::F32
+                    } else {
+                        from
+                    },
+                    &[],
+                    121,
+                )],
+                Tol::EXACT,
+            );
+        }
+    }
+    // Negative values: f32 -> i32 truncates toward zero; i32 -> u32 wraps; i32 -> bool is != 0.
+    let f = f32_arr(&[-0.5, -1.5, -2.7, -100.9, 3.9, -0.0], &[6]);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].cast(DType::I32), t[0].cast(DType::Bool)],
+        &[f],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].to_vec::<i32>().unwrap(), vec![0, -1, -2, -100, 3, 0]);
+    assert_eq!(
+        got[1].to_vec::<bool>().unwrap(),
+        vec![true, true, true, true, true, false]
+    );
+    let i = i32_arr(&[-1, -2, i32::MIN, i32::MAX, 0], &[5]);
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].cast(DType::U32),
+                t[0].cast(DType::F32),
+                t[0].cast(DType::Bool),
+            ]
+        },
+        &[i],
+        Tol::EXACT,
+    );
+    assert_eq!(
+        got[0].to_vec::<u32>().unwrap(),
+        vec![u32::MAX, u32::MAX - 1, 1 << 31, (1 << 31) - 1, 0]
+    );
+    let u = u32_arr(&[u32::MAX, 1 << 31, 0, 12], &[4]);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].cast(DType::I32), t[0].cast(DType::F32)],
+        &[u],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].to_vec::<i32>().unwrap(), vec![-1, i32::MIN, 0, 12]);
+}
+
+/// Out-of-range floats: "float → int truncates toward zero and saturates" (Tensor::cast), like
+/// Rust's `as` and the reference: 3e9 → i32::MAX, 5e9 → u32::MAX, -3e9 → i32::MIN, -1 → 0u.
+fn saturation_inputs() -> Array {
+    f32_arr(
+        &[
+            3e9,
+            -3e9,
+            1e20,
+            -1e20,
+            2_147_483_520.0,
+            2_147_483_648.0,
+            4_294_967_040.0,
+            4_294_967_296.0,
+            5e9,
+            -1.0,
+        ],
+        &[10],
+    )
+}
+
+#[test]
+fn cast_f32_to_i32_saturates() {
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].cast(DType::I32)],
+        &[saturation_inputs()],
+        Tol::EXACT,
+    );
+    assert_eq!(
+        got[0].to_vec::<i32>().unwrap(),
+        vec![
+            i32::MAX,
+            i32::MIN,
+            i32::MAX,
+            i32::MIN,
+            2_147_483_520,
+            i32::MAX,
+            i32::MAX,
+            i32::MAX,
+            i32::MAX,
+            -1
+        ]
+    );
+}
+
+#[test]
+fn cast_f32_to_u32_saturates() {
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].cast(DType::U32)],
+        &[saturation_inputs()],
+        Tol::EXACT,
+    );
+    assert_eq!(
+        got[0].to_vec::<u32>().unwrap(),
+        vec![
+            3_000_000_000,
+            0,
+            u32::MAX,
+            0,
+            2_147_483_520,
+            2_147_483_648,
+            4_294_967_040,
+            u32::MAX,
+            u32::MAX,
+            0
+        ]
+    );
+}
+
+#[test]
+fn cast_int_to_float_rounds_to_nearest_even() {
+    let i = i32_arr(
+        &[
+            16_777_217,
+            16_777_219,
+            -16_777_217,
+            i32::MAX,
+            i32::MIN,
+            33_554_435,
+        ],
+        &[6],
+    );
+    let got = check_on_all(|t: &[Tensor]| vec![t[0].cast(DType::F32)], &[i], Tol::EXACT);
+    assert_f32s(
+        &got[0],
+        &[
+            16_777_216.0,
+            16_777_220.0,
+            -16_777_216.0,
+            2_147_483_648.0,
+            -2_147_483_648.0,
+            33_554_436.0,
+        ],
+        Tol::EXACT,
+        "i32 -> f32",
+    );
+}
+
+// ---- constants ----------------------------------------------------------------------------------
+
+#[test]
+fn constants_full_zeros_ones_arange_iota() {
+    // Built on the host, then combined with device data inside a jitted function.
+    let x = rand_f32(&[2, 3], 131);
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                &t[0] + &Tensor::full(2.5f32, &[2, 3]),
+                &t[0] * &Tensor::ones(&[3], DType::F32),
+                t[0].add(&Tensor::zeros(&[2, 1], DType::F32)),
+                t[0].add(&Tensor::iota(DType::F32, &[2, 3], 0)),
+                t[0].add(&Tensor::iota(DType::F32, &[2, 3], 1)),
+                Tensor::arange(5).add(&Tensor::full(1i32, &[])),
+                Tensor::full(7u32, &[2, 2]),
+                Tensor::full(true, &[3]).and(
+                    &t[0]
+                        .gt(&Tensor::scalar(0.0f32))
+                        .slice(&[0, 0], &[1, 3], None)
+                        .reshape(&[3]),
+                ),
+                Tensor::scalar(4.0f32),
+            ]
+        },
+        std::slice::from_ref(&x),
+        Tol::ARITH,
+    );
+    let xs = host(&x).to_vec::<f32>().unwrap();
+    assert_f32s(
+        &got[3],
+        &xs.iter()
+            .enumerate()
+            .map(|(i, v)| v + (i / 3) as f32)
+            .collect::<Vec<_>>(),
+        Tol::ARITH,
+        "x + iota axis 0",
+    );
+    assert_f32s(
+        &got[4],
+        &xs.iter()
+            .enumerate()
+            .map(|(i, v)| v + (i % 3) as f32)
+            .collect::<Vec<_>>(),
+        Tol::ARITH,
+        "x + iota axis 1",
+    );
+    assert_eq!(got[5].to_vec::<i32>().unwrap(), vec![1, 2, 3, 4, 5]);
+    assert_eq!(got[6].to_vec::<u32>().unwrap(), vec![7; 4]);
+    assert_eq!(got[8].shape, Vec::<usize>::new());
+    // The host values themselves.
+    assert_eq!(Tensor::arange(4).to_vec::<i32>().unwrap(), vec![0, 1, 2, 3]);
+    assert_eq!(
+        Tensor::iota(DType::U32, &[2, 3], 1)
+            .to_vec::<u32>()
+            .unwrap(),
+        vec![0, 1, 2, 0, 1, 2]
+    );
+    assert_eq!(
+        Tensor::zeros(&[2], DType::Bool).to_vec::<bool>().unwrap(),
+        vec![false, false]
+    );
+    assert_eq!(
+        Tensor::ones(&[2], DType::I32).to_vec::<i32>().unwrap(),
+        vec![1, 1]
+    );
+    assert_eq!(Tensor::full(1.5f32, &[0, 3]).shape(), &[0, 3]);
+}
+
+#[test]
+fn full_and_iota_primitives_on_the_device() {
+    // A graph with `full` and `iota` equations (user code gets them folded to host constants; lowering
+    // and the kernels must still handle them): out = iota(axis) + full, per dtype.
+    for dt in [DType::F32, DType::I32, DType::U32] {
+        for (shape, axis) in [
+            (vec![3usize, 4], 0usize),
+            (vec![3, 4], 1),
+            (vec![2, 1, 5], 2),
+            (vec![0, 3], 1),
+        ] {
+            let mut g = Graph::default();
+            let io = g.new_var(Aval::new(shape.clone(), dt));
+            let fu = g.new_var(Aval::new(shape.clone(), dt));
+            let out = g.new_var(Aval::new(shape.clone(), dt));
+            let cmp = g.new_var(Aval::new(shape.clone(), DType::Bool));
+            let iota_b = g.new_var(Aval::new(shape.clone(), DType::Bool));
+            let push = |g: &mut Graph, prim: Prim, inputs: Vec<brigade::Var>, out: brigade::Var| {
+                g.eqns
+                    .push(brigade::trace::graph::Eqn { prim, inputs, out })
+            };
+            push(
+                &mut g,
+                Prim::Iota {
+                    dtype: dt,
+                    shape: shape.clone(),
+                    axis,
+                },
+                vec![],
+                io,
+            );
+            push(
+                &mut g,
+                Prim::Full {
+                    value: Scalar::F32(3.0).cast(dt),
+                    shape: shape.clone(),
+                },
+                vec![],
+                fu,
+            );
+            push(
+                &mut g,
+                Prim::Binary(brigade::ops::BinaryOp::Add),
+                vec![io, fu],
+                out,
+            );
+            push(
+                &mut g,
+                Prim::Binary(brigade::ops::BinaryOp::Lt),
+                vec![io, fu],
+                cmp,
+            );
+            push(
+                &mut g,
+                Prim::Iota {
+                    dtype: DType::Bool,
+                    shape: shape.clone(),
+                    axis,
+                },
+                vec![],
+                iota_b,
+            );
+            g.outputs = vec![out, cmp, iota_b, fu];
+            let want = brigade::reference::eval_graph(&g, &[]).unwrap();
+            for dev in gpu_devices() {
+                let p = brigade::lower::lower(&g, dev.limits())
+                    .unwrap_or_else(|e| panic!("lowering {g}: {e}"));
+                let got = run_program(&dev, &p, &[]);
+                for (k, (o, w)) in got.iter().zip(&want).enumerate() {
+                    assert_close(
+                        o,
+                        w,
+                        Tol::EXACT,
+                        &format!("on {}: output {k} of\n{g}", dev.name()),
+                    );
+                }
+            }
+        }
+    }
+}
+
+// ---- reductions ---------------------------------------------------------------------------------
+
+#[test]
+fn reductions_over_axes() {
+    let x = rand_f32(&[3, 4, 5], 141);
+    let axes_cases: Vec<(brigade::Axes, bool)> = vec![
+        (0i64.into(), false),
+        (1i64.into(), true),
+        ((-1i64).into(), false),
+        ((-3i64).into(), true),
+        ([0i64, 2].into(), false),
+        ([1i64, 2].into(), true),
+        ([0i64, 1, 2].into(), false),
+        (brigade::Axes::All, true),
+        (brigade::Axes::All, false),
+    ];
+    for (axes, keep) in axes_cases {
+        eprintln!("{axes:?} keepdims={keep}");
+        let a = axes.clone();
+        check_on_all(
+            move |t: &[Tensor]| {
+                vec![
+                    t[0].sum(a.clone(), keep),
+                    t[0].mean(a.clone(), keep),
+                    t[0].max(a.clone(), keep),
+                    t[0].min(a.clone(), keep),
+                ]
+            },
+            std::slice::from_ref(&x),
+            Tol::REDUCE,
+        );
+        // Products of values near 1 stay in range.
+        let a = axes.clone();
+        check_on_all(
+            move |t: &[Tensor]| vec![t[0].prod(a.clone(), keep)],
+            &[rand_f32_in(&[3, 4, 5], 142, 0.5, 1.5)],
+            Tol::REDUCE,
+        );
+    }
+    // keepdims shapes.
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].sum(1i64, true),
+                t[0].sum([0i64, 2], false),
+                t[0].sum_all(),
+            ]
+        },
+        std::slice::from_ref(&x),
+        Tol::REDUCE,
+    );
+    assert_eq!(got[0].shape, vec![3, 1, 5]);
+    assert_eq!(got[1].shape, vec![4]);
+    assert_eq!(got[2].shape, Vec::<usize>::new());
+}
+
+#[test]
+fn reductions_of_integers_bools_and_edge_shapes() {
+    for (dt, x) in [
+        (DType::I32, rand_i32(&[4, 6], 151, -1000, 1000)),
+        (DType::U32, rand_u32(&[4, 6], 152, 0, 5000)),
+    ] {
+        eprintln!("{dt}");
+        check_on_all(
+            |t: &[Tensor]| {
+                vec![
+                    t[0].sum(0i64, false),
+                    t[0].max(1i64, false),
+                    t[0].min(-1i64, true),
+                    t[0].sum_all(),
+                    t[0].mean(1i64, false),
+                ]
+            },
+            std::slice::from_ref(&x),
+            Tol::REDUCE,
+        );
+        // Products wrap around like the device's 32-bit integers.
+        check_on_all(
+            |t: &[Tensor]| vec![t[0].prod(1i64, false)],
+            std::slice::from_ref(&x),
+            Tol::EXACT,
+        );
+    }
+    // Sums of bools count them (as i32).
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].sum(1i64, false), t[0].sum_all()],
+        &[bool_arr(&[true, false, true, true, true, false], &[2, 3])],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].to_vec::<i32>().unwrap(), vec![2, 2]);
+    assert_eq!(got[1].to_vec::<i32>().unwrap(), vec![4]);
+    // Size-0 reductions give the identity; reducing a size-1 axis is a copy; rank-0 sums.
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].sum(1i64, false),
+                t[0].prod(1i64, false),
+                t[0].max(1i64, false),
+                t[0].min(1i64, true),
+                t[0].sum(0i64, false),
+            ]
+        },
+        &[rand_f32(&[3, 0], 153)],
+        Tol::EXACT,
+    );
+    assert_f32s(&got[0], &[0.0; 3], Tol::EXACT, "sum over empty axis");
+    assert_f32s(&got[1], &[1.0; 3], Tol::EXACT, "prod over empty axis");
+    assert_f32s(
+        &got[2],
+        &[f32::NEG_INFINITY; 3],
+        Tol::EXACT,
+        "max over empty axis",
+    );
+    assert_eq!(got[4].shape, vec![0]);
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].sum(1i64, false), t[0].max(0i64, true)],
+        &[rand_f32(&[4, 1], 154)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].sum_all(), t[0].max(brigade::Axes::All, true)],
+        &[rand_f32(&[], 155)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].max(0i64, false), t[0].min(0i64, false)],
+        &[rand_i32(&[0, 2], 156, -5, 5)],
+        Tol::EXACT,
+    );
+}
+
+#[test]
+fn reduction_with_elementwise_prologue() {
+    check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                (&t[0] * &t[1] + 1.0).exp().sum(1i64, false),
+                (&t[0] - &t[1]).abs().max(0i64, true),
+                t[0].t().sum(0i64, false),
+            ]
+        },
+        &[rand_f32(&[4, 6], 161), rand_f32(&[6], 162)],
+        Tol::REDUCE,
+    );
+}
+
+#[test]
+fn argmax_argmin_with_ties() {
+    // Ties keep the first index.
+    let x = f32_arr(
+        &[
+            1.0, 3.0, 3.0, -2.0, -2.0, 0.0, 5.0, 5.0, 5.0, 5.0, -1.0, -1.0,
+        ],
+        &[3, 4],
+    );
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].argmax(1, false),
+                t[0].argmin(1, false),
+                t[0].argmax(0, true),
+                t[0].argmin(-2, false),
+                t[0].argmax(-1, true),
+            ]
+        },
+        std::slice::from_ref(&x),
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].to_vec::<i32>().unwrap(), vec![1, 2, 0]);
+    assert_eq!(got[1].to_vec::<i32>().unwrap(), vec![3, 0, 2]);
+    assert_eq!(got[2].shape, vec![1, 4]);
+    assert_eq!(got[2].dtype(), DType::I32);
+    let all_equal = f32_arr(&[2.0; 6], &[2, 3]);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].argmax(1, false), t[0].argmin(0, false)],
+        &[all_equal],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].to_vec::<i32>().unwrap(), vec![0, 0]);
+    for dt in [DType::I32, DType::U32] {
+        check_on_all(
+            |t: &[Tensor]| vec![t[0].argmax(0, false), t[0].argmin(2, false)],
+            &[rand_of(dt, &[3, 2, 5], 171)],
+            Tol::EXACT,
+        );
+    }
+    // With a fused prologue, over a size-1 axis, and of a 1-D array (rank-0 result).
+    check_on_all(
+        |t: &[Tensor]| vec![(&t[0] * -1.0).argmax(1, false), t[0].argmax(0, false)],
+        &[rand_f32(&[1, 7], 172)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].argmin(0, false)],
+        &[rand_f32(&[9], 173)],
+        Tol::EXACT,
+    );
+}
+
+#[test]
+fn long_reductions_use_the_cooperative_kernel() {
+    // 100 000 elements to one output: several workgroups per output, then a second pass.
+    let n = 100_000;
+    let x = rand_pos(&[n], 181);
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].sum_all(),
+                t[0].max(0i64, false),
+                t[0].min(0i64, false),
+                t[0].mean_all(),
+            ]
+        },
+        std::slice::from_ref(&x),
+        Tol::REDUCE,
+    );
+    let xs = host(&x).to_vec::<f32>().unwrap();
+    let s: f64 = xs.iter().map(|&v| v as f64).sum();
+    assert_f32s(&got[0], &[s as f32], Tol::REDUCE, "sum (host)");
+    // Integers: exact, whatever the order of the partial sums.
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].sum_all(), t[0].max(0i64, false)],
+        &[rand_i32(&[n], 182, -1000, 1000)],
+        Tol::EXACT,
+    );
+    // Three long rows (two parts each), with a prologue; a long column reduction over a strided axis.
+    check_on_all(
+        |t: &[Tensor]| vec![(&t[0] * 0.5).sum(1i64, false)],
+        &[rand_pos(&[3, 40_000], 183)],
+        Tol::REDUCE,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].sum(0i64, false), t[0].min(0i64, true)],
+        &[rand_pos(&[5000, 3], 184)],
+        Tol::REDUCE,
+    );
+    // Just above the cooperative threshold with one part.
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].sum_all(), t[0].prod(0i64, false)],
+        &[rand_f32_in(&[4096], 185, 0.999, 1.001)],
+        Tol::REDUCE,
+    );
+}
+
+// ---- matmul -------------------------------------------------------------------------------------
+
+fn mm(a: &[usize], b: &[usize], seed: u64) {
+    eprintln!("matmul {a:?} @ {b:?}");
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[
+            rand_f32_in(a, seed, -1.0, 1.0),
+            rand_f32_in(b, seed + 1, -1.0, 1.0),
+        ],
+        Tol::REDUCE,
+    );
+}
+
+#[test]
+fn matmul_2d() {
+    mm(&[3, 5], &[5, 7], 191);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[
+            f32_arr(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]),
+            f32_arr(&[1.0, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2]),
+        ],
+        Tol::EXACT,
+    );
+    assert_f32s(
+        &got[0],
+        &[4.0, 5.0, 10.0, 11.0],
+        Tol::EXACT,
+        "small matmul (host)",
+    );
+}
+
+#[test]
+fn matmul_vectors() {
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[rand_f32(&[5], 201), rand_f32(&[5, 3], 202)],
+        Tol::REDUCE,
+    );
+    assert_eq!(got[0].shape, vec![3]);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[rand_f32(&[3, 5], 203), rand_f32(&[5], 204)],
+        Tol::REDUCE,
+    );
+    assert_eq!(got[0].shape, vec![3]);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[rand_f32(&[5], 205), rand_f32(&[5], 206)],
+        Tol::REDUCE,
+    );
+    assert_eq!(got[0].shape, Vec::<usize>::new());
+}
+
+#[test]
+fn matmul_batched_and_broadcast_batch() {
+    mm(&[2, 3, 5], &[2, 5, 4], 211);
+    mm(&[2, 3, 5], &[5, 4], 213);
+    mm(&[3, 5], &[2, 5, 4], 215);
+    mm(&[2, 1, 3, 5], &[4, 5, 7], 217);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[rand_f32(&[2, 1, 3, 5], 219), rand_f32(&[4, 5, 7], 220)],
+        Tol::REDUCE,
+    );
+    assert_eq!(got[0].shape, vec![2, 4, 3, 7]);
+}
+
+#[test]
+fn matmul_odd_sizes() {
+    let sizes = [
+        (1, 1, 1),
+        (1, 33, 1),
+        (3, 5, 7),
+        (7, 3, 5),
+        (33, 7, 1),
+        (5, 33, 3),
+        (1, 7, 33),
+        (33, 33, 33),
+    ];
+    for (i, &(m, k, n)) in sizes.iter().enumerate() {
+        mm(&[m, k], &[k, n], 230 + 2 * i as u64);
+    }
+}
+
+#[test]
+fn matmul_128x256x64() {
+    mm(&[128, 256], &[256, 64], 251);
+}
+
+#[test]
+fn matmul_with_empty_contraction_or_rows() {
+    // m = 0 gives an empty result; k = 0 gives zeros (generic and vec4-shaped n).
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[rand_f32(&[0, 3], 263), rand_f32(&[3, 4], 264)],
+        Tol::EXACT,
+    );
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[rand_f32(&[3, 0], 265), rand_f32(&[0, 3], 266)],
+        Tol::EXACT,
+    );
+    assert_f32s(&got[0], &[0.0; 9], Tol::EXACT, "k = 0, n = 3");
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[rand_f32(&[3, 0], 261), rand_f32(&[0, 4], 262)],
+        Tol::EXACT,
+    );
+    assert_f32s(&got[0], &[0.0; 12], Tol::EXACT, "k = 0, n = 4");
+}
+
+#[test]
+fn matmul_integer() {
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[rand_i32(&[4, 6], 265, -9, 9), rand_i32(&[6, 5], 266, -9, 9)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[
+            rand_u32(&[2, 3, 5], 267, 0, 9),
+            rand_u32(&[5, 2], 268, 0, 9),
+        ],
+        Tol::EXACT,
+    );
+}
+
+#[test]
+fn matmul_inside_a_fused_program() {
+    check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                ((&t[0] * 2.0).matmul(&t[1].t()) + &t[2])
+                    .relu()
+                    .sum(1i64, false),
+            ]
+        },
+        &[
+            rand_f32(&[4, 6], 271),
+            rand_f32(&[5, 6], 272),
+            rand_f32(&[5], 273),
+        ],
+        Tol::REDUCE,
+    );
+}
+
+#[test]
+fn dot_general_with_explicit_dimensions() {
+    // Batch on a middle axis: (3, 2, 5) x (5, 2, 4) -> (2, 3, 4).
+    let d = DotDims {
+        lhs_contract: vec![2],
+        rhs_contract: vec![0],
+        lhs_batch: vec![1],
+        rhs_batch: vec![1],
+    };
+    let got = check_on_all(
+        move |t: &[Tensor]| vec![t[0].dot_general(&t[1], d.clone())],
+        &[rand_f32(&[3, 2, 5], 281), rand_f32(&[5, 2, 4], 282)],
+        Tol::REDUCE,
+    );
+    assert_eq!(got[0].shape, vec![2, 3, 4]);
+    // Two contracting axes, no batch: (2, 3, 4) x (3, 4, 5) -> (2, 5).
+    let d = DotDims {
+        lhs_contract: vec![1, 2],
+        rhs_contract: vec![0, 1],
+        lhs_batch: vec![],
+        rhs_batch: vec![],
+    };
+    let got = check_on_all(
+        move |t: &[Tensor]| vec![t[0].dot_general(&t[1], d.clone())],
+        &[rand_f32(&[2, 3, 4], 283), rand_f32(&[3, 4, 5], 284)],
+        Tol::REDUCE,
+    );
+    assert_eq!(got[0].shape, vec![2, 5]);
+    // Contract the first axis of both (x^T y) and an outer product (no contraction).
+    let d = DotDims {
+        lhs_contract: vec![0],
+        rhs_contract: vec![0],
+        lhs_batch: vec![],
+        rhs_batch: vec![],
+    };
+    check_on_all(
+        move |t: &[Tensor]| vec![t[0].dot_general(&t[1], d.clone())],
+        &[rand_f32(&[6, 3], 285), rand_f32(&[6, 4], 286)],
+        Tol::REDUCE,
+    );
+    let d = DotDims {
+        lhs_contract: vec![],
+        rhs_contract: vec![],
+        lhs_batch: vec![],
+        rhs_batch: vec![],
+    };
+    let got = check_on_all(
+        move |t: &[Tensor]| vec![t[0].dot_general(&t[1], d.clone())],
+        &[rand_f32(&[3], 287), rand_f32(&[4], 288)],
+        Tol::ARITH,
+    );
+    assert_eq!(got[0].shape, vec![3, 4]);
+}
+
+// ---- layout -------------------------------------------------------------------------------------
+
+#[test]
+fn transpose_permutations() {
+    let x = rand_f32(&[2, 3, 4], 291);
+    for perm in [
+        [0usize, 1, 2],
+        [2, 1, 0],
+        [1, 0, 2],
+        [0, 2, 1],
+        [2, 0, 1],
+        [1, 2, 0],
+    ] {
+        eprintln!("{perm:?}");
+        let got = check_on_all(
+            move |t: &[Tensor]| vec![t[0].transpose(&perm)],
+            std::slice::from_ref(&x),
+            Tol::EXACT,
+        );
+        assert_eq!(
+            got[0].shape,
+            perm.iter().map(|&p| [2, 3, 4][p]).collect::<Vec<_>>()
+        );
+    }
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].transpose(&[3, 1, 0, 2])],
+        &[rand_i32(&[2, 1, 3, 2], 292, -9, 9)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].t(), (&t[0] + 1.0).t()],
+        &[rand_f32(&[3, 5], 293)],
+        Tol::ARITH,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].t()],
+        &[rand_bool(&[4, 3], 294)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].t(), t[0].transpose(&[])],
+        &[rand_f32(&[], 295)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].transpose(&[1, 0])],
+        &[rand_f32(&[3, 0], 296)],
+        Tol::EXACT,
+    );
+}
+
+#[test]
+fn reshape_including_inferred_axis() {
+    let x = rand_f32(&[2, 3, 4], 301);
+    for shape in [
+        vec![4i64, 6],
+        vec![-1],
+        vec![3, -1],
+        vec![2, -1, 2],
+        vec![24, 1, 1],
+        vec![1, 2, 12],
+    ] {
+        eprintln!("{shape:?}");
+        let s = shape.clone();
+        let got = check_on_all(
+            move |t: &[Tensor]| vec![t[0].reshape(&s)],
+            std::slice::from_ref(&x),
+            Tol::EXACT,
+        );
+        assert_eq!(got[0].len(), 24);
+    }
+    // Reshape of a transposed (non-contiguous) and of a computed value.
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].t().reshape(&[-1]), (&t[0] * 2.0).reshape(&[5, 3]).t()],
+        &[rand_f32(&[3, 5], 302)],
+        Tol::ARITH,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].reshape(&[3, 0]), t[0].reshape(&[0])],
+        &[rand_f32(&[0, 3], 303)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].reshape(&[1, 1]), t[0].reshape(&[-1])],
+        &[rand_i32(&[], 304, -5, 5)],
+        Tol::EXACT,
+    );
+}
+
+#[test]
+fn broadcast_expand_squeeze() {
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].broadcast_to(&[2, 3]), t[0].broadcast_to(&[4, 1, 3])],
+        &[rand_f32(&[3], 311)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].broadcast_to(&[4, 3])],
+        &[rand_f32(&[1, 3], 312)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].broadcast_to(&[2, 2]), t[0].broadcast_to(&[0, 2])],
+        &[rand_i32(&[], 313, 1, 9)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].broadcast_to(&[2, 3, 4])],
+        &[rand_bool(&[2, 1, 1], 314)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].broadcast_in_dim(&[3, 4], &[0]),
+                t[0].broadcast_in_dim(&[2, 3, 4], &[1]),
+            ]
+        },
+        &[rand_f32(&[3], 315)],
+        Tol::EXACT,
+    );
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].expand_dims(0),
+                t[0].expand_dims(-1),
+                t[0].expand_dims(1),
+                t[0].expand_dims(0).squeeze(&[0]),
+                t[0].expand_dims(2).squeeze(&[-1]),
+            ]
+        },
+        &[rand_f32(&[2, 3], 316)],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].shape, vec![1, 2, 3]);
+    assert_eq!(got[1].shape, vec![2, 3, 1]);
+    assert_eq!(got[2].shape, vec![2, 1, 3]);
+    assert_eq!(got[3].shape, vec![2, 3]);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].squeeze(&[0, 2]), t[0].squeeze(&[])],
+        &[rand_f32(&[1, 4, 1], 317)],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].shape, vec![4]);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].squeeze(&[0, 1])],
+        &[rand_f32(&[1, 1], 318)],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].shape, Vec::<usize>::new());
+}
+
+#[test]
+fn strided_slices() {
+    let x = rand_f32(&[6, 7], 321);
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].slice(&[1, 0], &[6, 7], Some(&[2, 3])),
+                t[0].slice(&[0, 2], &[6, 5], None),
+                t[0].slice(&[5, 6], &[6, 7], Some(&[4, 4])),
+                t[0].slice(&[2, 3], &[2, 7], None),
+                t[0].slice_axis(-1, 1, 4),
+                t[0].slice_axis(0, 3, 6),
+                (&t[0] * 2.0).slice(&[0, 1], &[6, 7], Some(&[5, 2])),
+            ]
+        },
+        std::slice::from_ref(&x),
+        Tol::ARITH,
+    );
+    assert_eq!(got[0].shape, vec![3, 3]);
+    assert_eq!(got[2].shape, vec![1, 1]);
+    assert_eq!(got[3].shape, vec![0, 4]);
+    let xs = host(&x).to_vec::<f32>().unwrap();
+    assert_f32s(
+        &got[0],
+        &[
+            xs[7], xs[10], xs[13], xs[21], xs[24], xs[27], xs[35], xs[38], xs[41],
+        ],
+        Tol::EXACT,
+        "strided slice (host)",
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].slice(&[1], &[9], Some(&[3]))],
+        &[rand_i32(&[9], 322, -9, 9)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].slice(&[], &[], None)],
+        &[rand_f32(&[], 323)],
+        Tol::EXACT,
+    );
+}
+
+#[test]
+fn concatenate_and_stack() {
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                Tensor::concatenate(&[&t[0], &t[1], &t[2]], 1),
+                Tensor::concatenate(&[&t[1], &t[0]], -1),
+            ]
+        },
+        &[
+            rand_f32(&[2, 3], 331),
+            rand_f32(&[2, 0], 332),
+            rand_f32(&[2, 4], 333),
+        ],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].shape, vec![2, 7]);
+    check_on_all(
+        |t: &[Tensor]| vec![Tensor::concatenate(&[&t[0], &t[1], &t[2]], 0)],
+        &[
+            rand_i32(&[1, 3], 334, -9, 9),
+            rand_i32(&[2, 3], 335, -9, 9),
+            rand_i32(&[0, 3], 336, -9, 9),
+        ],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![Tensor::concatenate(&[&t[0], &t[1]], -1)],
+        &[rand_bool(&[2, 2], 337), rand_bool(&[2, 1], 338)],
+        Tol::EXACT,
+    );
+    // Of computed operands, a single operand, and stacks.
+    check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                Tensor::concatenate(&[&(&t[0] + 1.0), &t[1].exp(), &t[0].t().t()], 0),
+                Tensor::concatenate(&[&t[0]], 0),
+            ]
+        },
+        &[rand_f32(&[2, 3], 339), rand_f32(&[1, 3], 340)],
+        Tol::TRANS,
+    );
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                Tensor::stack(&[&t[0], &t[1], &t[2]], 1),
+                Tensor::stack(&[&t[0], &t[1]], 0),
+                Tensor::stack(&[&t[2]], -1),
+            ]
+        },
+        &[
+            rand_f32(&[2, 3], 341),
+            rand_f32(&[2, 3], 342),
+            rand_f32(&[2, 3], 343),
+        ],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].shape, vec![2, 3, 3]);
+    assert_eq!(got[2].shape, vec![2, 3, 1]);
+    check_on_all(
+        |t: &[Tensor]| vec![Tensor::stack(&[&t[0], &t[1]], 0)],
+        &[rand_f32(&[], 344), rand_f32(&[], 345)],
+        Tol::EXACT,
+    );
+}
+
+#[test]
+fn pad_low_high_interior() {
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].pad(&[1, 0], &[2, 3], 7.5f32),
+                t[0].pad_interior(&[0, 2], &[1, 0], &[1, 2], -1.0f32),
+            ]
+        },
+        &[f32_arr(&[1.0, 2.0, 3.0, 4.0], &[2, 2])],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].shape, vec![5, 5]);
+    assert_f32s(
+        &got[1],
+        &[
+            -1.0, -1.0, 1.0, -1.0, -1.0, 2.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 3.0,
+            -1.0, -1.0, 4.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0,
+        ],
+        Tol::EXACT,
+        "interior pad (host)",
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].pad_interior(&[2], &[1], &[3], 0i32)],
+        &[rand_i32(&[3], 351, -9, 9)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].pad(&[1, 1], &[0, 1], true)],
+        &[rand_bool(&[2, 2], 352)],
+        Tol::EXACT,
+    );
+    // Size-0 and size-1 axes, a computed operand, and no padding at all.
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].pad_interior(&[1, 0], &[1, 2], &[4, 4], 3.0f32)],
+        &[rand_f32(&[0, 1], 353)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                (&t[0] * 2.0).pad(&[1, 1], &[1, 1], 0.0f32).sum_all(),
+                t[0].pad(&[0, 0], &[0, 0], 0.0f32),
+            ]
+        },
+        &[rand_f32(&[2, 3], 354)],
+        Tol::REDUCE,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].pad(&[], &[], 1u32)],
+        &[rand_u32(&[], 355, 1, 9)],
+        Tol::EXACT,
+    );
+}
+
+// ---- indexing -----------------------------------------------------------------------------------
+
+#[test]
+fn take_wraps_negative_and_clamps_out_of_range_indices() {
+    let x = rand_f32(&[5, 3], 361);
+    // 2-D indices along axis 0: -1 is the last row, -6 wraps once to -1 and clamps to 0, 7 clamps to 4.
+    let idx = i32_arr(&[0, -1, 4, 7, -6, 2], &[3, 2]);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].take(&t[1], 0)],
+        &[x.clone(), idx],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].shape, vec![3, 2, 3]);
+    let xs = host(&x).to_vec::<f32>().unwrap();
+    let rows = [0usize, 4, 4, 4, 0, 2];
+    let want: Vec<f32> = rows
+        .iter()
+        .flat_map(|&r| xs[r * 3..r * 3 + 3].to_vec())
+        .collect();
+    assert_f32s(&got[0], &want, Tol::EXACT, "take (host)");
+    // Along the last axis (negative axis), u32 indices (clamped), a rank-0 index, i32 data.
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].take(&t[1], -1)],
+        &[x.clone(), i32_arr(&[2, -2, -3, 3, -100, 100], &[2, 3])],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].take(&t[1], 0)],
+        &[x.clone(), u32_arr(&[4, 0, 9, u32::MAX], &[4])],
+        Tol::EXACT,
+    );
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].take(&t[1], 1)],
+        &[x.clone(), i32_arr(&[-1], &[])],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].shape, vec![5]);
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].take(&t[1], 1)],
+        &[
+            rand_i32(&[2, 4, 3], 362, -9, 9),
+            i32_arr(&[3, 3, 0, -4, 1], &[5]),
+        ],
+        Tol::EXACT,
+    );
+    // Indices and data computed in the same kernel; empty index arrays.
+    check_on_all(
+        |t: &[Tensor]| vec![(&t[0] * 2.0).take(&(&t[1] + 1.0), 0)],
+        &[x.clone(), i32_arr(&[0, 1, 2, 3], &[2, 2])],
+        Tol::ARITH,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].take(&t[1], 0)],
+        &[x, i32_arr(&[], &[0])],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].take(&t[1], 0)],
+        &[rand_f32(&[0, 2], 363), i32_arr(&[], &[0, 3])],
+        Tol::EXACT,
+    );
+}
+
+#[test]
+fn one_hot_encodes_classes() {
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].one_hot(4)],
+        &[i32_arr(&[0, 2, -1, 5, 3, 1], &[2, 3])],
+        Tol::EXACT,
+    );
+    assert_eq!(got[0].shape, vec![2, 3, 4]);
+    assert_eq!(got[0].dtype(), DType::F32);
+    // Out-of-range classes (negative or >= depth) give all-zero rows.
+    assert_f32s(
+        &got[0],
+        &[
+            1., 0., 0., 0., 0., 0., 1., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 1., 0., 1.,
+            0., 0.,
+        ],
+        Tol::EXACT,
+        "one_hot (host)",
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].one_hot(3), t[0].one_hot(1)],
+        &[u32_arr(&[2, 0, 1, 7], &[4])],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].one_hot(5), t[0].one_hot(0)],
+        &[i32_arr(&[3], &[])],
+        Tol::EXACT,
+    );
+    // Matmul with a one-hot matrix picks rows.
+    check_on_all(
+        |t: &[Tensor]| vec![(&t[0] * &t[1].one_hot(3).sum(0i64, false)).sum_all()],
+        &[rand_f32(&[3], 371), i32_arr(&[0, 2, 2], &[3])],
+        Tol::REDUCE,
+    );
+}
+
+// ---- softmax family -----------------------------------------------------------------------------
+
+fn host_log_softmax(row: &[f32]) -> Vec<f32> {
+    let m = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+    let lse = m + row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+    row.iter().map(|&v| (v as f64 - lse) as f32).collect()
+}
+
+#[test]
+fn softmax_log_softmax_logsumexp() {
+    let x = rand_f32(&[3, 5], 381);
+    check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].softmax(1),
+                t[0].softmax(0),
+                t[0].log_softmax(-1),
+                t[0].logsumexp(1i64, false),
+                t[0].logsumexp(brigade::Axes::All, true),
+                t[0].logsumexp([0i64, 1], false),
+            ]
+        },
+        &[x],
+        Tol::REDUCE,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].softmax(0), t[0].logsumexp(0i64, false)],
+        &[rand_f32(&[1], 382)],
+        Tol::REDUCE,
+    );
+}
+
+#[test]
+fn softmax_is_stable_for_large_inputs() {
+    // A naive exp(x) / sum(exp(x)) overflows to inf / inf = NaN here.
+    let rows: [[f32; 4]; 3] = [
+        [1000.0, 1001.0, 1002.0, 999.0],
+        [-1000.0, -1001.0, -1000.5, -1003.0],
+        [88.0, 89.0, 0.0, -1000.0],
+    ];
+    let flat: Vec<f32> = rows.iter().flatten().copied().collect();
+    let x = f32_arr(&flat, &[3, 4]);
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].softmax(1),
+                t[0].log_softmax(1),
+                t[0].logsumexp(1i64, false),
+            ]
+        },
+        &[x],
+        Tol::REDUCE,
+    );
+    let want_ls: Vec<f32> = rows.iter().flat_map(|r| host_log_softmax(r)).collect();
+    let want_sm: Vec<f32> = want_ls.iter().map(|v| v.exp()).collect();
+    let want_lse: Vec<f32> = rows.iter().map(|r| r[0] - host_log_softmax(r)[0]).collect();
+    assert_f32s(&got[0], &want_sm, Tol::REDUCE, "softmax (host, stable)");
+    assert_f32s(&got[1], &want_ls, Tol::REDUCE, "log_softmax (host, stable)");
+    assert_f32s(&got[2], &want_lse, Tol::REDUCE, "logsumexp (host, stable)");
+    assert!(
+        got.iter().all(|h| h.to_f64().iter().all(|v| v.is_finite())),
+        "non-finite values: {got:?}"
+    );
+}
+
+#[test]
+fn rank0_and_size0_programs_with_several_outputs() {
+    // The identity, an input returned twice, a constant output and an empty output together.
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].clone(),
+                t[0].clone(),
+                (&t[0] * 3.0).exp(),
+                Tensor::scalar(2i32),
+                t[1].sum(0i64, false),
+                t[1].clone(),
+            ]
+        },
+        &[rand_f32(&[], 391), rand_f32(&[0, 2], 392)],
+        Tol::TRANS,
+    );
+    assert_eq!(got[4].shape, vec![2]);
+    assert_eq!(got[3].data, brigade::HostData::I32(vec![2]));
+    assert_f32s(&got[4], &[0.0, 0.0], Tol::EXACT, "sum over an empty axis");
+    // A large captured constant (a graph constant, uploaded once per device) next to a scalar one.
+    let t2 = rand_f32(&[3, 4], 393);
+    check_on_all(
+        move |t: &[Tensor]| vec![&t[0] * &Tensor::from(&t2) + 1.0, Tensor::from(&t2)],
+        &[rand_f32(&[4], 394)],
+        Tol::ARITH,
+    );
+}
+
+#[test]
+fn reductions_with_axes_in_any_order() {
+    // Axes given out of order (or as negative numbers that normalize out of order) must reduce the
+    // same axes as sorted ones: sum over [2, 0] of a (3, 4, 5) array has shape (4,).
+    let x = rand_f32(&[3, 4, 5], 401);
+    for axes in [vec![2i64, 0], vec![-1, -3], vec![2, 1], vec![1, 0, 2]] {
+        eprintln!("{axes:?}");
+        let a = axes.clone();
+        check_on_all(
+            move |t: &[Tensor]| vec![t[0].sum(a.clone(), false), t[0].max(a.clone(), true)],
+            std::slice::from_ref(&x),
+            Tol::REDUCE,
+        );
+    }
+}
+
+#[test]
+fn size0_inner_dimensions() {
+    // Arrays whose size-0 axis is not the first one: nothing to compute, but the kernels must still
+    // compile (an index map that divides by a zero stride is a WGSL error).
+    check_on_all(unary(Tensor::neg), &[rand_f32(&[2, 0, 3], 411)], Tol::EXACT);
+    check_on_all(
+        binary(Tensor::add),
+        &[rand_f32(&[2, 0], 412), rand_f32(&[2, 1], 413)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].transpose(&[1, 0])],
+        &[rand_f32(&[0, 3], 414)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].sum(0i64, false)],
+        &[rand_f32(&[2, 3, 0], 415)],
+        Tol::EXACT,
+    );
+}
+
+#[test]
+fn rem_f32_is_exact_fmod() {
+    // fmod is exact in floating point (the result is always representable), so the device must
+    // agree with the reference even where the f32 quotient rounds to an integer (0.3 % 0.1 is
+    // 7.45e-9 and -0.7 % 0.1 is -0.09999998, not 0) or exceeds 2^24 (1e10 % 3 is 1, not 0).
+    let a = [0.3f32, 1e10, 1e10, -0.7, 100.0, 16_777_217.0 * 4.0];
+    let b = [0.1f32, 3.0, -7.0, 0.1, 0.3, 3.0];
+    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x % y).collect();
+    let got = check_on_all(
+        binary(Tensor::rem),
+        &[f32_arr(&a, &[6]), f32_arr(&b, &[6])],
+        Tol::ARITH,
+    );
+    assert_f32s(&got[0], &want, Tol::ARITH, "fmod (host)");
+}
