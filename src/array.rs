@@ -49,6 +49,8 @@ impl std::fmt::Debug for Array {
 }
 
 impl Array {
+    // On the web wgpu handles are not Send, so neither are arrays there; sharing stays single-threaded.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub(crate) fn from_host(h: HostArray) -> Array {
         let aval = Aval::new(h.shape.clone(), h.dtype());
         Array {
@@ -58,6 +60,7 @@ impl Array {
             }),
         }
     }
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub(crate) fn from_buffer(device: Device, buffer: Arc<DeviceBuffer>, aval: Aval) -> Array {
         Array {
             inner: Arc::new(ArrayInner {

@@ -1,4 +1,4 @@
-//! brigade: JAX-style parallel programs compiled to WGSL and run on every GPU adapter wgpu can reach.
+#![doc = include_str!("../README.md")]
 
 pub mod array;
 pub mod counters;
@@ -36,4 +36,9 @@ pub use trace::graph::{Aval, Graph, Var};
 /// ```
 pub fn devices() -> Result<Vec<Device>> {
     Ok(Runtime::global()?.devices().to_vec())
+}
+
+/// Copy `array` to `device` (JAX's `jax.device_put`); free when it is already there.
+pub fn device_put(array: &Array, device: &Device) -> Result<Array> {
+    array.to_device(device)
 }

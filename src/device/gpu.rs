@@ -615,11 +615,10 @@ impl Device {
             return Err(self.lost_error(reason));
         }
         #[cfg(not(target_arch = "wasm32"))]
-        let polled = {
+        if let Err(e) = {
             let _gl = gpu.gl_guard();
             gpu.device.poll(wgpu::PollType::wait_indefinitely())
-        };
-        if let Err(e) = polled {
+        } {
             return Err(match gpu.state.lost() {
                 Some(reason) => self.lost_error(reason),
                 None => Error::Wgpu {
