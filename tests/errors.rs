@@ -758,3 +758,46 @@ fn to_vec_with_the_wrong_element_type() {
         "{e:?}"
     );
 }
+
+#[test]
+fn a_malformed_hand_built_graph_is_an_error_not_a_panic() {
+    use brigade::ops::{BinaryOp, Prim};
+    use brigade::trace::graph::{Aval, Eqn, Graph, Var};
+    let f32v = |shape: &[usize]| Aval::new(shape.to_vec(), DType::F32);
+    // Uses variable 1 before anything defines it.
+    let mut g = Graph::default();
+    let a = g.new_var(f32v(&[2]));
+    let b = g.new_var(f32v(&[2]));
+    let c = g.new_var(f32v(&[2]));
+    g.inputs = vec![a];
+    g.eqns.push(Eqn {
+        prim: Prim::Binary(BinaryOp::Add),
+        inputs: vec![a, b],
+        out: c,
+    });
+    g.outputs = vec![c];
+    let x = brigade::HostArray::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
+    let e = brigade::reference::eval_graph(&g, std::slice::from_ref(&x)).unwrap_err();
+    assert!(e.to_string().contains("before it is defined"), "{e}");
+    // A result declared with the wrong shape.
+    let mut g = Graph::default();
+    let a = g.new_var(f32v(&[2]));
+    let c = g.new_var(f32v(&[3]));
+    g.inputs = vec![a];
+    g.eqns.push(Eqn {
+        prim: Prim::Binary(BinaryOp::Mul),
+        inputs: vec![a, a],
+        out: c,
+    });
+    g.outputs = vec![c];
+    let e = brigade::reference::eval_graph(&g, std::slice::from_ref(&x)).unwrap_err();
+    assert!(e.to_string().contains("declared f32[3]"), "{e}");
+    let limits = brigade::DeviceLimits::from_wgpu(&wgpu::Limits::default());
+    assert!(brigade::lower::lower(&g, &limits).is_err());
+    // Output never defined.
+    let mut g = Graph::default();
+    let a = g.new_var(f32v(&[2]));
+    g.inputs = vec![a];
+    g.outputs = vec![Var(7)];
+    assert!(brigade::reference::eval_graph(&g, std::slice::from_ref(&x)).is_err());
+}

@@ -324,6 +324,7 @@ fn plan_steps(
 
 /// Compile `graph` for a device with `limits`.
 pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
+    graph.check()?;
     let mut g = canonicalize_dots(graph);
     g.dce();
     check_sizes(&g, limits)?;

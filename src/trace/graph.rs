@@ -92,6 +92,66 @@ impl Graph {
         }
         p
     }
+    /// Check that the graph is well formed: every variable is defined once before it is used, and
+    /// every equation's result matches its primitive's shape rule. Graphs built by the tracer always
+    /// are; this guards graphs assembled by hand before they reach the interpreter or the compiler.
+    pub fn check(&self) -> crate::error::Result<()> {
+        let bad = |detail: String| crate::error::Error::BadShapeArg {
+            op: "graph",
+            shape: vec![],
+            detail,
+        };
+        let n = self.avals.len();
+        let mut defined = vec![false; n];
+        let define = |v: Var, defined: &mut [bool]| -> crate::error::Result<()> {
+            if v.idx() >= n || std::mem::replace(&mut defined[v.idx()], true) {
+                return Err(bad(format!(
+                    "variable {} is out of range or defined twice",
+                    v.0
+                )));
+            }
+            Ok(())
+        };
+        for v in self.inputs.iter().chain(self.consts.iter().map(|(v, _)| v)) {
+            define(*v, &mut defined)?;
+        }
+        for (v, h) in &self.consts {
+            if h.shape != self.aval(*v).shape || h.dtype() != self.aval(*v).dtype {
+                return Err(bad(format!(
+                    "constant {} does not match its declared {}",
+                    v.0,
+                    self.aval(*v)
+                )));
+            }
+        }
+        for e in &self.eqns {
+            if let Some(v) = e.inputs.iter().find(|v| v.idx() >= n || !defined[v.idx()]) {
+                return Err(bad(format!(
+                    "{} uses variable {} before it is defined",
+                    e.prim, v.0
+                )));
+            }
+            let ins: Vec<&Aval> = e.inputs.iter().map(|v| self.aval(*v)).collect();
+            let out = e.prim.infer(&ins)?;
+            define(e.out, &mut defined)?;
+            if &out != self.aval(e.out) {
+                return Err(bad(format!(
+                    "{} produces {out} but its result is declared {}",
+                    e.prim,
+                    self.aval(e.out)
+                )));
+            }
+        }
+        if let Some(v) = self
+            .outputs
+            .iter()
+            .find(|v| v.idx() >= n || !defined[v.idx()])
+        {
+            return Err(bad(format!("output variable {} is never defined", v.0)));
+        }
+        Ok(())
+    }
+
     /// Remove equations whose results are never used.
     pub fn dce(&mut self) {
         let mut live = vec![false; self.avals.len()];
