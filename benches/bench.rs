@@ -100,6 +100,10 @@ fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
     let t = time(s.reps, || {
         let a = host.to_device(dev)?;
         drop(a);
+        // write_buffer is staged until the next submit: submit an empty batch so the copy happens.
+        if let Some((_, q)) = dev.wgpu() {
+            q.submit([]);
+        }
         dev.wait()
     })?;
     println!(

@@ -73,9 +73,9 @@ impl Array {
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Array> {
         Ok(Array::from_host(HostArray::from_vec(data, shape)?))
     }
-    /// A host array from [`HostArray`] data.
-    pub fn from_host_array(h: HostArray) -> Array {
-        Array::from_host(h)
+    /// A host array from [`HostArray`] data (its length must match its shape).
+    pub fn from_host_array(h: HostArray) -> Result<Array> {
+        Ok(Array::from_host(HostArray::new(h.shape, h.data)?))
     }
     /// A rank-0 array.
     pub fn scalar(v: impl Into<Scalar>) -> Array {
@@ -128,12 +128,18 @@ impl Array {
                 return Ok(self.clone());
             }
         }
-        let h = host_data(self)?;
         if device.is_cpu() {
             // The cpu device computes on host memory.
-            return Ok(Array::from_host(h));
+            return Ok(if self.host().is_some() {
+                self.clone()
+            } else {
+                Array::from_host(host_data(self)?)
+            });
         }
-        let buf = device.upload(&h.data)?;
+        let buf = match self.host() {
+            Some(h) => device.upload(&h.data)?,
+            None => device.upload(&host_data(self)?.data)?,
+        };
         Ok(Array::from_buffer(
             device.clone(),
             buf,
@@ -182,12 +188,6 @@ impl Array {
             });
         }
         Ok(h.data.get(0))
-    }
-}
-
-impl From<HostArray> for Array {
-    fn from(h: HostArray) -> Array {
-        Array::from_host(h)
     }
 }
 

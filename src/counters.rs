@@ -26,12 +26,16 @@ impl Counters {
     /// Work done between `earlier` and `self`.
     pub fn since(&self, earlier: &Counters) -> Counters {
         Counters {
-            traces: self.traces - earlier.traces,
-            pipelines_created: self.pipelines_created - earlier.pipelines_created,
-            dispatches: self.dispatches - earlier.dispatches,
-            submits: self.submits - earlier.submits,
-            bytes_uploaded: self.bytes_uploaded - earlier.bytes_uploaded,
-            bytes_downloaded: self.bytes_downloaded - earlier.bytes_downloaded,
+            traces: self.traces.saturating_sub(earlier.traces),
+            pipelines_created: self
+                .pipelines_created
+                .saturating_sub(earlier.pipelines_created),
+            dispatches: self.dispatches.saturating_sub(earlier.dispatches),
+            submits: self.submits.saturating_sub(earlier.submits),
+            bytes_uploaded: self.bytes_uploaded.saturating_sub(earlier.bytes_uploaded),
+            bytes_downloaded: self
+                .bytes_downloaded
+                .saturating_sub(earlier.bytes_downloaded),
         }
     }
 }

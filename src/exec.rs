@@ -142,7 +142,8 @@ impl Executable {
             })
             .collect();
         if !dispatches.is_empty() {
-            dev.run(&dispatches)?;
+            // Submit and return: outputs are ready when read (reads wait on the queue).
+            dev.submit_only(&dispatches)?;
         }
         Ok(p.output_slots
             .iter()

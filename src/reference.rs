@@ -18,6 +18,13 @@ pub fn eval_graph(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>>
     let mut env: Vec<Option<HostArray>> = vec![None; graph.avals.len()];
     for (v, x) in graph.inputs.iter().zip(inputs) {
         let want = graph.aval(*v);
+        if x.data.len() != x.shape.iter().product::<usize>() {
+            return Err(Error::DataLength {
+                shape: x.shape.clone(),
+                expected: x.shape.iter().product(),
+                got: x.data.len(),
+            });
+        }
         if x.shape != want.shape || x.dtype() != want.dtype {
             return Err(Error::BadShapeArg {
                 op: "eval_graph",

@@ -405,12 +405,25 @@ impl Tensor {
         })
     }
     /// A binary op with a scalar that takes this tensor's dtype (JAX's weak typing of literals).
+    ///
+    /// As in JAX, a float literal with an integer or bool tensor promotes the computation to f32
+    /// (`x_i32 / 2.0` is true division); an integer literal takes the tensor's dtype.
     fn binary_scalar(&self, op: BinaryOp, v: f64, scalar_on_left: bool) -> Tensor {
-        let s = Tensor::scalar(Scalar::F32(0.0).cast(self.dtype()).with_f64(v));
-        if scalar_on_left {
-            s.binary(op, self)
+        self.binary_literal(op, Scalar::F32(v as f32), scalar_on_left)
+    }
+    fn binary_literal(&self, op: BinaryOp, lit: Scalar, scalar_on_left: bool) -> Tensor {
+        let x = if lit.dtype() == DType::F32 && self.dtype() != DType::F32 && self.error().is_none()
+        {
+            self.cast(DType::F32)
         } else {
-            self.binary(op, &s)
+            self.clone()
+        };
+        let s = Tensor::scalar(Scalar::F32(0.0).cast(x.dtype()).with_f64(lit.as_f64()));
+        let this = &x;
+        if scalar_on_left {
+            s.binary(op, this)
+        } else {
+            this.binary(op, &s)
         }
     }
     /// Record `e` in the trace of `self` (if any) and return a failed tensor.
@@ -546,6 +559,9 @@ impl Tensor {
     }
     /// Mean over `axes`, computed in f32 for integer inputs.
     pub fn mean(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
+        if let Some(e) = self.error() {
+            return Tensor::failed(e.clone());
+        }
         let axes = axes.into();
         let n: usize = match self.reduce_axes("mean", axes.clone()) {
             Ok(a) => a.iter().map(|&i| self.shape()[i]).product(),
@@ -562,6 +578,9 @@ impl Tensor {
         self.mean(Axes::All, false)
     }
     fn argreduce(&self, op: ArgOp, axis: i64, keepdims: bool) -> Tensor {
+        if let Some(e) = self.error() {
+            return Tensor::failed(e.clone());
+        }
         let ax = match norm_axis(op.name(), axis, self.shape()) {
             Ok(a) => a,
             Err(e) => return self.fail_with(e),
@@ -586,6 +605,9 @@ impl Tensor {
 
     /// `log(sum(exp(x)))` over `axes`, shifted by the max so large inputs do not overflow.
     pub fn logsumexp(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
+        if self.dtype() != DType::F32 && self.error().is_none() {
+            return self.cast(DType::F32).logsumexp(axes, keepdims);
+        }
         let axes = axes.into();
         let m = self.max(axes.clone(), true);
         // A row of -inf would give -inf - -inf = NaN; shift by 0 there instead.
@@ -608,6 +630,9 @@ impl Tensor {
     }
     /// `x - logsumexp(x)` along `axis`.
     pub fn log_softmax(&self, axis: i64) -> Tensor {
+        if self.dtype() != DType::F32 && self.error().is_none() {
+            return self.cast(DType::F32).log_softmax(axis);
+        }
         self - &self.logsumexp(axis, true)
     }
 
@@ -729,7 +754,11 @@ impl Tensor {
             return Tensor::failed(e.clone());
         }
         let n = self.size();
-        let known: i64 = shape.iter().filter(|&&d| d >= 0).product();
+        let known: i64 = shape
+            .iter()
+            .filter(|&&d| d >= 0)
+            .try_fold(1i64, |n, &d| n.checked_mul(d))
+            .unwrap_or(i64::MAX);
         let holes = shape.iter().filter(|&&d| d < 0).count();
         let to_usize = |fill: usize| {
             shape
@@ -808,6 +837,9 @@ impl Tensor {
     }
     /// Insert a size-1 axis at `axis` (negative counts from the end of the result).
     pub fn expand_dims(&self, axis: i64) -> Tensor {
+        if let Some(e) = self.error() {
+            return Tensor::failed(e.clone());
+        }
         let mut shape = self.shape().to_vec();
         let rank = shape.len() as i64 + 1;
         let a = if axis < 0 { axis + rank } else { axis };
@@ -824,6 +856,9 @@ impl Tensor {
     }
     /// Remove the given size-1 axes.
     pub fn squeeze(&self, axes: &[i64]) -> Tensor {
+        if let Some(e) = self.error() {
+            return Tensor::failed(e.clone());
+        }
         let mut ax = Vec::new();
         for &a in axes {
             match norm_axis("squeeze", a, self.shape()) {
@@ -866,6 +901,9 @@ impl Tensor {
     }
     /// Slice `start..end` along one axis.
     pub fn slice_axis(&self, axis: i64, start: usize, end: usize) -> Tensor {
+        if let Some(e) = self.error() {
+            return Tensor::failed(e.clone());
+        }
         let ax = match norm_axis("slice_axis", axis, self.shape()) {
             Ok(a) => a,
             Err(e) => return self.fail_with(e),
@@ -878,6 +916,9 @@ impl Tensor {
     }
     /// Join tensors along an existing axis.
     pub fn concatenate(tensors: &[&Tensor], axis: i64) -> Tensor {
+        if let Some(e) = tensors.iter().find_map(|t| t.error()) {
+            return Tensor::failed(e.clone());
+        }
         let Some(first) = tensors.first() else {
             return Tensor::failed(Error::BadShapeArg {
                 op: "concatenate",
@@ -926,6 +967,9 @@ impl Tensor {
     /// `shape[..axis] + indices.shape + shape[axis+1..]`. Negative indices count from the end; indices
     /// still out of range are clamped.
     pub fn take(&self, indices: &Tensor, axis: i64) -> Tensor {
+        if let Some(e) = self.error() {
+            return Tensor::failed(e.clone());
+        }
         match norm_axis("take", axis, self.shape()) {
             Ok(a) => Tensor::apply(Prim::Take { axis: a }, &[self, indices]),
             Err(e) => self.fail_with(e),
@@ -1032,6 +1076,24 @@ macro_rules! binop {
             type Output = Tensor;
             fn $m(self, o: f32) -> Tensor {
                 self.binary_scalar($op, o as f64, false)
+            }
+        }
+        impl std::ops::$tr<i32> for &Tensor {
+            type Output = Tensor;
+            fn $m(self, o: i32) -> Tensor {
+                self.binary_literal($op, Scalar::I32(o), false)
+            }
+        }
+        impl std::ops::$tr<i32> for Tensor {
+            type Output = Tensor;
+            fn $m(self, o: i32) -> Tensor {
+                self.binary_literal($op, Scalar::I32(o), false)
+            }
+        }
+        impl std::ops::$tr<&Tensor> for i32 {
+            type Output = Tensor;
+            fn $m(self, o: &Tensor) -> Tensor {
+                o.binary_literal($op, Scalar::I32(self), true)
             }
         }
         impl std::ops::$tr<&Tensor> for f32 {

@@ -655,6 +655,31 @@ fn kernels_reading_many_buffers_are_cut_to_the_binding_limit() {
     check_on_all(f, &args, Tol::ARITH);
 }
 
+#[test]
+fn concatenating_more_arrays_than_a_kernel_can_bind_is_split() {
+    // 40 stored inputs exceed every binding limit (Vulkan 32, GL 16, downlevel 4): the concat is
+    // split into a tree of smaller ones that each fit.
+    let f = |x: &[Tensor]| {
+        let refs: Vec<&Tensor> = x.iter().collect();
+        vec![Tensor::concatenate(&refs, 0)]
+    };
+    let args: Vec<Array> = (0..40)
+        .map(|i| rand_f32(&[1 + i % 3, 2], 100 + i as u64))
+        .collect();
+    let graph = jit(f).graph(&args).unwrap();
+    for (lname, limits) in limit_sets() {
+        let p = lower(&graph, &limits).unwrap_or_else(|e| panic!("{lname}: {e}"));
+        let max = limits.max_storage_buffers_per_shader_stage as usize;
+        assert!(
+            p.launches.iter().all(|l| l.slots.len() <= max),
+            "{lname}: {}",
+            labels(&p)
+        );
+        check_program(lname, &graph, &limits).unwrap();
+    }
+    check_on_all(f, &args, Tol::EXACT);
+}
+
 // ---- (d) dispatches above 65 535 workgroups -----------------------------------------------------
 
 #[test]

@@ -161,7 +161,7 @@ fn unary(op: u8, x: &Tensor) -> Tensor {
             2 => x.not(),
             3 => x.relu(),
             4 => x.sign(),
-            _ => (x % 100.0).square(),
+            _ => (x % 100).square(),
         };
     }
     match op {
@@ -189,7 +189,7 @@ fn binary(op: u8, a: &Tensor, b: &Tensor) -> Tensor {
             2 => a.div(b),
             3 => a.rem(b),
             4 => a.and(b).maximum(&a.or(b)),
-            _ => a.minimum(&(b * 3.0)),
+            _ => a.minimum(&(b * 3)),
         };
     }
     match op {

@@ -500,7 +500,7 @@ fn rem_i32_has_the_sign_of_the_dividend() {
         Tol::EXACT,
     );
     let got = check_on_all(
-        |t: &[Tensor]| vec![&t[0] % 4.0],
+        |t: &[Tensor]| vec![&t[0] % 4],
         &[i32_arr(&[7, -7, 9, 0], &[4])],
         Tol::EXACT,
     );
@@ -622,16 +622,20 @@ fn scalar_operands_take_the_tensor_dtype() {
         &[x],
         Tol::ARITH,
     );
-    // With an integer tensor the literal becomes an i32 (JAX's weak typing): 7 / 2 = 3.
+    // JAX's weak typing: an integer literal takes the tensor's dtype (7 / 2 = 3), a float literal
+    // promotes an integer tensor to f32 (7 / 2.0 = 3.5).
     let i = i32_arr(&[7, -7, 9, 0], &[4]);
     let got = check_on_all(
-        |t: &[Tensor]| vec![&t[0] / 2.0, &t[0] * 3.0, 10.0 - &t[0]],
+        |t: &[Tensor]| vec![&t[0] / 2, &t[0] * 3, 10 - &t[0], &t[0] / 2.0, &t[0] * 0.5],
         &[i],
         Tol::EXACT,
     );
     assert_eq!(got[0].dtype(), DType::I32);
     assert_eq!(got[0].to_vec::<i32>().unwrap(), vec![3, -3, 4, 0]);
     assert_eq!(got[2].to_vec::<i32>().unwrap(), vec![3, 17, 1, 10]);
+    assert_eq!(got[3].dtype(), DType::F32);
+    assert_eq!(got[3].to_vec::<f32>().unwrap(), vec![3.5, -3.5, 4.5, 0.0]);
+    assert_eq!(got[4].to_vec::<f32>().unwrap(), vec![3.5, -3.5, 4.5, 0.0]);
 }
 
 // ---- select -------------------------------------------------------------------------------------
@@ -1848,7 +1852,7 @@ fn take_wraps_negative_and_clamps_out_of_range_indices() {
     );
     // Indices and data computed in the same kernel; empty index arrays.
     check_on_all(
-        |t: &[Tensor]| vec![(&t[0] * 2.0).take(&(&t[1] + 1.0), 0)],
+        |t: &[Tensor]| vec![(&t[0] * 2.0).take(&(&t[1] + 1), 0)],
         &[x.clone(), i32_arr(&[0, 1, 2, 3], &[2, 2])],
         Tol::ARITH,
     );
@@ -2044,7 +2048,24 @@ fn rem_f32_is_exact_fmod() {
     let got = check_on_all(
         binary(Tensor::rem),
         &[f32_arr(&a, &[6]), f32_arr(&b, &[6])],
-        Tol::ARITH,
+        Tol::EXACT,
     );
-    assert_f32s(&got[0], &want, Tol::ARITH, "fmod (host)");
+    assert_f32s(&got[0], &want, Tol::EXACT, "fmod (host)");
+}
+
+#[test]
+fn integer_inputs_to_logsumexp_and_log_softmax_compute_in_f32() {
+    let x = i32_arr(&[1, -2, 3, 4, 0, -5], &[2, 3]);
+    let got = check_on_all(
+        |t: &[Tensor]| vec![t[0].logsumexp(1, false), t[0].log_softmax(-1)],
+        &[x],
+        Tol::TRANS,
+    );
+    assert_eq!(got[0].dtype(), DType::F32);
+    let row = |r: [f64; 3]| {
+        let m = r.iter().cloned().fold(f64::MIN, f64::max);
+        (r.iter().map(|v| (v - m).exp()).sum::<f64>()).ln() + m
+    };
+    let want = [row([1.0, -2.0, 3.0]) as f32, row([4.0, 0.0, -5.0]) as f32];
+    assert_f32s(&got[0], &want, Tol::TRANS, "logsumexp of i32 rows (host)");
 }

@@ -94,6 +94,9 @@ impl fmt::Display for BackendKind {
     }
 }
 
+/// The most logical devices one layout may ask for (per backend item, or in all for a bare count).
+pub const MAX_LOGICAL_DEVICES: usize = 64;
+
 /// Which logical devices a runtime creates.
 ///
 /// Grammar (whitespace around items is ignored, names are case-insensitive):
@@ -146,8 +149,11 @@ impl DeviceLayout {
                     "0 devices: ask for at least 1, or use `auto` for one device per adapter"
                         .into(),
                 )),
-                Ok(n) => Ok(DeviceLayout::Count(n)),
-                Err(_) => Err(bad(spec, format!("`{s}` is too large a device count"))),
+                Ok(n) if n <= MAX_LOGICAL_DEVICES => Ok(DeviceLayout::Count(n)),
+                _ => Err(bad(
+                    spec,
+                    format!("`{s}` is too large a device count (at most {MAX_LOGICAL_DEVICES})"),
+                )),
             };
         }
         let mut items: Vec<(BackendKind, usize)> = Vec::new();
@@ -183,7 +189,15 @@ impl DeviceLayout {
                             format!("item `{item}` asks for 0 devices: leave `{name}` out instead"),
                         ));
                     }
-                    Ok(n) => n,
+                    Ok(n) if n <= MAX_LOGICAL_DEVICES => n,
+                    Ok(_) => {
+                        return Err(bad(
+                            spec,
+                            format!(
+                                "item `{item}` asks for more than {MAX_LOGICAL_DEVICES} devices"
+                            ),
+                        ));
+                    }
                     Err(_) => {
                         return Err(bad(
                             spec,

@@ -222,6 +222,8 @@ impl Drop for DeviceBuffer {
             // `wgpu::Buffer` is a reference-counted handle: the clone goes to the pool and `self.buffer`
             // is released right after.
             let spill = super::gpu::lock(&gpu.pool).give(self.buffer.clone(), self.capacity);
+            // Destroying wgpu buffers touches the GL context: serialize like every GL call.
+            let _gl = gpu.gl_guard();
             drop(spill);
         }
     }

@@ -102,7 +102,8 @@ impl RuntimeBuilder {
     /// With the `auto` layout: this many logical devices on every adapter (default 1). An explicit
     /// layout string takes precedence.
     pub fn devices_per_adapter(mut self, n: usize) -> Self {
-        self.devices_per_adapter = n;
+        // More than MAX_LOGICAL_DEVICES per adapter is never useful; clamp rather than exhaust memory.
+        self.devices_per_adapter = n.min(super::layout::MAX_LOGICAL_DEVICES);
         self
     }
 

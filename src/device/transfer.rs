@@ -295,6 +295,7 @@ impl PendingRead {
                 }
             };
             buffer.unmap();
+            drop(buffer); // while the GL guard is held
             bytes.push(copy);
         }
         Ok(parts

@@ -160,6 +160,50 @@ fn arrange(
     )
 }
 
+/// Rewrite concatenations of more operands than a kernel can bind into a tree of smaller ones
+/// (the fusion pass then stores the inner ones as needed).
+fn split_wide_concats(g: &Graph, max_inputs: usize) -> Graph {
+    let mut out = Graph {
+        avals: g.avals.clone(),
+        inputs: g.inputs.clone(),
+        consts: g.consts.clone(),
+        eqns: Vec::new(),
+        outputs: g.outputs.clone(),
+    };
+    for e in &g.eqns {
+        let Prim::Concatenate { axis } = e.prim else {
+            out.eqns.push(e.clone());
+            continue;
+        };
+        let mut parts = e.inputs.clone();
+        while parts.len() > max_inputs {
+            let mut next = Vec::new();
+            for chunk in parts.chunks(max_inputs) {
+                if chunk.len() == 1 {
+                    next.push(chunk[0]);
+                    continue;
+                }
+                let mut shape = out.aval(chunk[0]).shape.clone();
+                shape[axis] = chunk.iter().map(|v| out.aval(*v).shape[axis]).sum();
+                let v = out.new_var(Aval::new(shape, out.aval(chunk[0]).dtype));
+                out.eqns.push(Eqn {
+                    prim: Prim::Concatenate { axis },
+                    inputs: chunk.to_vec(),
+                    out: v,
+                });
+                next.push(v);
+            }
+            parts = next;
+        }
+        out.eqns.push(Eqn {
+            prim: e.prim.clone(),
+            inputs: parts,
+            out: e.out,
+        });
+    }
+    out
+}
+
 fn is_canonical_dot(p: &Prim) -> bool {
     matches!(p, Prim::DotGeneral(d) if d.lhs_contract == [2] && d.rhs_contract == [1] && d.lhs_batch == [0] && d.rhs_batch == [0])
 }
@@ -325,15 +369,16 @@ fn plan_steps(
 /// Compile `graph` for a device with `limits`.
 pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
     graph.check()?;
-    let mut g = canonicalize_dots(graph);
+    let max_inputs = (limits.max_storage_buffers_per_shader_stage as usize)
+        .saturating_sub(1)
+        .max(2);
+    let mut g = split_wide_concats(&canonicalize_dots(graph), max_inputs);
     g.dce();
     check_sizes(&g, limits)?;
     let producers = g.producers();
     let mut mat = materialize(&g, &producers);
     let max_wg = limits.max_compute_workgroups_per_dimension;
-    let max_inputs = (limits.max_storage_buffers_per_shader_stage as usize)
-        .saturating_sub(1)
-        .max(1);
+
     // Fuse as much as the binding limit allows: when a kernel reads too many buffers, store the
     // fusable operand that contributes the most of them and try again.
     let steps = loop {

@@ -136,9 +136,21 @@ pub fn pad_shape(
             detail: format!("lo {lo:?}, hi {hi:?}, interior {interior:?} need one entry per axis"),
         });
     }
-    Ok((0..shape.len())
-        .map(|i| lo[i] + hi[i] + shape[i] + shape[i].saturating_sub(1) * interior[i])
-        .collect())
+    (0..shape.len())
+        .map(|i| {
+            shape[i]
+                .saturating_sub(1)
+                .checked_mul(interior[i])
+                .and_then(|n| n.checked_add(lo[i]))
+                .and_then(|n| n.checked_add(hi[i]))
+                .and_then(|n| n.checked_add(shape[i]))
+        })
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| Error::BadShapeArg {
+            op: "pad",
+            shape: shape.to_vec(),
+            detail: format!("padding lo {lo:?}, hi {hi:?}, interior {interior:?} overflows"),
+        })
 }
 
 // ---- CPU reference -----------------------------------------------------------------------------

@@ -124,6 +124,25 @@ impl Prim {
 
     /// Shape and dtype rule.
     pub fn infer(&self, ins: &[&Aval]) -> Result<Aval> {
+        let out = self.infer_unchecked(ins)?;
+        // Sizes must be countable: a shape whose element count overflows can never exist.
+        if out
+            .shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(4))
+            .is_none()
+        {
+            return Err(Error::BadShapeArg {
+                op: self.name(),
+                shape: out.shape.clone(),
+                detail: "the result has more elements than any memory can hold".into(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn infer_unchecked(&self, ins: &[&Aval]) -> Result<Aval> {
         if let Some(n) = self.arity() {
             if ins.len() != n {
                 return Err(Error::Arity {
@@ -217,7 +236,13 @@ impl Prim {
                 Aval::new(layout::transpose_shape(&ins[0].shape, perm)?, ins[0].dtype)
             }
             Prim::Reshape { shape } => {
-                let (from_n, to_n) = (ins[0].size(), shape.iter().product::<usize>());
+                let (from_n, to_n) = (
+                    ins[0].size(),
+                    shape
+                        .iter()
+                        .try_fold(1usize, |n, &d| n.checked_mul(d))
+                        .unwrap_or(usize::MAX),
+                );
                 if from_n != to_n {
                     return Err(Error::BadReshape {
                         from: ins[0].shape.clone(),

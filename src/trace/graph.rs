@@ -116,7 +116,10 @@ impl Graph {
             define(*v, &mut defined)?;
         }
         for (v, h) in &self.consts {
-            if h.shape != self.aval(*v).shape || h.dtype() != self.aval(*v).dtype {
+            if h.shape != self.aval(*v).shape
+                || h.dtype() != self.aval(*v).dtype
+                || h.len() != self.aval(*v).size()
+            {
                 return Err(bad(format!(
                     "constant {} does not match its declared {}",
                     v.0,
