@@ -28,6 +28,9 @@ pub struct Array {
 pub(crate) struct ArrayInner {
     pub(crate) aval: Aval,
     pub(crate) storage: Storage,
+    /// The zero-input primitive (`full`, `iota`) this constant came from, so that a trace records
+    /// the primitive (computed in the kernel) instead of capturing and uploading its data.
+    pub(crate) origin: Option<crate::ops::Prim>,
 }
 
 pub(crate) enum Storage {
@@ -57,6 +60,7 @@ impl Array {
             inner: Arc::new(ArrayInner {
                 aval,
                 storage: Storage::Host(h),
+                origin: None,
             }),
         }
     }
@@ -66,6 +70,19 @@ impl Array {
             inner: Arc::new(ArrayInner {
                 aval,
                 storage: Storage::Device { device, buffer },
+                origin: None,
+            }),
+        }
+    }
+    /// A host constant made by a zero-input primitive, remembered for tracing.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
+    pub(crate) fn from_constant(prim: crate::ops::Prim, h: HostArray) -> Array {
+        let aval = Aval::new(h.shape.clone(), h.dtype());
+        Array {
+            inner: Arc::new(ArrayInner {
+                aval,
+                storage: Storage::Host(h),
+                origin: Some(prim),
             }),
         }
     }

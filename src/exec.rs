@@ -221,7 +221,10 @@ where
             Tensor::traced(tr.clone(), v, a.clone())
         })
         .collect();
-    let outs = f(&ins);
+    let outs = {
+        let _active = crate::trace::tracer::Activation::new(&tr);
+        f(&ins)
+    };
     let mut out_vars = Vec::with_capacity(outs.len());
     for t in &outs {
         match &*t.repr {

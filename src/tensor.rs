@@ -220,7 +220,10 @@ impl Tensor {
     }
     /// A tensor of `shape` filled with `value` (its dtype is the value's).
     pub fn full(value: impl Into<Scalar>, shape: &[usize]) -> Tensor {
-        Array::full(value, shape).into()
+        apply_eager_host(Prim::Full {
+            value: value.into(),
+            shape: shape.to_vec(),
+        })
     }
     pub fn scalar(value: impl Into<Scalar>) -> Tensor {
         Array::scalar(value).into()
@@ -265,7 +268,12 @@ impl Tensor {
                 Repr::Concrete(_) => {}
             }
         }
-        match trace {
+        let active = if trace.is_none() {
+            crate::trace::tracer::current()
+        } else {
+            None
+        };
+        match trace.or(active.as_ref()) {
             Some(tr) => {
                 let tr = tr.clone();
                 let mut vars = Vec::with_capacity(inputs.len());
@@ -392,10 +400,13 @@ impl Tensor {
     /// When any operand is traced, bring concrete operands into that trace first, so that their
     /// broadcasts are recorded in the graph instead of running eagerly.
     pub(crate) fn align<const N: usize>(ts: [&Tensor; N]) -> [Tensor; N] {
-        let trace = ts.iter().find_map(|t| match &*t.repr {
-            Repr::Traced { trace, .. } => Some(trace.clone()),
-            _ => None,
-        });
+        let trace = ts
+            .iter()
+            .find_map(|t| match &*t.repr {
+                Repr::Traced { trace, .. } => Some(trace.clone()),
+                _ => None,
+            })
+            .or_else(crate::trace::tracer::current);
         ts.map(|t| match (&*t.repr, &trace) {
             (Repr::Concrete(a), Some(tr)) => match tr.lift(a) {
                 Ok(v) => Tensor::traced(tr.clone(), v, a.aval().clone()),
@@ -1033,7 +1044,10 @@ pub fn select(pred: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Tensor {
 /// should not wake a device until they are combined with device data.
 fn apply_eager_host(prim: Prim) -> Tensor {
     match prim.infer(&[]) {
-        Ok(aval) => Array::from_host(prim.eval_cpu(&[], &aval)).into(),
+        Ok(aval) => {
+            let h = prim.eval_cpu(&[], &aval);
+            Array::from_constant(prim, h).into()
+        }
         Err(e) => Tensor::failed(e),
     }
 }

@@ -962,3 +962,22 @@ fn a_long_elementwise_chain_lowers_without_overflowing_the_stack() {
         tail(&out.stderr, 8)
     );
 }
+
+#[test]
+fn constants_made_inside_jit_are_computed_in_kernels_not_captured() {
+    // one_hot compares against an iota as large as its output; full/arange make constants. None of
+    // them may become captured data (uploaded per device): they are primitives in the graph.
+    let f = |x: &[Tensor]| {
+        let w = Tensor::full(0.5f32, &[4, 3]) + Tensor::arange(3).cast(DType::F32);
+        vec![x[0].one_hot(3).matmul(&w.t())]
+    };
+    let idx = Array::from_vec(vec![2i32, 0, 1, 2, -1], &[5]).unwrap();
+    let g = jit(f).graph(std::slice::from_ref(&idx)).unwrap();
+    assert!(g.consts.is_empty(), "captured constants in:\n{g}");
+    let printed = g.to_string();
+    assert!(
+        printed.contains("iota") && printed.contains("full"),
+        "{printed}"
+    );
+    check_on_all(f, &[idx], Tol::EXACT);
+}

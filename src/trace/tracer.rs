@@ -12,6 +12,36 @@ use crate::trace::graph::{Aval, Eqn, Graph, Var};
 
 static NEXT_TRACE: AtomicU64 = AtomicU64::new(1);
 
+thread_local! {
+    /// The traces being recorded on this thread, innermost last. Ops whose inputs are all concrete
+    /// are recorded into the innermost one (as in JAX, everything computed inside a transformed
+    /// function is staged), instead of running eagerly on a device at trace time.
+    static ACTIVE: RefCell<Vec<Rc<Trace>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The innermost trace being recorded on this thread.
+pub(crate) fn current() -> Option<Rc<Trace>> {
+    ACTIVE.with(|a| a.borrow().last().cloned())
+}
+
+/// Marks `trace` active until dropped (also on panic).
+pub(crate) struct Activation;
+
+impl Activation {
+    pub(crate) fn new(trace: &Rc<Trace>) -> Activation {
+        ACTIVE.with(|a| a.borrow_mut().push(trace.clone()));
+        Activation
+    }
+}
+
+impl Drop for Activation {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| {
+            a.borrow_mut().pop();
+        });
+    }
+}
+
 /// One tracing session: the graph being built and the first error met.
 pub(crate) struct Trace {
     pub(crate) id: u64,
@@ -58,6 +88,17 @@ impl Trace {
         let key = std::sync::Arc::as_ptr(&a.inner) as usize;
         if let Some((v, _)) = self.state.borrow().lifted.get(&key) {
             return Ok(*v);
+        }
+        if let Some(prim) = &a.inner.origin {
+            let mut st = self.state.borrow_mut();
+            let v = st.graph.new_var(a.aval().clone());
+            st.graph.eqns.push(Eqn {
+                prim: prim.clone(),
+                inputs: vec![],
+                out: v,
+            });
+            st.lifted.insert(key, (v, a.clone()));
+            return Ok(v);
         }
         let h = crate::array::host_data(a)?;
         let mut st = self.state.borrow_mut();
