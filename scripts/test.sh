@@ -273,6 +273,9 @@ if (( ! QUICK )); then
 fi
 run_step "cargo test --all-targets" cargo test --all-targets "$@"
 run_step "cargo test --doc" cargo test --doc "$@"
+# The tour (the README's first command) on every adapter found; it exits non-zero if any
+# result differs from the CPU reference. Debug build: the test step already compiled it.
+run_step "tour (every scenario, verified)" cargo run --example tour
 
 if (( ! QUICK )); then
     for target in "${CROSS_TARGETS[@]}"; do
