@@ -45,6 +45,9 @@ pub(crate) struct Emitter<'a> {
     body: String,
     n_tmp: usize,
     indent: usize,
+    /// The kernel's own output index (per-axis names, shape, linear name): a read at exactly that
+    /// position of an array of that shape uses the linear index directly, no re-linearizing.
+    root: Option<(Vec<String>, Vec<usize>, String)>,
 }
 
 fn is_simple(e: &str) -> bool {
@@ -67,7 +70,13 @@ impl<'a> Emitter<'a> {
             body: String::new(),
             n_tmp: 0,
             indent,
+            root: None,
         }
+    }
+    /// Declare the kernel's output index (see `root`).
+    pub fn with_root(mut self, idx: &[String], shape: &[usize], lin: &str) -> Self {
+        self.root = Some((idx.to_vec(), shape.to_vec(), lin.to_string()));
+        self
     }
     fn tmp(&mut self, p: &str) -> String {
         self.n_tmp += 1;
@@ -108,7 +117,10 @@ impl<'a> Emitter<'a> {
         let aval = self.g.aval(v).clone();
         if self.materialized[v.idx()] {
             let b = self.binding(v);
-            let lin = layout::linear_wgsl(&aval.shape, idx);
+            let lin = match &self.root {
+                Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => rl.clone(),
+                _ => layout::linear_wgsl(&aval.shape, idx),
+            };
             let t = self.tmp("v");
             let load = if aval.dtype == DType::Bool {
                 format!("(in{b}[{lin}] != 0u)")
@@ -329,7 +341,7 @@ pub(crate) fn elementwise_kernel(
     // Emit with `root` itself treated as computed (it is the output, not an input).
     let mut mat = materialized.to_vec();
     mat[root.idx()] = false;
-    let mut em = Emitter::new(g, producers, &mat, 1);
+    let mut em = Emitter::new(g, producers, &mat, 1).with_root(&idx, &aval.shape, "gi");
     let val = em.value(root, &idx);
     let name = g.eqns[producers[root.idx()].expect("kernels compute produced variables")]
         .prim
