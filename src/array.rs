@@ -189,6 +189,7 @@ impl Array {
                 op: "to_vec",
                 lhs: self.dtype(),
                 rhs: T::DTYPE,
+                shapes: vec![self.shape().to_vec()],
             });
         }
         self.to_host()?.to_vec()

@@ -70,20 +70,24 @@ pub enum Error {
     // ---- dtypes ---------------------------------------------------------------------------
     /// Operand dtypes that the op does not accept together.
     #[error(
-        "{op}: dtypes {lhs} and {rhs} differ; cast one operand with .cast({lhs}) or .cast({rhs})"
+        "{op}: dtypes {lhs} and {rhs} differ{}; cast one operand with .cast({lhs}) or .cast({rhs})", shapes_note(.shapes)
     )]
     DTypeMismatch {
         op: &'static str,
         lhs: DType,
         rhs: DType,
+        /// Shapes of the operands involved (empty where none apply).
+        shapes: Vec<Vec<usize>>,
     },
 
     /// An op applied to a dtype it is not defined for.
-    #[error("{op} is not defined for {dtype}: {hint}")]
+    #[error("{op} is not defined for {dtype}{}: {hint}", shapes_note(.shapes))]
     BadDType {
         op: &'static str,
         dtype: DType,
         hint: &'static str,
+        /// Shapes of the operands involved (empty where none apply).
+        shapes: Vec<Vec<usize>>,
     },
 
     // ---- tracing ---------------------------------------------------------------------------
@@ -182,5 +186,20 @@ impl Error {
                 | Error::TraceMismatch { .. }
                 | Error::Arity { .. }
         )
+    }
+}
+
+/// " (operand shapes [2, 3] and [3])" for messages, or nothing.
+fn shapes_note(shapes: &[Vec<usize>]) -> String {
+    match shapes {
+        [] => String::new(),
+        [one] => format!(" (operand shape {one:?})"),
+        many => format!(
+            " (operand shapes {})",
+            many.iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
     }
 }

@@ -221,6 +221,7 @@ impl HostArray {
                 op: "to_vec",
                 lhs: self.dtype(),
                 rhs: T::DTYPE,
+                shapes: vec![self.shape.clone()],
             })
     }
     /// All elements as f64, for comparisons.

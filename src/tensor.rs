@@ -996,6 +996,7 @@ impl Tensor {
                 op: "one_hot",
                 dtype: self.dtype(),
                 hint: "class indices must be i32 or u32",
+                shapes: vec![self.shape().to_vec()],
             });
         }
         let mut shape = self.shape().to_vec();

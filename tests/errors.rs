@@ -286,10 +286,11 @@ fn operand_dtype_mismatch() {
             Error::DTypeMismatch {
                 op: "add",
                 lhs: DType::F32,
-                rhs: DType::I32
+                rhs: DType::I32,
+                shapes: vec![vec![3], vec![3]],
             }
         );
-        assert_mentions(&e, &["add", "f32", "i32", "cast"]);
+        assert_mentions(&e, &["add", "f32", "i32", "cast", "[3] and [3]"]);
     };
     check(jit_error(
         |x| vec![&x[0] + &x[1]],

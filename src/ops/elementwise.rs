@@ -110,6 +110,7 @@ impl UnaryOp {
                 } else {
                     "cast the bool array to f32 or i32 first"
                 },
+                shapes: vec![],
             })
         }
     }
@@ -229,6 +230,7 @@ impl BinaryOp {
                 op: self.name(),
                 lhs: a,
                 rhs: b,
+                shapes: vec![],
             });
         }
         let bad = |hint| {
@@ -236,6 +238,7 @@ impl BinaryOp {
                 op: self.name(),
                 dtype: a,
                 hint,
+                shapes: vec![],
             })
         };
         match self {

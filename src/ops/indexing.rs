@@ -23,6 +23,7 @@ pub fn take_shape(x: &[usize], idx: &[usize], idx_dtype: DType, axis: usize) -> 
             op: "take (indices)",
             dtype: idx_dtype,
             hint: "indices must be i32 or u32; cast them",
+            shapes: vec![],
         });
     }
     let n_idx: usize = idx.iter().product();

@@ -51,6 +51,7 @@ pub fn dot_shape(
             op: "dot_general",
             lhs: lt,
             rhs: rt,
+            shapes: vec![],
         });
     }
     if lt == DType::Bool {
@@ -58,6 +59,7 @@ pub fn dot_shape(
             op: "dot_general",
             dtype: lt,
             hint: "cast to f32 or i32 first",
+            shapes: vec![],
         });
     }
     if dims.lhs_contract.len() != dims.rhs_contract.len()

@@ -124,7 +124,33 @@ impl Prim {
 
     /// Shape and dtype rule.
     pub fn infer(&self, ins: &[&Aval]) -> Result<Aval> {
-        let out = self.infer_unchecked(ins)?;
+        let shapes = || ins.iter().map(|a| a.shape.clone()).collect::<Vec<_>>();
+        let out = self.infer_unchecked(ins).map_err(|e| match e {
+            // Name the operand shapes in dtype errors too.
+            Error::DTypeMismatch {
+                op,
+                lhs,
+                rhs,
+                shapes: s,
+            } if s.is_empty() => Error::DTypeMismatch {
+                op,
+                lhs,
+                rhs,
+                shapes: shapes(),
+            },
+            Error::BadDType {
+                op,
+                dtype,
+                hint,
+                shapes: s,
+            } if s.is_empty() => Error::BadDType {
+                op,
+                dtype,
+                hint,
+                shapes: shapes(),
+            },
+            e => e,
+        })?;
         // Sizes must be countable: a shape whose element count overflows can never exist.
         if out
             .shape
@@ -177,6 +203,7 @@ impl Prim {
                         op: "select (predicate)",
                         dtype: ins[0].dtype,
                         hint: "the predicate must be bool: compare, or cast to bool",
+                        shapes: vec![],
                     });
                 }
                 same_shape("select", ins[0], ins[1])?;
@@ -186,6 +213,7 @@ impl Prim {
                         op: "select",
                         lhs: ins[1].dtype,
                         rhs: ins[2].dtype,
+                        shapes: vec![],
                     });
                 }
                 ins[1].clone()
@@ -224,6 +252,7 @@ impl Prim {
                         op: op.name(),
                         dtype: DType::Bool,
                         hint: "cast to i32 first",
+                        shapes: vec![],
                     });
                 }
                 Aval::new(reduce::reduced_shape(&ins[0].shape, &axes), DType::I32)
@@ -273,6 +302,7 @@ impl Prim {
                         op: "concatenate",
                         lhs: ins[0].dtype,
                         rhs: b.dtype,
+                        shapes: vec![],
                     });
                 }
                 Aval::new(out, ins[0].dtype)
@@ -288,6 +318,7 @@ impl Prim {
                         op: "pad (value)",
                         lhs: ins[0].dtype,
                         rhs: value.dtype(),
+                        shapes: vec![],
                     });
                 }
                 Aval::new(

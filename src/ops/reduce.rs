@@ -102,6 +102,7 @@ pub fn reduce_dtype(op: ReduceOp, dt: DType) -> Result<DType> {
             op: op.name(),
             dtype: dt,
             hint: "cast to i32 or f32 first (sum of bools counts them)",
+            shapes: vec![],
         });
     }
     Ok(dt)
