@@ -449,7 +449,7 @@ impl Device {
             .unwrap_or_default()
     }
 
-    /// Bytes the pool may hold in free buffers (default [`super::pool::DEFAULT_POOL_LIMIT`], 1 GiB).
+    /// Bytes the pool may hold in free buffers (default 1 GiB).
     /// Lowering it frees the largest held buffers first; 0 disables pooling.
     pub fn set_pool_limit(&self, bytes: u64) {
         if let Some(g) = &self.inner.gpu {

@@ -26,7 +26,7 @@ pub fn transpose_shape(shape: &[usize], perm: &[usize]) -> Result<Vec<usize>> {
     Ok(perm.iter().map(|&p| shape[p]).collect())
 }
 
-/// Validate `broadcast_in_dim(x, shape, dims)`: input axis i maps to output axis dims[i] and must equal it or be 1.
+/// Validate `broadcast_in_dim(x, shape, dims)`: input axis i maps to output axis `dims[i]` and must equal it or be 1.
 pub fn broadcast_check(in_shape: &[usize], shape: &[usize], dims: &[usize]) -> Result<()> {
     let bad = |detail: String| {
         Err(Error::BadShapeArg {

@@ -4,6 +4,14 @@
 //! Families: [`elementwise`] (unary, binary, select, cast, full, iota), [`reduce`], [`matmul`]
 //! (dot_general), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad) and
 //! [`indexing`] (take). Adding a primitive touches its family module and this registry only.
+//!
+//! Rules per primitive, and where they live:
+//! - shape/dtype rule: [`Prim::infer`], delegating to the family module;
+//! - CPU reference: [`Prim::eval_cpu`], delegating to the family module (the oracle and the `cpu`
+//!   device);
+//! - WGSL lowering: index maps and expressions in the family module, assembled by `crate::wgsl`;
+//! - batching (vmap) and VJP rules: the next slot of each family module, filled by the `vmap` and
+//!   `grad` transforms (one function per family, dispatched from this registry like the rules above).
 
 pub mod elementwise;
 pub mod indexing;

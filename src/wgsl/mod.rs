@@ -1,6 +1,6 @@
 //! WGSL code generation: one generator for fused bodies, filled into the templates of `shaders/`.
 //!
-//! The [`Emitter`] inlines a tree of fusable primitives (elementwise and layout ops) into straight-line
+//! The `Emitter` inlines a tree of fusable primitives (elementwise and layout ops) into straight-line
 //! WGSL that computes one variable at one multi-index, reading materialized variables from storage
 //! buffers. Kernels (elementwise, reduction, argreduce) wrap that body in a template.
 
