@@ -46,13 +46,7 @@ impl Program {
 /// Rewrite every `dot_general` into the canonical (batch, m, k) × (batch, k, n) form the kernels take,
 /// with explicit transposes/reshapes around it (they fuse or alias away when they are identities).
 pub fn canonicalize_dots(g: &Graph) -> Graph {
-    let mut out = Graph {
-        avals: g.avals.clone(),
-        inputs: g.inputs.clone(),
-        consts: g.consts.clone(),
-        eqns: Vec::new(),
-        outputs: g.outputs.clone(),
-    };
+    let mut out = g.without_eqns();
     for e in &g.eqns {
         let Prim::DotGeneral(d) = &e.prim else {
             out.eqns.push(e.clone());
@@ -163,13 +157,7 @@ fn arrange(
 /// Rewrite concatenations of more operands than a kernel can bind into a tree of smaller ones
 /// (the fusion pass then stores the inner ones as needed).
 fn split_wide_concats(g: &Graph, max_inputs: usize) -> Graph {
-    let mut out = Graph {
-        avals: g.avals.clone(),
-        inputs: g.inputs.clone(),
-        consts: g.consts.clone(),
-        eqns: Vec::new(),
-        outputs: g.outputs.clone(),
-    };
+    let mut out = g.without_eqns();
     for e in &g.eqns {
         let Prim::Concatenate { axis } = e.prim else {
             out.eqns.push(e.clone());

@@ -155,6 +155,18 @@ impl Graph {
         Ok(())
     }
 
+    /// The same variables, inputs, constants and outputs with no equations: the start of a
+    /// rewriting pass that re-emits the equations.
+    pub fn without_eqns(&self) -> Graph {
+        Graph {
+            avals: self.avals.clone(),
+            inputs: self.inputs.clone(),
+            consts: self.consts.clone(),
+            eqns: Vec::new(),
+            outputs: self.outputs.clone(),
+        }
+    }
+
     /// Remove equations whose results are never used.
     pub fn dce(&mut self) {
         let mut live = vec![false; self.avals.len()];
