@@ -177,7 +177,7 @@ fn gather(
     }
 }
 
-pub fn transpose_cpu(x: &HostArray, perm: &[usize], out_shape: &[usize]) -> HostArray {
+pub(crate) fn transpose_cpu(x: &HostArray, perm: &[usize], out_shape: &[usize]) -> HostArray {
     gather(x, out_shape, None, |o| {
         let mut ii = vec![0; perm.len()];
         for (i, &p) in perm.iter().enumerate() {
@@ -187,7 +187,7 @@ pub fn transpose_cpu(x: &HostArray, perm: &[usize], out_shape: &[usize]) -> Host
     })
 }
 
-pub fn broadcast_cpu(x: &HostArray, shape: &[usize], dims: &[usize]) -> HostArray {
+pub(crate) fn broadcast_cpu(x: &HostArray, shape: &[usize], dims: &[usize]) -> HostArray {
     gather(x, shape, None, |o| {
         Some(
             dims.iter()
@@ -198,7 +198,7 @@ pub fn broadcast_cpu(x: &HostArray, shape: &[usize], dims: &[usize]) -> HostArra
     })
 }
 
-pub fn slice_cpu(
+pub(crate) fn slice_cpu(
     x: &HostArray,
     start: &[usize],
     stride: &[usize],
@@ -209,7 +209,7 @@ pub fn slice_cpu(
     })
 }
 
-pub fn pad_cpu(
+pub(crate) fn pad_cpu(
     x: &HostArray,
     lo: &[usize],
     interior: &[usize],
@@ -230,7 +230,7 @@ pub fn pad_cpu(
     })
 }
 
-pub fn concat_cpu(xs: &[&HostArray], axis: usize, out_shape: &[usize]) -> HostArray {
+pub(crate) fn concat_cpu(xs: &[&HostArray], axis: usize, out_shape: &[usize]) -> HostArray {
     let n: usize = out_shape.iter().product();
     let dt = xs[0].dtype();
     let vals = (0..n).map(|i| {

@@ -342,7 +342,7 @@ impl Prim {
     }
 
     /// CPU reference evaluation. Inputs have already passed [`Prim::infer`]; `out` is its result.
-    pub fn eval_cpu(&self, ins: &[&HostArray], out: &Aval) -> HostArray {
+    pub(crate) fn eval_cpu(&self, ins: &[&HostArray], out: &Aval) -> HostArray {
         let map = |f: &dyn Fn(usize) -> Scalar| HostArray {
             shape: out.shape.clone(),
             data: HostData::from_scalars(out.dtype, (0..out.size()).map(f)),

@@ -146,7 +146,7 @@ fn groups(shape: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<Vec<usize>>) {
 }
 
 /// CPU reference of a reduction (floats accumulate in f64; integers wrap like the device).
-pub fn reduce_cpu(op: ReduceOp, x: &HostArray, axes: &[usize]) -> HostArray {
+pub(crate) fn reduce_cpu(op: ReduceOp, x: &HostArray, axes: &[usize]) -> HostArray {
     let (out_shape, groups) = groups(&x.shape, axes);
     let dt = x.dtype();
     let vals = groups.iter().map(|g| match dt {
@@ -188,7 +188,7 @@ pub fn reduce_cpu(op: ReduceOp, x: &HostArray, axes: &[usize]) -> HostArray {
 }
 
 /// CPU reference of argmax/argmin along one axis (first index wins ties). Result dtype i32.
-pub fn argreduce_cpu(op: ArgOp, x: &HostArray, axis: usize) -> HostArray {
+pub(crate) fn argreduce_cpu(op: ArgOp, x: &HostArray, axis: usize) -> HostArray {
     let (out_shape, groups) = groups(&x.shape, &[axis]);
     let vals: Vec<i32> = groups
         .iter()
