@@ -47,7 +47,12 @@ pub fn norm_index(i: i64, n: usize) -> usize {
     i.clamp(0, (n - 1).max(0)) as usize
 }
 
-pub(crate) fn take_cpu(x: &HostArray, idx: &HostArray, axis: usize, out_shape: &[usize]) -> HostArray {
+pub(crate) fn take_cpu(
+    x: &HostArray,
+    idx: &HostArray,
+    axis: usize,
+    out_shape: &[usize],
+) -> HostArray {
     let st = strides(&x.shape);
     let r = idx.shape.len();
     let n: usize = out_shape.iter().product();

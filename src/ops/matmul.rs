@@ -112,7 +112,12 @@ pub fn dot_shape(
 }
 
 /// CPU reference (f64 accumulation for floats, wrapping for integers).
-pub(crate) fn dot_cpu(l: &HostArray, r: &HostArray, dims: &DotDims, out_shape: &[usize]) -> HostArray {
+pub(crate) fn dot_cpu(
+    l: &HostArray,
+    r: &HostArray,
+    dims: &DotDims,
+    out_shape: &[usize],
+) -> HostArray {
     let (lf, rf) = (dims.lhs_free(l.shape.len()), dims.rhs_free(r.shape.len()));
     let (ls, rs) = (strides(&l.shape), strides(&r.shape));
     let kshape: Vec<usize> = dims.lhs_contract.iter().map(|&a| l.shape[a]).collect();
