@@ -235,7 +235,6 @@ fn labels(p: &Program) -> String {
 // ---- (c) naga validation of generated shaders ---------------------------------------------------
 
 type UnaryFn = fn(&Tensor) -> Tensor;
-type BinaryFn = fn(&Tensor, &Tensor) -> Tensor;
 type ReduceFn = fn(&Tensor, i64, bool) -> Tensor;
 type Case = (String, Box<dyn Fn(&[Tensor]) -> Vec<Tensor>>, Vec<Array>);
 

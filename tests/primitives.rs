@@ -22,7 +22,6 @@ use brigade::{Array, Aval, DType, Graph, Scalar, Tensor, select};
 use common::*;
 
 type UnaryFn = fn(&Tensor) -> Tensor;
-type BinaryFn = fn(&Tensor, &Tensor) -> Tensor;
 
 fn f32_arr(v: &[f32], shape: &[usize]) -> Array {
     Array::from_vec(v.to_vec(), shape).unwrap()
@@ -421,24 +420,8 @@ fn i32_pairs() -> (Array, Array) {
 #[test]
 fn binary_i32_every_op() {
     let (a, b) = i32_pairs();
-    // `rem` has its own test below.
-    let ops: &[(&str, BinaryFn)] = &[
-        ("add", Tensor::add),
-        ("sub", Tensor::sub),
-        ("mul", Tensor::mul),
-        ("div", Tensor::div),
-        ("max", Tensor::maximum),
-        ("min", Tensor::minimum),
-        ("and", Tensor::and),
-        ("or", Tensor::or),
-        ("eq", Tensor::eq),
-        ("ne", Tensor::ne),
-        ("lt", Tensor::lt),
-        ("le", Tensor::le),
-        ("gt", Tensor::gt),
-        ("ge", Tensor::ge),
-    ];
-    for &(name, op) in ops {
+    // `rem` also has its own sign test below.
+    for &(name, op) in &INT_BINARY_OPS {
         eprintln!("i32 {name}");
         check_on_all(binary(op), &[a.clone(), b.clone()], Tol::EXACT);
         // Broadcast a row of divisors (negative, zero) against a random matrix.
@@ -514,24 +497,7 @@ fn binary_u32_every_op() {
         &[10],
     );
     let b = u32_arr(&[2, 3, 0, 1, 2, 1 << 31, 7, 0, 65_536, 10], &[10]);
-    let ops: &[(&str, BinaryFn)] = &[
-        ("add", Tensor::add),
-        ("sub", Tensor::sub),
-        ("mul", Tensor::mul),
-        ("div", Tensor::div),
-        ("rem", Tensor::rem),
-        ("max", Tensor::maximum),
-        ("min", Tensor::minimum),
-        ("and", Tensor::and),
-        ("or", Tensor::or),
-        ("eq", Tensor::eq),
-        ("ne", Tensor::ne),
-        ("lt", Tensor::lt),
-        ("le", Tensor::le),
-        ("gt", Tensor::gt),
-        ("ge", Tensor::ge),
-    ];
-    for &(name, op) in ops {
+    for &(name, op) in &INT_BINARY_OPS {
         eprintln!("u32 {name}");
         check_on_all(binary(op), &[a.clone(), b.clone()], Tol::EXACT);
     }

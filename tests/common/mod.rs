@@ -500,3 +500,25 @@ pub fn run_program(
         })
         .collect()
 }
+
+/// A binary op of the `Tensor` surface.
+pub type BinaryFn = fn(&Tensor, &Tensor) -> Tensor;
+
+/// Every binary op defined on integers, by name.
+pub const INT_BINARY_OPS: [(&str, BinaryFn); 15] = [
+    ("add", Tensor::add),
+    ("sub", Tensor::sub),
+    ("mul", Tensor::mul),
+    ("div", Tensor::div),
+    ("rem", Tensor::rem),
+    ("max", Tensor::maximum),
+    ("min", Tensor::minimum),
+    ("and", Tensor::and),
+    ("or", Tensor::or),
+    ("eq", Tensor::eq),
+    ("ne", Tensor::ne),
+    ("lt", Tensor::lt),
+    ("le", Tensor::le),
+    ("gt", Tensor::gt),
+    ("ge", Tensor::ge),
+];
