@@ -39,6 +39,39 @@ pub(crate) enum Storage {
         device: Device,
         buffer: Arc<DeviceBuffer>,
     },
+    /// One piece per device (each a host or single-device array), from a parallel call or
+    /// [`crate::device_put_sharded`].
+    Sharded {
+        layout: ShardLayout,
+        shards: Vec<Array>,
+        devices: Vec<Device>,
+    },
+}
+
+/// How a sharded array's value is spread over its devices (shard `i` lives on device `i` of
+/// [`Array::shard_devices`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ShardLayout {
+    /// `pmap` style: shard `i` is entry `i` along `axis` of the global array (which has one entry
+    /// per device there; the shards lack that axis).
+    Stacked { axis: usize },
+    /// Split style (`shard_map`): shard `i` is the `i`-th block of equal size along `axis`.
+    Blocks { axis: usize },
+    /// Every device holds the whole value (a result made identical by a collective).
+    Replicated,
+}
+
+impl ShardLayout {
+    /// The global shape for shards of `shard` shape over `n` devices.
+    pub fn global_shape(self, shard: &[usize], n: usize) -> Vec<usize> {
+        let mut s = shard.to_vec();
+        match self {
+            ShardLayout::Stacked { axis } => s.insert(axis, n),
+            ShardLayout::Blocks { axis } => s[axis] *= n,
+            ShardLayout::Replicated => {}
+        }
+        s
+    }
 }
 
 impl std::fmt::Debug for Array {
@@ -46,6 +79,9 @@ impl std::fmt::Debug for Array {
         let place = match &self.inner.storage {
             Storage::Host(_) => "host".to_string(),
             Storage::Device { device, .. } => format!("device {}", device.index()),
+            Storage::Sharded { layout, shards, .. } => {
+                format!("{} devices, {layout:?}", shards.len())
+            }
         };
         write!(f, "Array({} on {place})", self.inner.aval)
     }
@@ -121,21 +157,64 @@ impl Array {
     /// The device holding the data, or None for host arrays.
     pub fn device(&self) -> Option<&Device> {
         match &self.inner.storage {
-            Storage::Host(_) => None,
             Storage::Device { device, .. } => Some(device),
+            _ => None,
         }
     }
     pub(crate) fn buffer(&self) -> Option<&Arc<DeviceBuffer>> {
         match &self.inner.storage {
-            Storage::Host(_) => None,
             Storage::Device { buffer, .. } => Some(buffer),
+            _ => None,
         }
     }
     /// The host data if the array lives on the host.
     pub fn host(&self) -> Option<&HostArray> {
         match &self.inner.storage {
             Storage::Host(h) => Some(h),
-            Storage::Device { .. } => None,
+            _ => None,
+        }
+    }
+    /// The shards of a sharded array (one per device, in device order), like JAX's
+    /// `addressable_shards`; None for host and single-device arrays.
+    pub fn shards(&self) -> Option<&[Array]> {
+        match &self.inner.storage {
+            Storage::Sharded { shards, .. } => Some(shards),
+            _ => None,
+        }
+    }
+    /// How a sharded array is spread over its devices; None for host and single-device arrays.
+    pub fn shard_layout(&self) -> Option<ShardLayout> {
+        match &self.inner.storage {
+            Storage::Sharded { layout, .. } => Some(*layout),
+            _ => None,
+        }
+    }
+    /// The devices holding a sharded array, in shard order (empty for unsharded arrays).
+    pub fn shard_devices(&self) -> &[Device] {
+        match &self.inner.storage {
+            Storage::Sharded { devices, .. } => devices,
+            _ => &[],
+        }
+    }
+    /// A sharded array from its pieces (one per device, each already on its device).
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
+    pub(crate) fn from_shards(
+        layout: ShardLayout,
+        shards: Vec<Array>,
+        devices: Vec<Device>,
+    ) -> Array {
+        let shape = layout.global_shape(shards[0].shape(), shards.len());
+        let aval = Aval::new(shape, shards[0].dtype());
+        Array {
+            inner: Arc::new(ArrayInner {
+                aval,
+                storage: Storage::Sharded {
+                    layout,
+                    shards,
+                    devices,
+                },
+                origin: None,
+            }),
         }
     }
     /// Copy the data to `device` (JAX's `device_put`). Free if it is already there.
@@ -143,6 +222,16 @@ impl Array {
         if let Some(d) = self.device() {
             if crate::exec::same_device(d, device) {
                 return Ok(self.clone());
+            }
+        }
+        if let Storage::Sharded {
+            layout: ShardLayout::Replicated,
+            shards,
+            devices,
+        } = &self.inner.storage
+        {
+            if let Some(i) = devices.iter().position(|d| d == device) {
+                return Ok(shards[i].clone());
             }
         }
         if device.is_cpu() {
@@ -176,6 +265,15 @@ impl Array {
                 let a = &self.inner.aval;
                 let data = device.download(buffer, a.dtype, a.size()).await?;
                 HostArray::new(a.shape.clone(), data)
+            }
+            Storage::Sharded { layout, shards, .. } => {
+                // A replicated value is read from its first device only.
+                let shards = match layout {
+                    ShardLayout::Replicated => &shards[..1],
+                    _ => &shards[..],
+                };
+                let parts = read_all(shards).await?;
+                Ok(assemble(*layout, parts))
             }
         }
     }
@@ -219,7 +317,7 @@ impl From<f32> for Array {
 pub(crate) fn host_data(a: &Array) -> Result<HostArray> {
     match &a.inner.storage {
         Storage::Host(h) => Ok(h.clone()),
-        Storage::Device { .. } => {
+        Storage::Device { .. } | Storage::Sharded { .. } => {
             #[cfg(not(target_arch = "wasm32"))]
             {
                 a.to_host()
@@ -231,6 +329,50 @@ pub(crate) fn host_data(a: &Array) -> Result<HostArray> {
                     detail: "synchronously on the web: use to_host_async".into(),
                 })
             }
+        }
+    }
+}
+
+/// Read several arrays to the host: every device read is issued before any wait.
+pub(crate) async fn read_all(arrays: &[Array]) -> Result<Vec<HostArray>> {
+    let reads: Vec<(Device, Arc<DeviceBuffer>, crate::DType, usize)> = arrays
+        .iter()
+        .filter_map(|a| match &a.inner.storage {
+            Storage::Device { device, buffer } => {
+                Some((device.clone(), buffer.clone(), a.dtype(), a.size()))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut fetched = crate::device::download_all(&reads).await?.into_iter();
+    let mut out = Vec::with_capacity(arrays.len());
+    for a in arrays {
+        out.push(match &a.inner.storage {
+            Storage::Host(h) => h.clone(),
+            Storage::Device { .. } => {
+                let data = fetched.next().ok_or_else(|| Error::Transfer {
+                    device: "?".into(),
+                    detail: "a read returned no data".into(),
+                })?;
+                HostArray::new(a.shape().to_vec(), data)?
+            }
+            Storage::Sharded { .. } => Box::pin(a.to_host_async()).await?,
+        });
+    }
+    Ok(out)
+}
+
+/// The global value from the shards' host data.
+pub(crate) fn assemble(layout: ShardLayout, mut parts: Vec<HostArray>) -> HostArray {
+    use crate::ops::collective::concat_axis;
+    match layout {
+        ShardLayout::Replicated => parts.swap_remove(0),
+        ShardLayout::Blocks { axis } => concat_axis(&parts.iter().collect::<Vec<_>>(), axis),
+        ShardLayout::Stacked { axis } => {
+            for p in &mut parts {
+                p.shape.insert(axis, 1);
+            }
+            concat_axis(&parts.iter().collect::<Vec<_>>(), axis)
         }
     }
 }

@@ -155,6 +155,101 @@ pub enum Error {
     #[error("transfer on device {device} failed: {detail}")]
     Transfer { device: String, detail: String },
 
+    // ---- parallel maps and collectives -------------------------------------------------------
+    /// Split mode (`shard_map`): an axis cannot be cut into equal blocks over the devices.
+    #[error(
+        "{op}: argument {arg} has {size} rows along axis {axis}, which cannot be split evenly over {devices} devices: use {fits} devices, or pad to {pad} rows{hint}"
+    )]
+    IndivisibleSplit {
+        op: &'static str,
+        arg: usize,
+        axis: usize,
+        size: usize,
+        devices: usize,
+        /// The device counts that divide `size` ("1, 2, 4, 5 or 8").
+        fits: String,
+        /// The next multiple of `devices` at or above `size`.
+        pad: usize,
+        hint: String,
+    },
+
+    /// `pmap`: more shards (entries along the mapped axis) than devices.
+    #[error(
+        "pmap: the mapped axis has {shards} entries but only {devices} devices are available; pmap runs one entry per device{hint}"
+    )]
+    TooManyShards {
+        shards: usize,
+        devices: usize,
+        hint: String,
+    },
+
+    /// Two mapped arguments disagree on the mapped size.
+    #[error(
+        "{op}: mapped sizes disagree: argument {first_arg} has {first_size} entries along axis {first_axis} but argument {arg} has {size} along axis {axis}; every mapped argument needs the same size{hint}"
+    )]
+    MappedSizeMismatch {
+        op: &'static str,
+        first_arg: usize,
+        first_axis: usize,
+        first_size: usize,
+        arg: usize,
+        axis: usize,
+        size: usize,
+        hint: String,
+    },
+
+    /// `axis_size` given, and a mapped argument disagrees with it.
+    #[error(
+        "{op}: axis_size is {axis_size} but argument {arg} has {size} entries along its mapped axis {axis}; drop axis_size or make them agree"
+    )]
+    AxisSizeMismatch {
+        op: &'static str,
+        axis_size: usize,
+        arg: usize,
+        axis: usize,
+        size: usize,
+    },
+
+    /// Every `in_axes` entry is None and no `axis_size` says how many shards to run.
+    #[error(
+        "{op}: every in_axes entry is None, so no argument says how many shards to run: map at least one argument (in_axes Some(axis)) or give axis_size"
+    )]
+    NothingMapped { op: &'static str },
+
+    /// A collective names a parallel axis that no enclosing `pmap` / `shard_map` binds.
+    #[error(
+        "{op}: no parallel axis named '{name}' is bound here ({bound}); collectives run inside pmap/shard_map over the axis_name given there, e.g. pmap(f).axis_name(\"{name}\")"
+    )]
+    UnboundAxis {
+        op: &'static str,
+        name: String,
+        /// "bound axes: 'i'" or "no pmap/shard_map is being traced".
+        bound: String,
+    },
+
+    /// `out_axes` None for an output that differs between devices.
+    #[error(
+        "{op}: output {output} differs between devices ({why}), so out_axes None cannot return it as one value: use out_axes Some(axis) to keep every device's value, or make it identical first with psum/pmean/pmax/pmin/all_gather"
+    )]
+    VaryingOutput {
+        op: &'static str,
+        output: usize,
+        why: String,
+    },
+
+    /// A collective's own arguments do not fit its operand (axis out of range, sizes, permutation).
+    #[error("{op} over axis '{axis_name}': {detail} (operand shape {shape:?})")]
+    BadCollective {
+        op: &'static str,
+        axis_name: String,
+        shape: Vec<usize>,
+        detail: String,
+    },
+
+    /// Any other bad argument of a parallel map (in_axes, out_axes, static arguments, devices).
+    #[error("{op}: {detail}")]
+    BadParallelArg { op: &'static str, detail: String },
+
     // ---- compilation -------------------------------------------------------------------------
     /// A generated shader failed naga validation or pipeline creation.
     #[error("shader `{kernel}` failed to compile: {message}\n---- WGSL ----\n{wgsl}")]
@@ -185,6 +280,15 @@ impl Error {
                 | Error::TracedValue { .. }
                 | Error::TraceMismatch { .. }
                 | Error::Arity { .. }
+                | Error::IndivisibleSplit { .. }
+                | Error::TooManyShards { .. }
+                | Error::MappedSizeMismatch { .. }
+                | Error::AxisSizeMismatch { .. }
+                | Error::NothingMapped { .. }
+                | Error::UnboundAxis { .. }
+                | Error::VaryingOutput { .. }
+                | Error::BadCollective { .. }
+                | Error::BadParallelArg { .. }
         )
     }
 }

@@ -213,12 +213,32 @@ pub(crate) fn trace_fn<F>(label: &str, f: &F, avals: &[Aval]) -> Result<Graph>
 where
     F: Fn(&[Tensor]) -> Vec<Tensor>,
 {
+    let args: Vec<TraceArg> = avals.iter().cloned().map(TraceArg::Abstract).collect();
+    trace_args(label, f, &args)
+}
+
+/// An argument of a function being traced.
+pub(crate) enum TraceArg {
+    /// Traced: becomes a graph input.
+    Abstract(Aval),
+    /// Static: passed as a concrete tensor (captured as a constant where used).
+    Static(Array),
+}
+
+/// Trace `f` into a graph whose inputs are the abstract arguments, in order.
+pub(crate) fn trace_args<F>(label: &str, f: &F, args: &[TraceArg]) -> Result<Graph>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
     let tr = Trace::new(label);
-    let ins: Vec<Tensor> = avals
+    let ins: Vec<Tensor> = args
         .iter()
-        .map(|a| {
-            let v = tr.add_input(a.clone());
-            Tensor::traced(tr.clone(), v, a.clone())
+        .map(|a| match a {
+            TraceArg::Abstract(a) => {
+                let v = tr.add_input(a.clone());
+                Tensor::traced(tr.clone(), v, a.clone())
+            }
+            TraceArg::Static(x) => Tensor::from(x.clone()),
         })
         .collect();
     let outs = {

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod array;
+pub mod collective;
 pub mod counters;
 pub mod device;
 pub mod dtype;
@@ -12,9 +13,13 @@ pub mod ops;
 pub mod reference;
 pub mod tensor;
 pub mod trace;
+pub mod transform;
 pub mod wgsl;
 
-pub use array::Array;
+pub use array::{Array, ShardLayout};
+pub use collective::{
+    all_gather, all_to_all, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum, psum_scatter,
+};
 pub use counters::{Counters, counters};
 pub use device::{Device, DeviceInfo, DeviceLimits, Runtime, init};
 pub use dtype::{DType, Scalar};
@@ -23,6 +28,7 @@ pub use exec::{Jit, jit};
 pub use host::{Element, HostArray, HostData};
 pub use tensor::{Axes, Tensor, select};
 pub use trace::graph::{Aval, Graph, Var};
+pub use transform::pmap::{Parallel, ParallelMode, pmap, shard_map};
 
 /// The devices of the process-wide runtime, like `jax.devices()`: index, adapter name, backend,
 /// device type and limits are in each [`Device::info`]. The layout comes from `BRIGADE_DEVICES`
@@ -41,4 +47,63 @@ pub fn devices() -> Result<Vec<Device>> {
 /// Copy `array` to `device` (JAX's `jax.device_put`); free when it is already there.
 pub fn device_put(array: &Array, device: &Device) -> Result<Array> {
     array.to_device(device)
+}
+
+/// Place one array per device as a stacked sharded array (JAX's `jax.device_put_sharded`): the
+/// result has shape `(n, *shard.shape)` and shard `i` lives on `devices[i]`, ready for a `pmap`
+/// with `in_axes` `Some(0)` (no transfer at call time).
+///
+/// ```
+/// use brigade::{device_put_sharded, Array};
+/// let devs = brigade::devices()?;
+/// let parts: Vec<Array> = (0..devs.len())
+///     .map(|i| Array::from_vec(vec![i as f32; 3], &[3]))
+///     .collect::<Result<_, _>>()?;
+/// let x = device_put_sharded(&parts, &devs)?;
+/// assert_eq!(x.shape(), &[devs.len(), 3]);
+/// assert_eq!(x.shards().map(|s| s.len()), Some(devs.len()));
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn device_put_sharded(shards: &[Array], devices: &[Device]) -> Result<Array> {
+    if shards.is_empty() || shards.len() != devices.len() {
+        return Err(Error::BadParallelArg {
+            op: "device_put_sharded",
+            detail: format!(
+                "{} shards for {} devices: give exactly one shard per device (at least one)",
+                shards.len(),
+                devices.len()
+            ),
+        });
+    }
+    if let Some((i, s)) = shards
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.aval() != shards[0].aval())
+    {
+        return Err(Error::BadParallelArg {
+            op: "device_put_sharded",
+            detail: format!(
+                "shard {i} is {} but shard 0 is {}: every shard needs the same shape and dtype",
+                s.aval(),
+                shards[0].aval()
+            ),
+        });
+    }
+    let placed = shards
+        .iter()
+        .zip(devices)
+        .map(|(s, d)| s.to_device(d))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Array::from_shards(
+        ShardLayout::Stacked { axis: 0 },
+        placed,
+        devices.to_vec(),
+    ))
+}
+
+/// Copy `array` to every device as a stacked sharded array of shape `(n, *array.shape)` (JAX's
+/// `jax.device_put_replicated`): every shard is the same data.
+pub fn device_put_replicated(array: &Array, devices: &[Device]) -> Result<Array> {
+    let copies = vec![array.clone(); devices.len()];
+    device_put_sharded(&copies, devices)
 }

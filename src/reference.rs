@@ -8,6 +8,7 @@ use crate::trace::graph::Graph;
 /// Evaluate `graph` on `inputs` (one per graph input, in order).
 pub fn eval_graph(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
     graph.check()?;
+    crate::lower::refuse_collectives(graph)?;
     if inputs.len() != graph.inputs.len() {
         return Err(Error::Arity {
             what: "graph inputs".into(),

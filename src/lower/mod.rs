@@ -6,6 +6,8 @@
 //! variable is inlined into the kernel that consumes it, so a tree of elementwise ops with broadcasts
 //! becomes one kernel, and a reduction absorbs its elementwise prologue.
 
+pub mod stages;
+
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
 use crate::host::HostArray;
@@ -357,6 +359,7 @@ fn plan_steps(
 /// Compile `graph` for a device with `limits`.
 pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
     graph.check()?;
+    refuse_collectives(graph)?;
     let max_inputs = (limits.max_storage_buffers_per_shader_stage as usize)
         .saturating_sub(1)
         .max(2);
@@ -581,4 +584,22 @@ fn pick_cut(g: &Graph, producers: &[Option<usize>], mat: &[bool], root: Var) -> 
         }
     }
     best.map(|(_, v)| v)
+}
+
+/// Collectives need the other devices: only the parallel executor runs them, between stages
+/// ([`stages::split_stages`]). A single-device program containing one is a usage error.
+pub(crate) fn refuse_collectives(g: &Graph) -> Result<()> {
+    match g.eqns.iter().find_map(|e| match &e.prim {
+        Prim::Collective(c) => Some(c),
+        _ => None,
+    }) {
+        Some(c) => Err(Error::Unsupported {
+            op: c.name(),
+            detail: format!(
+                "on one device: a collective over axis '{}' runs only inside pmap/shard_map, which cut the program into stages at it",
+                c.axis_name
+            ),
+        }),
+        None => Ok(()),
+    }
 }

@@ -13,6 +13,7 @@
 //! - batching (vmap) and VJP rules: the next slot of each family module, filled by the `vmap` and
 //!   `grad` transforms (one function per family, dispatched from this registry like the rules above).
 
+pub mod collective;
 pub mod elementwise;
 pub mod indexing;
 pub mod layout;
@@ -26,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData};
 use crate::trace::graph::Aval;
 
+pub use collective::{Collective, CollectiveKind};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use matmul::DotDims;
 pub use reduce::{ArgOp, ReduceOp};
@@ -86,6 +88,9 @@ pub enum Prim {
     Take {
         axis: usize,
     },
+    /// Communication between the shards of a parallel axis; only inside `pmap` / `shard_map`,
+    /// where the program is cut into stages at each one.
+    Collective(Collective),
 }
 
 impl Prim {
@@ -107,6 +112,7 @@ impl Prim {
             Prim::Concatenate { .. } => "concatenate",
             Prim::Pad { .. } => "pad",
             Prim::Take { .. } => "take",
+            Prim::Collective(c) => c.name(),
         }
     }
 
@@ -115,7 +121,10 @@ impl Prim {
     pub fn is_fusable(&self) -> bool {
         !matches!(
             self,
-            Prim::Reduce { .. } | Prim::ArgReduce { .. } | Prim::DotGeneral(_)
+            Prim::Reduce { .. }
+                | Prim::ArgReduce { .. }
+                | Prim::DotGeneral(_)
+                | Prim::Collective(_)
         )
     }
 
@@ -126,6 +135,7 @@ impl Prim {
             Prim::Binary(_) | Prim::DotGeneral(_) | Prim::Take { .. } => Some(2),
             Prim::Select => Some(3),
             Prim::Concatenate { .. } => None,
+            Prim::Collective(c) => Some(c.arity()),
             _ => Some(1),
         }
     }
@@ -338,6 +348,7 @@ impl Prim {
                 indexing::take_shape(&ins[0].shape, &ins[1].shape, ins[1].dtype, *axis)?,
                 ins[0].dtype,
             ),
+            Prim::Collective(c) => c.infer(ins)?,
         })
     }
 
@@ -387,6 +398,12 @@ impl Prim {
                 ..
             } => layout::pad_cpu(ins[0], lo, interior, *value, &out.shape),
             Prim::Take { axis } => indexing::take_cpu(ins[0], ins[1], *axis, &out.shape),
+            // A single shard's view; graphs with collectives over several shards are run stage
+            // by stage by the parallel executor, and `eval_graph` refuses them.
+            Prim::Collective(c) => {
+                let parts: Vec<HostArray> = ins.iter().map(|h| (*h).clone()).collect();
+                c.combine(&parts, out).get(0).clone()
+            }
         }
     }
 }
@@ -428,6 +445,7 @@ impl fmt::Display for Prim {
                 "{n}[lo={lo:?} hi={hi:?} interior={interior:?} value={value}]"
             ),
             Prim::Take { axis } => write!(f, "{n}[axis={axis}]"),
+            Prim::Collective(c) => write!(f, "{c}"),
             _ => f.write_str(n),
         }
     }

@@ -253,8 +253,11 @@ impl<'a> Emitter<'a> {
                 ii.extend_from_slice(&idx[*axis + r..]);
                 return self.value(ins[0], &ii);
             }
-            Prim::Reduce { .. } | Prim::ArgReduce { .. } | Prim::DotGeneral(_) => {
-                unreachable!("non-fusable primitives are materialized")
+            Prim::Reduce { .. }
+            | Prim::ArgReduce { .. }
+            | Prim::DotGeneral(_)
+            | Prim::Collective(_) => {
+                unreachable!("non-fusable primitives are materialized; collectives never lowered")
             }
         };
         let t = self.tmp("t");

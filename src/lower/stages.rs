@@ -1,0 +1,223 @@
+//! Cutting a parallel program into stages at its collectives.
+//!
+//! A graph traced under `pmap` / `shard_map` may contain collective equations. Devices cannot talk to
+//! each other inside a kernel, so the program runs as alternating *stages* (ordinary collective-free
+//! graphs, compiled and run on every device) and *exchanges* (the collectives, combined on the host).
+//!
+//! Each variable gets a level: graph inputs 0; an ordinary equation the highest level of its inputs;
+//! a collective one more than its operand. Stage `s` holds the ordinary equations of level `s`;
+//! exchange `s` (after stage `s`) holds the collectives of level `s + 1`. So independent collectives
+//! (the gradients of every parameter, say) share one exchange: one round trip for all of them.
+//!
+//! Values cross from stage to stage in device buffers (the per-device environment of the executor);
+//! constants and zero-input equations (`full`, `iota`) are re-emitted in every stage that needs them
+//! instead of being carried. `axis_index` needs no communication: the executor gives each device
+//! its own index as an environment value.
+
+use std::collections::HashMap;
+
+use crate::host::HostArray;
+use crate::ops::{Collective, CollectiveKind, Prim};
+use crate::trace::graph::{Eqn, Graph, Var};
+
+/// One stage: a collective-free graph whose inputs and outputs name variables of the original graph.
+#[derive(Clone, Debug)]
+pub struct Stage {
+    pub graph: Graph,
+    /// Original variables fed to `graph.inputs`, in order.
+    pub inputs: Vec<Var>,
+    /// Original variables that `graph.outputs` compute, in order.
+    pub outputs: Vec<Var>,
+}
+
+/// One collective of an exchange: `out = collective(input)` in the original graph.
+#[derive(Clone, Debug)]
+pub struct Exchange {
+    pub collective: Collective,
+    pub input: Var,
+    pub out: Var,
+}
+
+/// A parallel program: stages and, after each, the collectives to perform.
+#[derive(Clone, Debug)]
+pub struct StagePlan {
+    pub stages: Vec<Stage>,
+    /// `exchanges[s]` runs after `stages[s]` (empty for the last stage).
+    pub exchanges: Vec<Vec<Exchange>>,
+    /// Variables holding `axis_index(name)`, filled per device by the executor.
+    pub axis_index: Vec<(Var, String)>,
+}
+
+impl StagePlan {
+    /// Number of host round trips (exchanges with at least one collective).
+    pub fn exchange_count(&self) -> usize {
+        self.exchanges.iter().filter(|e| !e.is_empty()).count()
+    }
+}
+
+/// Cut `g` into stages at its collectives. A graph without collectives gives one stage.
+pub fn split_stages(g: &Graph) -> StagePlan {
+    let n = g.avals.len();
+    let producers = g.producers();
+    let mut level = vec![0usize; n];
+    // Free values: rebuilt wherever used (constants and zero-input equations).
+    let mut free = vec![false; n];
+    for (v, _) in &g.consts {
+        free[v.idx()] = true;
+    }
+    let mut axis_index = Vec::new();
+    for e in &g.eqns {
+        let top = e.inputs.iter().map(|v| level[v.idx()]).max().unwrap_or(0);
+        level[e.out.idx()] = match &e.prim {
+            Prim::Collective(c) if c.kind == CollectiveKind::AxisIndex => {
+                axis_index.push((e.out, c.axis_name.clone()));
+                0
+            }
+            Prim::Collective(_) => top + 1,
+            _ if e.inputs.is_empty() => {
+                free[e.out.idx()] = true;
+                0
+            }
+            _ => top,
+        };
+    }
+    let is_ordinary = |e: &Eqn| !matches!(e.prim, Prim::Collective(_)) && !e.inputs.is_empty();
+    let last = g.eqns.iter().map(|e| level[e.out.idx()]).max().unwrap_or(0);
+    // The last stage each variable is needed in (by an equation, a collective, or as an output).
+    let mut needed_after = vec![None::<usize>; n];
+    let mut need = |v: Var, s: usize| {
+        let slot = &mut needed_after[v.idx()];
+        *slot = Some(slot.map_or(s, |t: usize| t.max(s)));
+    };
+    for e in &g.eqns {
+        let s = level[e.out.idx()];
+        for &v in &e.inputs {
+            // (A collective of level s reads its operand in the exchange before stage s.)
+            need(v, s);
+        }
+    }
+    for &v in &g.outputs {
+        need(v, last + 1);
+    }
+    let ctx = Ctx {
+        g,
+        free: &free,
+        producers: &producers,
+        consts: g.consts.iter().map(|(v, h)| (*v, h)).collect(),
+    };
+
+    let mut stages = Vec::with_capacity(last + 1);
+    let mut exchanges = Vec::with_capacity(last + 1);
+    for s in 0..=last {
+        let mut b = Builder {
+            ctx: &ctx,
+            sg: Graph::default(),
+            map: HashMap::new(),
+            inputs: Vec::new(),
+        };
+        let mut outputs = Vec::new();
+        for e in g
+            .eqns
+            .iter()
+            .filter(|e| is_ordinary(e) && level[e.out.idx()] == s)
+        {
+            let ins: Vec<Var> = e.inputs.iter().map(|&v| b.bring(v)).collect();
+            let out = b.sg.new_var(g.aval(e.out).clone());
+            b.map.insert(e.out, out);
+            b.sg.eqns.push(Eqn {
+                prim: e.prim.clone(),
+                inputs: ins,
+                out,
+            });
+            if needed_after[e.out.idx()].is_some_and(|t| t > s) {
+                outputs.push(e.out);
+            }
+        }
+        // Free values that are program outputs are materialized by the last stage.
+        if s == last {
+            for &v in &g.outputs {
+                if free[v.idx()] && !outputs.contains(&v) {
+                    b.bring(v);
+                    outputs.push(v);
+                }
+            }
+        }
+        let Builder {
+            mut sg,
+            map,
+            inputs,
+            ..
+        } = b;
+        sg.outputs = outputs.iter().map(|v| map[v]).collect();
+        stages.push(Stage {
+            graph: sg,
+            inputs,
+            outputs,
+        });
+        exchanges.push(
+            g.eqns
+                .iter()
+                .filter_map(|e| match &e.prim {
+                    Prim::Collective(c)
+                        if c.kind != CollectiveKind::AxisIndex && level[e.out.idx()] == s + 1 =>
+                    {
+                        Some(Exchange {
+                            collective: c.clone(),
+                            input: e.inputs[0],
+                            out: e.out,
+                        })
+                    }
+                    _ => None,
+                })
+                .collect(),
+        );
+    }
+    StagePlan {
+        stages,
+        exchanges,
+        axis_index,
+    }
+}
+
+struct Ctx<'a> {
+    g: &'a Graph,
+    free: &'a [bool],
+    producers: &'a [Option<usize>],
+    consts: HashMap<Var, &'a HostArray>,
+}
+
+/// One stage graph being assembled, with the map from original to stage variables.
+struct Builder<'a> {
+    ctx: &'a Ctx<'a>,
+    sg: Graph,
+    map: HashMap<Var, Var>,
+    inputs: Vec<Var>,
+}
+
+impl Builder<'_> {
+    /// Bring original variable `v` into the stage: defined here already, rebuilt if free (a
+    /// constant or zero-input equation), else a stage input read from the environment.
+    fn bring(&mut self, v: Var) -> Var {
+        if let Some(&m) = self.map.get(&v) {
+            return m;
+        }
+        let c = self.ctx;
+        let m = self.sg.new_var(c.g.aval(v).clone());
+        self.map.insert(v, m);
+        if c.free[v.idx()] {
+            if let Some(h) = c.consts.get(&v) {
+                self.sg.consts.push((m, (*h).clone()));
+            } else if let Some(p) = c.producers[v.idx()] {
+                self.sg.eqns.push(Eqn {
+                    prim: c.g.eqns[p].prim.clone(),
+                    inputs: vec![],
+                    out: m,
+                });
+            }
+        } else {
+            self.sg.inputs.push(m);
+            self.inputs.push(v);
+        }
+        m
+    }
+}

@@ -1,0 +1,506 @@
+//! Collectives: communication between the shards of a parallel axis (`pmap` / `shard_map`).
+//!
+//! Each collective declares here its shape/dtype rule ([`Collective::infer`]) and its host
+//! combination ([`Collective::combine`]): given every device's operand, in device order, what each
+//! device receives. The executor cuts a parallel program into stages at collectives
+//! (`crate::lower::stages`), reads every device's operand back, calls `combine` on the host and
+//! writes the results to the devices (`crate::transform::pmap`). The combination order is fixed
+//! (device 0, 1, 2, …), so the same inputs give the same bits on every run.
+//!
+//! Batching and VJP rules go here too (issue #4).
+
+use std::fmt;
+
+use crate::dtype::{DType, Scalar};
+use crate::error::{Error, Result};
+use crate::host::{HostArray, HostData};
+use crate::trace::graph::Aval;
+
+/// A collective over the parallel axis `axis_name`, whose size (the number of shards) was fixed
+/// when the program was traced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Collective {
+    pub axis_name: String,
+    /// Number of shards along the axis.
+    pub size: usize,
+    pub kind: CollectiveKind,
+}
+
+/// What a collective computes (JAX's `jax.lax` parallel operators).
+#[derive(Clone, Debug, PartialEq)]
+pub enum CollectiveKind {
+    /// Sum over shards; every shard receives the sum.
+    Psum,
+    /// Mean over shards (float operands).
+    Pmean,
+    /// Elementwise maximum over shards.
+    Pmax,
+    /// Elementwise minimum over shards.
+    Pmin,
+    /// Every shard receives all operands, stacked at `axis` (or concatenated along it if `tiled`).
+    AllGather { axis: usize, tiled: bool },
+    /// Sum, then shard `i` keeps slice `i` along `dim` (block `i` if `tiled`).
+    PsumScatter { dim: usize, tiled: bool },
+    /// Shard `dst` receives the operand of shard `src` for each `(src, dst)`; others receive zeros.
+    Ppermute { perm: Vec<(usize, usize)> },
+    /// Shard `i` receives chunk `i` (along `split_axis`) of every shard, stacked (or concatenated
+    /// if `tiled`) along `concat_axis`.
+    AllToAll {
+        split_axis: usize,
+        concat_axis: usize,
+        tiled: bool,
+    },
+    /// The shard's own index along the axis (an `i32` scalar); no communication.
+    AxisIndex,
+}
+
+/// What a collective gives the devices: one array for all, or one each.
+pub enum Combined {
+    Same(HostArray),
+    PerDevice(Vec<HostArray>),
+}
+
+impl Combined {
+    pub fn get(&self, device: usize) -> &HostArray {
+        match self {
+            Combined::Same(h) => h,
+            Combined::PerDevice(v) => &v[device],
+        }
+    }
+}
+
+impl Collective {
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            CollectiveKind::Psum => "psum",
+            CollectiveKind::Pmean => "pmean",
+            CollectiveKind::Pmax => "pmax",
+            CollectiveKind::Pmin => "pmin",
+            CollectiveKind::AllGather { .. } => "all_gather",
+            CollectiveKind::PsumScatter { .. } => "psum_scatter",
+            CollectiveKind::Ppermute { .. } => "ppermute",
+            CollectiveKind::AllToAll { .. } => "all_to_all",
+            CollectiveKind::AxisIndex => "axis_index",
+        }
+    }
+
+    pub fn arity(&self) -> usize {
+        match self.kind {
+            CollectiveKind::AxisIndex => 0,
+            _ => 1,
+        }
+    }
+
+    /// Does every shard receive the same value (so the result no longer varies across the axis)?
+    pub fn result_is_invariant(&self) -> bool {
+        matches!(
+            self.kind,
+            CollectiveKind::Psum
+                | CollectiveKind::Pmean
+                | CollectiveKind::Pmax
+                | CollectiveKind::Pmin
+                | CollectiveKind::AllGather { .. }
+        )
+    }
+
+    fn bad(&self, x: &Aval, detail: String) -> Error {
+        Error::BadCollective {
+            op: self.name(),
+            axis_name: self.axis_name.clone(),
+            shape: x.shape.clone(),
+            detail,
+        }
+    }
+
+    /// Shape and dtype rule (per shard).
+    pub fn infer(&self, ins: &[&Aval]) -> Result<Aval> {
+        if ins.len() != self.arity() {
+            return Err(Error::Arity {
+                what: self.name().to_string(),
+                expected: self.arity(),
+                got: ins.len(),
+            });
+        }
+        let n = self.size;
+        let Some(x) = ins.first() else {
+            return Ok(Aval::new(vec![], DType::I32));
+        };
+        let rank = x.rank();
+        let no_bool = |hint: &'static str| -> Result<()> {
+            if x.dtype == DType::Bool {
+                return Err(Error::BadDType {
+                    op: self.name(),
+                    dtype: DType::Bool,
+                    hint,
+                    shapes: vec![x.shape.clone()],
+                });
+            }
+            Ok(())
+        };
+        let axis_in = |a: usize, limit: usize, what: &str| -> Result<()> {
+            if a >= limit {
+                return Err(self.bad(
+                    x,
+                    format!("{what} {a} is out of range: it must be below {limit}"),
+                ));
+            }
+            Ok(())
+        };
+        let mut shape = x.shape.clone();
+        let dtype = match &self.kind {
+            CollectiveKind::Psum => {
+                no_bool("cast to i32 or f32 first")?;
+                x.dtype
+            }
+            CollectiveKind::Pmean => {
+                if x.dtype != DType::F32 {
+                    return Err(Error::BadDType {
+                        op: "pmean",
+                        dtype: x.dtype,
+                        hint: "pmean averages floats: cast to f32 first",
+                        shapes: vec![x.shape.clone()],
+                    });
+                }
+                x.dtype
+            }
+            CollectiveKind::Pmax | CollectiveKind::Pmin => x.dtype,
+            CollectiveKind::AllGather { axis, tiled } => {
+                if *tiled {
+                    axis_in(*axis, rank, "axis")?;
+                    shape[*axis] *= n;
+                } else {
+                    axis_in(*axis, rank + 1, "axis")?;
+                    shape.insert(*axis, n);
+                }
+                x.dtype
+            }
+            CollectiveKind::PsumScatter { dim, tiled } => {
+                no_bool("cast to i32 or f32 first")?;
+                axis_in(*dim, rank, "scatter_dimension")?;
+                if *tiled {
+                    if !shape[*dim].is_multiple_of(n) {
+                        return Err(self.bad(
+                            x,
+                            format!(
+                                "tiled: dimension {dim} has {} entries, not a multiple of the axis size {n}",
+                                shape[*dim]
+                            ),
+                        ));
+                    }
+                    shape[*dim] /= n;
+                } else {
+                    if shape[*dim] != n {
+                        return Err(self.bad(
+                            x,
+                            format!(
+                                "dimension {dim} has {} entries but must equal the axis size {n} (or pass tiled = true)",
+                                shape[*dim]
+                            ),
+                        ));
+                    }
+                    shape.remove(*dim);
+                }
+                x.dtype
+            }
+            CollectiveKind::Ppermute { perm } => {
+                let mut src_seen = vec![false; n];
+                let mut dst_seen = vec![false; n];
+                for &(s, d) in perm {
+                    if s >= n || d >= n {
+                        return Err(
+                            self.bad(x, format!("pair ({s}, {d}) names a shard outside 0..{n}"))
+                        );
+                    }
+                    if std::mem::replace(&mut src_seen[s], true) {
+                        return Err(self.bad(x, format!("shard {s} is a source twice")));
+                    }
+                    if std::mem::replace(&mut dst_seen[d], true) {
+                        return Err(self.bad(x, format!("shard {d} is a destination twice")));
+                    }
+                }
+                x.dtype
+            }
+            CollectiveKind::AllToAll {
+                split_axis,
+                concat_axis,
+                tiled,
+            } => {
+                axis_in(*split_axis, rank, "split_axis")?;
+                if *tiled {
+                    axis_in(*concat_axis, rank, "concat_axis")?;
+                    if !shape[*split_axis].is_multiple_of(n) {
+                        return Err(self.bad(
+                            x,
+                            format!(
+                                "tiled: split_axis {split_axis} has {} entries, not a multiple of the axis size {n}",
+                                shape[*split_axis]
+                            ),
+                        ));
+                    }
+                    shape[*split_axis] /= n;
+                    shape[*concat_axis] *= n;
+                } else {
+                    axis_in(*concat_axis, rank, "concat_axis")?;
+                    if shape[*split_axis] != n {
+                        return Err(self.bad(
+                            x,
+                            format!(
+                                "split_axis {split_axis} has {} entries but must equal the axis size {n} (or pass tiled = true)",
+                                shape[*split_axis]
+                            ),
+                        ));
+                    }
+                    shape.remove(*split_axis);
+                    shape.insert(*concat_axis, n);
+                }
+                x.dtype
+            }
+            CollectiveKind::AxisIndex => unreachable!("arity 0 handled above"),
+        };
+        Ok(Aval::new(shape, dtype))
+    }
+
+    /// Combine the operands of all shards (`parts[i]` from shard `i`, each of the operand's aval)
+    /// into what each shard receives. `out` is the result of [`Collective::infer`].
+    pub fn combine(&self, parts: &[HostArray], out: &Aval) -> Combined {
+        let n = parts.len();
+        match &self.kind {
+            CollectiveKind::Psum => Combined::Same(reduce_parts(parts, Fold::Sum)),
+            CollectiveKind::Pmean => {
+                let mut s = reduce_parts(parts, Fold::Sum);
+                if let HostData::F32(v) = &mut s.data {
+                    let d = n as f32;
+                    v.iter_mut().for_each(|x| *x /= d);
+                }
+                Combined::Same(s)
+            }
+            CollectiveKind::Pmax => Combined::Same(reduce_parts(parts, Fold::Max)),
+            CollectiveKind::Pmin => Combined::Same(reduce_parts(parts, Fold::Min)),
+            CollectiveKind::AllGather { axis, tiled } => {
+                // Stacking is concatenation of the operands seen with a unit axis at `axis`.
+                let lifted: Vec<HostArray> = if *tiled {
+                    Vec::new()
+                } else {
+                    parts
+                        .iter()
+                        .map(|p| {
+                            let mut shape = p.shape.clone();
+                            shape.insert(*axis, 1);
+                            HostArray {
+                                shape,
+                                data: p.data.clone(),
+                            }
+                        })
+                        .collect()
+                };
+                let refs: Vec<&HostArray> = if *tiled {
+                    parts.iter().collect()
+                } else {
+                    lifted.iter().collect()
+                };
+                Combined::Same(concat_axis(&refs, *axis))
+            }
+            CollectiveKind::PsumScatter { dim, tiled } => {
+                let sum = reduce_parts(parts, Fold::Sum);
+                let block = if *tiled { sum.shape[*dim] / n } else { 1 };
+                Combined::PerDevice(
+                    (0..n)
+                        .map(|i| {
+                            let mut b = take_block(&sum, *dim, i * block, block);
+                            b.shape = out.shape.clone();
+                            b
+                        })
+                        .collect(),
+                )
+            }
+            CollectiveKind::Ppermute { perm } => {
+                let mut outs: Vec<HostArray> = (0..n)
+                    .map(|_| HostArray::full(Scalar::F32(0.0).cast(out.dtype), &out.shape))
+                    .collect();
+                for &(s, d) in perm {
+                    outs[d] = parts[s].clone();
+                }
+                Combined::PerDevice(outs)
+            }
+            CollectiveKind::AllToAll {
+                split_axis,
+                concat_axis: cat,
+                tiled,
+            } => {
+                let chunk = parts[0].shape[*split_axis] / n;
+                Combined::PerDevice(
+                    (0..n)
+                        .map(|i| {
+                            // Chunk i of every shard, in shard order.
+                            let pieces: Vec<HostArray> = parts
+                                .iter()
+                                .map(|p| {
+                                    let mut b = take_block(p, *split_axis, i * chunk, chunk);
+                                    if !*tiled {
+                                        // drop the unit split axis, add a unit concat axis
+                                        b.shape.remove(*split_axis);
+                                        b.shape.insert(*cat, 1);
+                                    }
+                                    b
+                                })
+                                .collect();
+                            concat_axis(&pieces.iter().collect::<Vec<_>>(), *cat)
+                        })
+                        .collect(),
+                )
+            }
+            CollectiveKind::AxisIndex => Combined::PerDevice(
+                (0..n)
+                    .map(|i| HostArray::scalar(Scalar::I32(i as i32)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Fold {
+    Sum,
+    Max,
+    Min,
+}
+
+/// Elementwise fold of equally shaped operands, in operand order (deterministic). Integer sums
+/// wrap, as on the device; float max/min follow the reference interpreter's `max`/`min`.
+fn reduce_parts(parts: &[HostArray], fold: Fold) -> HostArray {
+    let shape = parts[0].shape.clone();
+    let mut acc = parts[0].data.clone();
+    // Chunked so that each chunk of the accumulator stays in cache while every operand is added.
+    const CHUNK: usize = 16 * 1024;
+    macro_rules! fold_typed {
+        ($acc:expr, $variant:ident, $f:expr) => {{
+            let others: Vec<&[_]> = parts[1..]
+                .iter()
+                .map(|p| match &p.data {
+                    HostData::$variant(v) => v.as_slice(),
+                    _ => unreachable!("operands share one dtype"),
+                })
+                .collect();
+            let f = $f;
+            for (c, a) in $acc.chunks_mut(CHUNK).enumerate() {
+                let base = c * CHUNK;
+                let len = a.len();
+                for o in &others {
+                    for (x, y) in a.iter_mut().zip(&o[base..base + len]) {
+                        *x = f(*x, *y);
+                    }
+                }
+            }
+        }};
+    }
+    match (&mut acc, fold) {
+        (HostData::F32(a), Fold::Sum) => fold_typed!(a, F32, |x: f32, y: f32| x + y),
+        (HostData::F32(a), Fold::Max) => fold_typed!(a, F32, |x: f32, y: f32| x.max(y)),
+        (HostData::F32(a), Fold::Min) => fold_typed!(a, F32, |x: f32, y: f32| x.min(y)),
+        (HostData::I32(a), Fold::Sum) => fold_typed!(a, I32, |x: i32, y: i32| x.wrapping_add(y)),
+        (HostData::I32(a), Fold::Max) => fold_typed!(a, I32, |x: i32, y: i32| x.max(y)),
+        (HostData::I32(a), Fold::Min) => fold_typed!(a, I32, |x: i32, y: i32| x.min(y)),
+        (HostData::U32(a), Fold::Sum) => fold_typed!(a, U32, |x: u32, y: u32| x.wrapping_add(y)),
+        (HostData::U32(a), Fold::Max) => fold_typed!(a, U32, |x: u32, y: u32| x.max(y)),
+        (HostData::U32(a), Fold::Min) => fold_typed!(a, U32, |x: u32, y: u32| x.min(y)),
+        (HostData::Bool(a), Fold::Max) => fold_typed!(a, Bool, |x: bool, y: bool| x | y),
+        (HostData::Bool(a), Fold::Min) => fold_typed!(a, Bool, |x: bool, y: bool| x & y),
+        (HostData::Bool(a), Fold::Sum) => fold_typed!(a, Bool, |x: bool, y: bool| x | y),
+    }
+    HostArray { shape, data: acc }
+}
+
+/// `(outer, dim, inner)` view of `shape` around `axis`.
+fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
+
+/// Entries `start..start + len` of `x` along `axis` (contiguous block copies).
+pub fn take_block(x: &HostArray, axis: usize, start: usize, len: usize) -> HostArray {
+    let (outer, dim, inner) = split_at_axis(&x.shape, axis);
+    let mut shape = x.shape.clone();
+    shape[axis] = len;
+    macro_rules! blocks {
+        ($v:expr, $variant:ident) => {{
+            let mut out = Vec::with_capacity(outer * len * inner);
+            for o in 0..outer {
+                let s = (o * dim + start) * inner;
+                out.extend_from_slice(&$v[s..s + len * inner]);
+            }
+            HostData::$variant(out)
+        }};
+    }
+    let data = match &x.data {
+        HostData::F32(v) => blocks!(v, F32),
+        HostData::I32(v) => blocks!(v, I32),
+        HostData::U32(v) => blocks!(v, U32),
+        HostData::Bool(v) => blocks!(v, Bool),
+    };
+    HostArray { shape, data }
+}
+
+/// Concatenate equally typed arrays along `axis` (all other dimensions equal).
+pub fn concat_axis(parts: &[&HostArray], axis: usize) -> HostArray {
+    let mut shape = parts[0].shape.clone();
+    shape[axis] = parts.iter().map(|p| p.shape[axis]).sum();
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    macro_rules! cat {
+        ($variant:ident) => {{
+            let srcs: Vec<&[_]> = parts
+                .iter()
+                .map(|p| match &p.data {
+                    HostData::$variant(v) => v.as_slice(),
+                    _ => unreachable!("parts share one dtype"),
+                })
+                .collect();
+            let mut out = Vec::with_capacity(outer * shape[axis] * inner);
+            for o in 0..outer {
+                for (p, s) in parts.iter().zip(&srcs) {
+                    let run = p.shape[axis] * inner;
+                    out.extend_from_slice(&s[o * run..(o + 1) * run]);
+                }
+            }
+            HostData::$variant(out)
+        }};
+    }
+    let data = match &parts[0].data {
+        HostData::F32(_) => cat!(F32),
+        HostData::I32(_) => cat!(I32),
+        HostData::U32(_) => cat!(U32),
+        HostData::Bool(_) => cat!(Bool),
+    };
+    HostArray { shape, data }
+}
+
+impl fmt::Display for Collective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.name();
+        let a = &self.axis_name;
+        match &self.kind {
+            CollectiveKind::AllGather { axis, tiled } => {
+                write!(f, "{n}[axis_name={a} axis={axis} tiled={tiled}]")
+            }
+            CollectiveKind::PsumScatter { dim, tiled } => {
+                write!(
+                    f,
+                    "{n}[axis_name={a} scatter_dimension={dim} tiled={tiled}]"
+                )
+            }
+            CollectiveKind::Ppermute { perm } => write!(f, "{n}[axis_name={a} perm={perm:?}]"),
+            CollectiveKind::AllToAll {
+                split_axis,
+                concat_axis,
+                tiled,
+            } => write!(
+                f,
+                "{n}[axis_name={a} split_axis={split_axis} concat_axis={concat_axis} tiled={tiled}]"
+            ),
+            _ => write!(f, "{n}[axis_name={a}]"),
+        }
+    }
+}

@@ -1,0 +1,746 @@
+//! `pmap` (JAX-exact) and `shard_map` (split mode): one program, run on several devices at once.
+//!
+//! Both trace the function once per signature on the *per-device* shapes, with the axis name bound
+//! for collectives; cut the program into stages at collectives ([`crate::lower::stages`]); and run
+//! every stage on every device before waiting on any. Between stages each collective reads every
+//! device's operand back (all reads issued before any wait), combines them on the host in device
+//! order, and writes each device its result. Outputs stay on their devices as sharded arrays; fed
+//! to the next parallel call with the same layout they are used in place (no host round trip).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::array::{Array, ShardLayout, host_data, read_all};
+use crate::device::{Device, Runtime};
+use crate::error::{Error, Result};
+use crate::exec::{Executable, TraceArg, trace_args};
+use crate::host::HostArray;
+use crate::lower::stages::{StagePlan, split_stages};
+use crate::ops::collective::{Combined, take_block};
+use crate::ops::{CollectiveKind, Prim};
+use crate::tensor::Tensor;
+use crate::trace::graph::{Aval, Graph, Var};
+
+/// Which reading of "parallel map" a [`Parallel`] follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ParallelMode {
+    /// JAX's `pmap`: the mapped axis length is the number of shards, one entry per device; the
+    /// function sees one entry (the axis removed); outputs are stacked along `out_axes`.
+    Pmap,
+    /// Split mode (JAX's `shard_map`, the tutorial's reading of pmap): the mapped axis of length
+    /// `B` is cut into one block of `B / n` entries per device; the function sees its block (same
+    /// rank); outputs are concatenated back along `out_axes`.
+    Split,
+}
+
+impl ParallelMode {
+    fn op(self) -> &'static str {
+        match self {
+            ParallelMode::Pmap => "pmap",
+            ParallelMode::Split => "shard_map",
+        }
+    }
+}
+
+/// A function mapped over devices by [`pmap`] or [`shard_map`]. Configure with the builder methods,
+/// run with [`Parallel::call`]. Traced once per argument signature; the stages are compiled once
+/// per device and reused by later calls.
+pub struct Parallel<F> {
+    f: F,
+    mode: ParallelMode,
+    label: String,
+    axis_name: Option<String>,
+    in_axes: Option<Vec<Option<usize>>>,
+    out_axes: Option<Vec<Option<usize>>>,
+    axis_size: Option<usize>,
+    devices: Option<Vec<Device>>,
+    static_argnums: Vec<usize>,
+    cache: RefCell<HashMap<Key, Rc<ParallelExe>>>,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key {
+    shard_avals: Vec<Aval>,
+    shards: usize,
+    /// Static arguments by value.
+    statics: Vec<(usize, Aval, Vec<u32>)>,
+}
+
+/// A traced parallel program: the per-device graph, its stages compiled per device, and what
+/// varies between devices.
+struct ParallelExe {
+    graph: Graph,
+    plan: StagePlan,
+    stages: Vec<Executable>,
+    out_layouts: Vec<ShardLayout>,
+    /// `axis_index` values per device id (uploaded once).
+    index_arrays: RefCell<HashMap<(u64, usize), Array>>,
+}
+
+/// Map `f` over devices, JAX-exact (`jax.pmap`): every argument with `in_axes` `Some(a)` is cut along
+/// axis `a` into one entry per device (the axis length is the number of shards, at most the number
+/// of devices; fewer shards use the first devices); `None` arguments are sent whole to every
+/// device. Inside `f` each device sees its entry without the mapped axis, and collectives
+/// ([`crate::psum`], …) over [`Parallel::axis_name`] combine the devices. Outputs are stacked
+/// along `out_axes` (default 0), and stay on their devices.
+///
+/// ```
+/// use brigade::{pmap, pmean, Array, Tensor};
+/// let n = brigade::devices()?.len().min(2);
+/// // Four features per device-row; every device subtracts the mean row of all devices.
+/// let x = Array::from_vec((0..n * 4).map(|v| v as f32).collect::<Vec<f32>>(), &[n, 4])?;
+/// let center = pmap(|a: &[Tensor]| vec![&a[0] - pmean(&a[0], "batch")]).axis_name("batch");
+/// let y = center.call(&[x])?;
+/// assert_eq!(y[0].shape(), &[n, 4]);
+/// let v = y[0].to_vec::<f32>()?;
+/// let mean0: f32 = (0..n).map(|r| (r * 4) as f32).sum::<f32>() / n as f32;
+/// assert_eq!(v[0], 0.0 - mean0);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn pmap<F>(f: F) -> Parallel<F>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    Parallel::new(f, ParallelMode::Pmap)
+}
+
+/// Split mode (JAX's `shard_map` over a one-axis mesh; what the tutorial calls pmap): every argument
+/// with `in_axes` `Some(a)` is cut along axis `a` into one equal block per device (a batch of
+/// `B` rows gives each of `n` devices `B / n` rows, so `B` must divide evenly); `None` arguments
+/// are sent whole. `f` sees its block with the same rank; outputs are concatenated back along
+/// `out_axes` (default 0) or, with `None`, returned once when a collective made them identical.
+/// Uses every device of [`Parallel::devices`] (default: all), or the first `axis_size`.
+///
+/// ```
+/// use brigade::{shard_map, psum, Array, Tensor};
+/// let n = brigade::devices()?.len().min(2);
+/// // 8 rows over n devices: each device sums its block, psum adds the devices' sums.
+/// let x = Array::from_vec((0..8 * 2).map(|v| v as f32).collect::<Vec<f32>>(), &[8, 2])?;
+/// let total = shard_map(|a: &[Tensor]| vec![psum(&a[0].sum(0, false), "rows")])
+///     .axis_name("rows")
+///     .axis_size(n)
+///     .out_axes(&[None]);
+/// let y = total.call(&[x])?;
+/// assert_eq!(y[0].to_vec::<f32>()?, vec![56.0, 64.0]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn shard_map<F>(f: F) -> Parallel<F>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    Parallel::new(f, ParallelMode::Split)
+}
+
+impl<F> Parallel<F>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    fn new(f: F, mode: ParallelMode) -> Parallel<F> {
+        Parallel {
+            f,
+            mode,
+            label: mode.op().into(),
+            axis_name: None,
+            in_axes: None,
+            out_axes: None,
+            axis_size: None,
+            devices: None,
+            static_argnums: Vec::new(),
+            cache: RefCell::new(HashMap::new()),
+        }
+    }
+    /// The name collectives inside `f` use for this axis (none by default, as in JAX).
+    pub fn axis_name(mut self, name: &str) -> Self {
+        self.axis_name = Some(name.to_string());
+        self
+    }
+    /// Per argument: the axis to map (`Some(a)`) or `None` to send the whole argument to every
+    /// device. Default: `Some(0)` for every argument. Entries of static arguments are ignored.
+    pub fn in_axes(mut self, axes: &[Option<usize>]) -> Self {
+        self.in_axes = Some(axes.to_vec());
+        self
+    }
+    /// Per output: where the device axis goes (`Some(a)`), or `None` to return one value that must
+    /// be identical on every device. One entry applies to every output. Default `Some(0)`.
+    pub fn out_axes(mut self, axes: &[Option<usize>]) -> Self {
+        self.out_axes = Some(axes.to_vec());
+        self
+    }
+    /// pmap: the number of shards, checked against the mapped arguments (needed when every
+    /// `in_axes` is None). Split mode: the number of devices to use (the first ones).
+    pub fn axis_size(mut self, n: usize) -> Self {
+        self.axis_size = Some(n);
+        self
+    }
+    /// Run on these devices (in this order) instead of the global runtime's.
+    pub fn devices(mut self, devices: &[Device]) -> Self {
+        self.devices = Some(devices.to_vec());
+        self
+    }
+    /// Arguments at these positions are static: passed to `f` as concrete tensors (readable with
+    /// `to_array`), not mapped, and part of the cache key by value (a new value retraces).
+    pub fn static_argnums(mut self, nums: &[usize]) -> Self {
+        self.static_argnums = nums.to_vec();
+        self
+    }
+    /// Name used in messages and kernel labels.
+    pub fn named(mut self, label: &str) -> Self {
+        self.label = label.to_string();
+        self
+    }
+    /// Which reading this map follows.
+    pub fn mode(&self) -> ParallelMode {
+        self.mode
+    }
+
+    /// The per-device program traced for these arguments (like `jax.make_jaxpr` of the mapped
+    /// function): shapes are what one device sees; collectives appear as equations.
+    pub fn graph(&self, args: &[Array]) -> Result<Graph> {
+        let (exe, _, _) = self.prepare(args)?;
+        Ok(exe.graph.clone())
+    }
+
+    /// Number of stages and host round trips (collective exchanges) of the program for `args`.
+    pub fn stage_count(&self, args: &[Array]) -> Result<(usize, usize)> {
+        let (exe, _, _) = self.prepare(args)?;
+        Ok((exe.plan.stages.len(), exe.plan.exchange_count()))
+    }
+
+    /// Run on the devices. Returns one sharded array per output (see [`Array::shards`]); reading
+    /// one gathers it, feeding it to another parallel call with the same layout does not.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn call(&self, args: &[Array]) -> Result<Vec<Array>> {
+        pollster::block_on(self.call_async(args))
+    }
+
+    /// [`Parallel::call`] for every platform: in the browser collectives await their reads.
+    pub async fn call_async(&self, args: &[Array]) -> Result<Vec<Array>> {
+        let (exe, devices, plan) = self.prepare(args)?;
+        let shard_args = self.shard_args(args, &plan, &devices).await?;
+        let per_device = exe.run(&devices, shard_args).await?;
+        Ok(exe
+            .out_layouts
+            .iter()
+            .enumerate()
+            .map(|(j, &layout)| {
+                Array::from_shards(
+                    layout,
+                    per_device.iter().map(|outs| outs[j].clone()).collect(),
+                    devices.clone(),
+                )
+            })
+            .collect())
+    }
+
+    // ---- planning --------------------------------------------------------------------------------
+
+    fn available_devices(&self) -> Result<Vec<Device>> {
+        let devs = match &self.devices {
+            Some(d) => d.clone(),
+            None => Runtime::global()?.devices().to_vec(),
+        };
+        if devs.is_empty() {
+            return Err(Error::NoDevice(format!(
+                "{}: no device to run on (the device list is empty)",
+                self.mode.op()
+            )));
+        }
+        Ok(devs)
+    }
+
+    /// Check the arguments, pick the devices and the per-device shapes, trace if needed.
+    fn prepare(&self, args: &[Array]) -> Result<(Rc<ParallelExe>, Vec<Device>, ArgPlan)> {
+        let op = self.mode.op();
+        let in_axes: Vec<Option<usize>> = match &self.in_axes {
+            Some(a) if a.len() != args.len() => {
+                return Err(Error::BadParallelArg {
+                    op,
+                    detail: format!(
+                        "in_axes has {} entries but {} arguments were given: give one entry (Some(axis) or None) per argument",
+                        a.len(),
+                        args.len()
+                    ),
+                });
+            }
+            Some(a) => a.clone(),
+            None => vec![Some(0); args.len()],
+        };
+        if let Some(&s) = self.static_argnums.iter().find(|&&s| s >= args.len()) {
+            return Err(Error::BadParallelArg {
+                op,
+                detail: format!(
+                    "static_argnums names argument {s} but only {} arguments were given",
+                    args.len()
+                ),
+            });
+        }
+        let is_static = |i: usize| self.static_argnums.contains(&i);
+        let mapped: Vec<Option<usize>> = in_axes
+            .iter()
+            .enumerate()
+            .map(|(i, a)| if is_static(i) { None } else { *a })
+            .collect();
+        for (i, (a, x)) in mapped.iter().zip(args).enumerate() {
+            if let Some(a) = *a {
+                if a >= x.ndim() {
+                    return Err(Error::BadParallelArg {
+                        op,
+                        detail: format!(
+                            "in_axes[{i}] is Some({a}) but argument {i} has rank {} (shape {:?}): map an axis below {}, or use None to send it whole",
+                            x.ndim(),
+                            x.shape(),
+                            x.ndim()
+                        ),
+                    });
+                }
+            }
+        }
+        let available = self.available_devices()?;
+        let n = match self.mode {
+            ParallelMode::Pmap => self.pmap_size(&mapped, args, available.len())?,
+            ParallelMode::Split => self.split_size(&mapped, args, available.len())?,
+        };
+        let devices = available[..n].to_vec();
+        let shard_avals: Vec<Aval> = args
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !is_static(*i))
+            .map(|(i, x)| {
+                let mut s = x.shape().to_vec();
+                match (mapped[i], self.mode) {
+                    (Some(a), ParallelMode::Pmap) => {
+                        s.remove(a);
+                    }
+                    (Some(a), ParallelMode::Split) => s[a] /= n,
+                    (None, _) => {}
+                }
+                Aval::new(s, x.dtype())
+            })
+            .collect();
+        let mut statics = Vec::new();
+        for &s in &self.static_argnums {
+            let h = host_data(&args[s])?;
+            statics.push((s, args[s].aval().clone(), h.data.to_words()));
+        }
+        let key = Key {
+            shard_avals,
+            shards: n,
+            statics,
+        };
+        let cached = self.cache.borrow().get(&key).cloned();
+        let exe = match cached {
+            Some(e) => e,
+            None => {
+                let e = Rc::new(self.trace(args, &key, &mapped)?);
+                self.cache.borrow_mut().insert(key, e.clone());
+                e
+            }
+        };
+        Ok((exe, devices, ArgPlan { mapped, n }))
+    }
+
+    /// pmap: the mapped size is the number of shards.
+    fn pmap_size(
+        &self,
+        mapped: &[Option<usize>],
+        args: &[Array],
+        available: usize,
+    ) -> Result<usize> {
+        let mut first: Option<(usize, usize, usize)> = None; // (arg, axis, size)
+        for (i, a) in mapped.iter().enumerate() {
+            let Some(a) = *a else { continue };
+            let size = args[i].shape()[a];
+            match first {
+                None => first = Some((i, a, size)),
+                Some((fi, fa, fs)) if fs != size => {
+                    return Err(Error::MappedSizeMismatch {
+                        op: "pmap",
+                        first_arg: fi,
+                        first_axis: fa,
+                        first_size: fs,
+                        arg: i,
+                        axis: a,
+                        size,
+                        hint: String::new(),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+        let n = match (first, self.axis_size) {
+            (Some((i, a, size)), Some(k)) if k != size => {
+                return Err(Error::AxisSizeMismatch {
+                    op: "pmap",
+                    axis_size: k,
+                    arg: i,
+                    axis: a,
+                    size,
+                });
+            }
+            (Some((_, _, size)), _) => size,
+            (None, Some(k)) => k,
+            (None, None) => return Err(Error::NothingMapped { op: "pmap" }),
+        };
+        if n == 0 {
+            return Err(Error::BadParallelArg {
+                op: "pmap",
+                detail: "the mapped axis is empty (size 0): there is no shard to run".into(),
+            });
+        }
+        if n > available {
+            let hint = if n.is_multiple_of(available) {
+                format!(
+                    "\nhelp: to cut these {n} rows into {available} blocks of {} (one block per device, as the tutorial describes), use shard_map (split mode) instead of pmap",
+                    n / available
+                )
+            } else {
+                format!(
+                    "\nhelp: reshape the batch to ({available}, {}, ...) and pmap over the first axis, or use shard_map (split mode), which needs a batch divisible by {available} (pad to {})",
+                    n.div_ceil(available),
+                    n.div_ceil(available) * available
+                )
+            };
+            return Err(Error::TooManyShards {
+                shards: n,
+                devices: available,
+                hint,
+            });
+        }
+        Ok(n)
+    }
+
+    /// Split mode: the number of devices; every mapped size must divide evenly.
+    fn split_size(
+        &self,
+        mapped: &[Option<usize>],
+        args: &[Array],
+        available: usize,
+    ) -> Result<usize> {
+        let n = match self.axis_size {
+            Some(0) => {
+                return Err(Error::BadParallelArg {
+                    op: "shard_map",
+                    detail: "axis_size is 0: at least one device is needed".into(),
+                });
+            }
+            Some(k) if k > available => {
+                return Err(Error::BadParallelArg {
+                    op: "shard_map",
+                    detail: format!(
+                        "axis_size {k} asks for {k} devices but only {available} are available: use at most {available}"
+                    ),
+                });
+            }
+            Some(k) => k,
+            None => available,
+        };
+        for (i, a) in mapped.iter().enumerate() {
+            let Some(a) = *a else { continue };
+            let size = args[i].shape()[a];
+            if !size.is_multiple_of(n) {
+                let upto = available.max(8);
+                let fits: Vec<usize> = (1..=upto).filter(|&d| size.is_multiple_of(d)).collect();
+                let fits = match fits.split_last() {
+                    Some((last, rest)) if !rest.is_empty() => format!(
+                        "{} or {last}",
+                        rest.iter()
+                            .map(|d| d.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    Some((last, _)) => last.to_string(),
+                    None => "1".into(),
+                };
+                let hint = if size <= available && size > 0 {
+                    format!(
+                        "\nhelp: pmap (JAX-exact) maps one entry per device: pmap would run these {size} entries as {size} shards on the first {size} devices"
+                    )
+                } else {
+                    String::new()
+                };
+                return Err(Error::IndivisibleSplit {
+                    op: "shard_map",
+                    arg: i,
+                    axis: a,
+                    size,
+                    devices: n,
+                    fits,
+                    pad: size.div_ceil(n) * n,
+                    hint,
+                });
+            }
+        }
+        Ok(n)
+    }
+
+    fn trace(&self, args: &[Array], key: &Key, mapped: &[Option<usize>]) -> Result<ParallelExe> {
+        let op = self.mode.op();
+        let mut shard = key.shard_avals.iter();
+        let targs: Vec<TraceArg> = args
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                if self.static_argnums.contains(&i) {
+                    TraceArg::Static(x.clone())
+                } else {
+                    TraceArg::Abstract(shard.next().expect("one aval per traced argument").clone())
+                }
+            })
+            .collect();
+        let graph = {
+            let _axis = self
+                .axis_name
+                .as_ref()
+                .map(|name| crate::collective::AxisBinding::new(name, key.shards));
+            trace_args(&self.label, &self.f, &targs)?
+        };
+        // Which traced inputs are mapped, in graph-input order.
+        let input_mapped: Vec<bool> = (0..args.len())
+            .filter(|i| !self.static_argnums.contains(i))
+            .map(|i| mapped[i].is_some())
+            .collect();
+        let input_arg: Vec<usize> = (0..args.len())
+            .filter(|i| !self.static_argnums.contains(i))
+            .collect();
+        let why = varying_reasons(&graph, &input_mapped, &input_arg);
+        let outs = graph.outputs.len();
+        let out_axes: Vec<Option<usize>> = match &self.out_axes {
+            None => vec![Some(0); outs],
+            Some(a) if a.len() == 1 => vec![a[0]; outs],
+            Some(a) if a.len() == outs => a.clone(),
+            Some(a) => {
+                return Err(Error::BadParallelArg {
+                    op,
+                    detail: format!(
+                        "out_axes has {} entries but the function returns {outs} outputs: give one entry, or one per output",
+                        a.len()
+                    ),
+                });
+            }
+        };
+        let mut out_layouts = Vec::with_capacity(outs);
+        for (j, (&v, ax)) in graph.outputs.iter().zip(&out_axes).enumerate() {
+            let rank = graph.aval(v).rank();
+            out_layouts.push(match (ax, self.mode) {
+                (None, _) => {
+                    if let Some(w) = &why[v.idx()] {
+                        return Err(Error::VaryingOutput {
+                            op,
+                            output: j,
+                            why: w.clone(),
+                        });
+                    }
+                    ShardLayout::Replicated
+                }
+                (Some(a), ParallelMode::Pmap) if *a <= rank => ShardLayout::Stacked { axis: *a },
+                (Some(a), ParallelMode::Split) if *a < rank => ShardLayout::Blocks { axis: *a },
+                (Some(a), _) => {
+                    return Err(Error::BadParallelArg {
+                        op,
+                        detail: format!(
+                            "out_axes[{j}] is Some({a}) but output {j} has rank {rank} per device (shape {:?}); {}",
+                            graph.aval(v).shape,
+                            if self.mode == ParallelMode::Split {
+                                "split mode concatenates along an existing axis: use an axis below the rank, or None for a value identical on every device"
+                            } else {
+                                "the device axis can go at most at position rank"
+                            }
+                        ),
+                    });
+                }
+            });
+        }
+        let plan = split_stages(&graph);
+        let stages = plan
+            .stages
+            .iter()
+            .map(|s| Executable::new(s.graph.clone()))
+            .collect();
+        Ok(ParallelExe {
+            graph,
+            plan,
+            stages,
+            out_layouts,
+            index_arrays: RefCell::new(HashMap::new()),
+        })
+    }
+
+    // ---- arguments ---------------------------------------------------------------------------------
+
+    /// Each device's piece of every traced argument, on that device. Sharded arguments laid out as
+    /// this call needs them, on the same devices, are used in place.
+    async fn shard_args(
+        &self,
+        args: &[Array],
+        plan: &ArgPlan,
+        devices: &[Device],
+    ) -> Result<Vec<Vec<Array>>> {
+        let n = plan.n;
+        let mut per_device: Vec<Vec<Array>> = vec![Vec::new(); n];
+        for (i, x) in args.iter().enumerate() {
+            if self.static_argnums.contains(&i) {
+                continue;
+            }
+            let want = match (plan.mapped[i], self.mode) {
+                (Some(a), ParallelMode::Pmap) => ShardLayout::Stacked { axis: a },
+                (Some(a), ParallelMode::Split) => ShardLayout::Blocks { axis: a },
+                (None, _) => ShardLayout::Replicated,
+            };
+            if x.shard_layout() == Some(want) && x.shard_devices() == devices {
+                for (d, s) in x.shards().unwrap_or_default().iter().enumerate() {
+                    per_device[d].push(s.clone());
+                }
+                continue;
+            }
+            let h = match x.host() {
+                Some(h) => h.clone(),
+                None => read_all(std::slice::from_ref(x)).await?.remove(0),
+            };
+            for (d, dev) in devices.iter().enumerate() {
+                let piece = match want {
+                    ShardLayout::Stacked { axis } => {
+                        let mut b = take_block(&h, axis, d, 1);
+                        b.shape.remove(axis);
+                        b
+                    }
+                    ShardLayout::Blocks { axis } => {
+                        let rows = h.shape[axis] / n;
+                        take_block(&h, axis, d * rows, rows)
+                    }
+                    ShardLayout::Replicated => h.clone(),
+                };
+                per_device[d].push(put(piece, dev)?);
+            }
+        }
+        Ok(per_device)
+    }
+}
+
+/// What `prepare` decided about the arguments.
+struct ArgPlan {
+    mapped: Vec<Option<usize>>,
+    n: usize,
+}
+
+/// Host data onto `dev` (the cpu device keeps it on the host).
+fn put(h: HostArray, dev: &Device) -> Result<Array> {
+    let a = Array::from_host(h);
+    if dev.is_cpu() {
+        Ok(a)
+    } else {
+        a.to_device(dev)
+    }
+}
+
+/// For each variable, why it may differ between devices (None: identical on every device).
+fn varying_reasons(g: &Graph, input_mapped: &[bool], input_arg: &[usize]) -> Vec<Option<String>> {
+    let mut why: Vec<Option<String>> = vec![None; g.avals.len()];
+    for (k, v) in g.inputs.iter().enumerate() {
+        if input_mapped[k] {
+            why[v.idx()] = Some(format!("it depends on mapped argument {}", input_arg[k]));
+        }
+    }
+    for e in &g.eqns {
+        why[e.out.idx()] = match &e.prim {
+            Prim::Collective(c) if c.result_is_invariant() => None,
+            Prim::Collective(c) if c.kind == CollectiveKind::AxisIndex => {
+                Some("it depends on axis_index".into())
+            }
+            Prim::Collective(c) => Some(format!(
+                "it comes from {}, which differs per device",
+                c.name()
+            )),
+            _ => e.inputs.iter().find_map(|v| why[v.idx()].clone()),
+        };
+    }
+    why
+}
+
+impl ParallelExe {
+    /// Run every stage on every device; collectives in between. Returns each device's outputs.
+    async fn run(&self, devices: &[Device], args: Vec<Vec<Array>>) -> Result<Vec<Vec<Array>>> {
+        let n = devices.len();
+        let mut env: Vec<HashMap<Var, Array>> = vec![HashMap::new(); n];
+        for (d, a) in args.into_iter().enumerate() {
+            for (v, x) in self.graph.inputs.iter().zip(a) {
+                env[d].insert(*v, x);
+            }
+        }
+        for (v, name) in &self.plan.axis_index {
+            let _ = name; // one parallel axis per map: the index is the device's position
+            for (d, dev) in devices.iter().enumerate() {
+                let key = (dev.inner.id, d);
+                let cached = self.index_arrays.borrow().get(&key).cloned();
+                let a = match cached {
+                    Some(a) => a,
+                    None => {
+                        let a = put(HostArray::scalar(crate::Scalar::I32(d as i32)), dev)?;
+                        self.index_arrays.borrow_mut().insert(key, a.clone());
+                        a
+                    }
+                };
+                env[d].insert(*v, a);
+            }
+        }
+        // Submit to devices whose submit returns at once first: wgpu's GL backend executes during
+        // submit, so a GL device submitted first would hold back every other device.
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&d| devices[d].info().backend == "gl");
+        for (s, stage) in self.plan.stages.iter().enumerate() {
+            if !stage.graph.eqns.is_empty() || !stage.graph.outputs.is_empty() {
+                for &d in &order {
+                    let ins: Vec<Array> = stage.inputs.iter().map(|v| env[d][v].clone()).collect();
+                    let outs = self.stages[s].run(&devices[d], &ins)?;
+                    for (v, x) in stage.outputs.iter().zip(outs) {
+                        env[d].insert(*v, x);
+                    }
+                }
+            }
+            let exchange = &self.plan.exchanges[s];
+            if exchange.is_empty() {
+                continue;
+            }
+            // Every device's operand of every collective, read in one batch (all issued, then waited).
+            let operands: Vec<Array> = exchange
+                .iter()
+                .flat_map(|x| (0..n).map(|d| env[d][&x.input].clone()).collect::<Vec<_>>())
+                .collect();
+            let host = read_all(&operands).await?;
+            for (k, x) in exchange.iter().enumerate() {
+                let parts = &host[k * n..(k + 1) * n];
+                let out = self.graph.aval(x.out);
+                let combined = x.collective.combine(parts, out);
+                for (d, dev) in devices.iter().enumerate() {
+                    let h = match &combined {
+                        Combined::Same(h) => h,
+                        Combined::PerDevice(v) => &v[d],
+                    };
+                    env[d].insert(x.out, put_ref(h, dev)?);
+                }
+            }
+        }
+        Ok((0..n)
+            .map(|d| {
+                self.graph
+                    .outputs
+                    .iter()
+                    .map(|v| env[d][v].clone())
+                    .collect()
+            })
+            .collect())
+    }
+}
+
+/// Upload a host array to `dev` without cloning it first (the cpu device keeps a copy).
+fn put_ref(h: &HostArray, dev: &Device) -> Result<Array> {
+    if dev.is_cpu() {
+        return Ok(Array::from_host(h.clone()));
+    }
+    let buf = dev.upload(&h.data)?;
+    Ok(Array::from_buffer(
+        dev.clone(),
+        buf,
+        Aval::new(h.shape.clone(), h.dtype()),
+    ))
+}
