@@ -37,6 +37,34 @@ pub fn runtime() -> &'static Runtime {
     })
 }
 
+/// A runtime with a forced layout (`"vulkan:4"`, `"vulkan:1,gl:1"`, `"cpu:3"`), built once per layout
+/// and test binary. Panics (with the packages to install) when the layout's adapters are missing.
+pub fn runtime_with(layout: &str) -> &'static Runtime {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static RTS: OnceLock<Mutex<HashMap<String, &'static Runtime>>> = OnceLock::new();
+    let _ = env_logger::builder().is_test(true).try_init();
+    let mut map = RTS
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    map.entry(layout.to_string()).or_insert_with(|| {
+        let rt = pollster::block_on(
+            Runtime::builder()
+                .layout_str(layout)
+                .allow_cpu_fallback(false)
+                .build(),
+        )
+        .unwrap_or_else(|e| panic!("no runtime for layout {layout}: {e}. {INSTALL}"));
+        Box::leak(Box::new(rt))
+    })
+}
+
+/// The devices of [`runtime_with`]`(layout)`.
+pub fn devices_with(layout: &str) -> Vec<Device> {
+    runtime_with(layout).devices().to_vec()
+}
+
 /// Every non-cpu device of the shared runtime (at least a Vulkan and a GL llvmpipe device).
 /// Panics, with the packages to install, when those adapters are missing: tests never skip.
 pub fn gpu_devices() -> Vec<Device> {
