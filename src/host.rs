@@ -123,17 +123,21 @@ impl HostData {
             HostData::Bool(v) => v.iter().flat_map(|&b| (b as u32).to_le_bytes()).collect(),
         }
     }
-    /// Rebuild from device bytes (`bytes.len()` must be a multiple of 4).
+    /// Rebuild from device bytes (`bytes.len()` must be a multiple of 4). One copy for the 32-bit
+    /// types (device and host share little-endian order on every target brigade builds for).
     pub fn from_bytes(dtype: DType, bytes: &[u8]) -> HostData {
-        let words: Vec<u32> = bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let n = bytes.len() / 4 * 4;
+        let bytes = &bytes[..n];
         match dtype {
-            DType::F32 => HostData::F32(words.iter().map(|&w| f32::from_bits(w)).collect()),
-            DType::I32 => HostData::I32(words.iter().map(|&w| w as i32).collect()),
-            DType::U32 => HostData::U32(words),
-            DType::Bool => HostData::Bool(words.iter().map(|&w| w != 0).collect()),
+            DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(bytes)),
+            DType::I32 => HostData::I32(bytemuck::pod_collect_to_vec(bytes)),
+            DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(bytes)),
+            DType::Bool => HostData::Bool(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 0)
+                    .collect(),
+            ),
         }
     }
 }

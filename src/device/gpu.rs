@@ -67,6 +67,8 @@ pub(crate) struct Gpu {
     pub(crate) state: Arc<DeviceState>,
     pub(crate) pool: Mutex<Pool>,
     pub(crate) kernels: Mutex<HashMap<String, Arc<Kernel>>>,
+    /// Idle `MAP_READ` staging buffers kept for the next download (see `transfer.rs`).
+    pub(crate) staging: Mutex<Vec<wgpu::Buffer>>,
     /// True on wgpu's GL backend (see [`GL_CONTEXT`]).
     pub(crate) is_gl: bool,
 }
@@ -217,6 +219,7 @@ impl Device {
             queue,
             state,
             pool: Mutex::new(Pool::new()),
+            staging: Mutex::new(Vec::new()),
             kernels: Mutex::new(HashMap::new()),
             is_gl: adapter.backend == wgpu::Backend::Gl,
         };
@@ -467,6 +470,7 @@ impl Device {
         if let Some(g) = &self.inner.gpu {
             let freed = lock(&g.pool).drain();
             drop(freed);
+            lock(&g.staging).clear();
         }
     }
 
@@ -725,6 +729,7 @@ impl Device {
                 .mark_lost("destroyed by Device::destroy".to_string());
             let freed = lock(&g.pool).drain();
             drop(freed);
+            lock(&g.staging).clear();
             lock(&g.kernels).clear();
             g.device.destroy();
         }

@@ -62,6 +62,7 @@ pub use layout::{BackendKind, DeviceLayout};
 pub use pool::{DeviceBuffer, PoolStats, bucket_size};
 pub use runtime::{AdapterSummary, DEVICES_ENV, Runtime, RuntimeBuilder, init};
 pub use transfer::download_all;
+pub(crate) use transfer::read_mapped;
 
 /// The limits of one device that brigade plans around (a subset of `wgpu::Limits`).
 ///

@@ -14,7 +14,7 @@ use futures::channel::oneshot;
 
 use super::gpu::Device;
 use super::human_bytes;
-use super::pool::DeviceBuffer;
+use super::pool::{DeviceBuffer, bucket_size};
 use crate::counters::bump;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -29,13 +29,13 @@ struct Part {
     offset: u64,
 }
 
+type MapCallback = oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>;
+
 /// Copies submitted and maps requested on one device; `finish` waits and reads.
 pub(crate) struct PendingRead {
     device: Device,
-    staging: Vec<(
-        wgpu::Buffer,
-        oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
-    )>,
+    /// Staging buffers with the bytes used in each and their map callbacks.
+    staging: Vec<(wgpu::Buffer, u64, Option<MapCallback>)>,
     parts: Vec<Part>,
 }
 
@@ -219,12 +219,19 @@ impl Device {
             let buffers: Vec<wgpu::Buffer> = groups
                 .iter()
                 .map(|&size| {
-                    gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("brigade staging"),
-                        size,
-                        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                        mapped_at_creation: false,
-                    })
+                    // Reuse an idle staging buffer of a fitting bucket: a fresh one costs an
+                    // allocation and, on unified-memory adapters, a page fault per 4 KiB.
+                    let want = bucket_size(size, max_staging);
+                    let mut cache = super::gpu::lock(&gpu.staging);
+                    match cache.iter().position(|b| b.size() == want) {
+                        Some(i) => cache.swap_remove(i),
+                        None => gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                            label: Some("brigade staging"),
+                            size: want,
+                            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                            mapped_at_creation: false,
+                        }),
+                    }
                 })
                 .collect();
             let mut enc = gpu
@@ -238,12 +245,13 @@ impl Device {
             gpu.queue.submit([enc.finish()]);
             buffers
                 .into_iter()
-                .map(|b| {
+                .zip(&groups)
+                .map(|(b, &used)| {
                     let (tx, rx) = oneshot::channel();
-                    b.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                    b.slice(..used).map_async(wgpu::MapMode::Read, move |r| {
                         let _ = tx.send(r);
                     });
-                    (b, rx)
+                    (b, used, Some(rx))
                 })
                 .collect::<Vec<_>>()
         });
@@ -263,54 +271,141 @@ impl Device {
 }
 
 impl PendingRead {
-    /// Wait for every map of this batch, then convert each part.
-    pub(crate) async fn finish(self) -> Result<Vec<HostData>> {
-        let PendingRead {
-            device,
-            staging,
-            parts,
-        } = self;
-        let mut bytes: Vec<Vec<u8>> = Vec::with_capacity(staging.len());
-        for (buffer, rx) in staging {
-            let mapped = device.wait_for(rx, "mapping a staging buffer").await?;
-            if mapped.is_err() {
+    /// Wait until every staging buffer of this batch is mapped.
+    async fn mapped(&mut self) -> Result<()> {
+        for (_, _, rx) in &mut self.staging {
+            let Some(rx) = rx.take() else { continue };
+            let ok = self.device.wait_for(rx, "mapping a staging buffer").await?;
+            if ok.is_err() {
                 return Err(
-                    match device.inner.gpu.as_ref().and_then(|g| g.state.lost()) {
-                        Some(reason) => device.lost_error(reason),
+                    match self.device.inner.gpu.as_ref().and_then(|g| g.state.lost()) {
+                        Some(reason) => self.device.lost_error(reason),
                         None => Error::Transfer {
-                            device: device.name().to_string(),
+                            device: self.device.name().to_string(),
                             detail: "map_async of a staging buffer failed".into(),
                         },
                     },
                 );
             }
-            let _gl = device.inner.gpu.as_ref().map(|g| g.gl_guard());
-            let copy = match buffer.slice(..).get_mapped_range() {
-                Ok(view) => view.to_vec(),
-                Err(e) => {
-                    return Err(Error::Transfer {
-                        device: device.name().to_string(),
-                        detail: format!("reading a mapped staging buffer: {e:?}"),
-                    });
-                }
-            };
-            buffer.unmap();
-            drop(buffer); // while the GL guard is held
-            bytes.push(copy);
         }
-        Ok(parts
-            .into_iter()
+        Ok(())
+    }
+
+    /// The mapped bytes of each staging buffer (call after [`PendingRead::mapped`]).
+    fn views(&self) -> Result<Vec<wgpu::BufferView>> {
+        self.staging
+            .iter()
+            .map(|(b, used, _)| {
+                b.slice(..*used)
+                    .get_mapped_range()
+                    .map_err(|e| Error::Transfer {
+                        device: self.device.name().to_string(),
+                        detail: format!("reading a mapped staging buffer: {e:?}"),
+                    })
+            })
+            .collect()
+    }
+
+    /// Each part's bytes inside `views`.
+    fn part_bytes<'v>(&self, views: &'v [wgpu::BufferView]) -> Vec<&'v [u8]> {
+        self.parts
+            .iter()
             .map(|p| match p.staging {
-                None => HostData::from_bytes(p.dtype, &[]),
+                None => &[][..],
                 Some(g) => {
                     let start = p.offset as usize;
-                    let end = start + p.len * p.dtype.size_bytes();
-                    HostData::from_bytes(p.dtype, &bytes[g][start..end])
+                    &views[g][start..start + p.len * p.dtype.size_bytes()]
                 }
             })
-            .collect())
+            .collect()
+    }
+
+    /// Unmap the staging buffers and keep a few for the next read.
+    fn recycle(self) {
+        let Ok(gpu) = self.device.gpu("download") else {
+            return;
+        };
+        let _gl = gpu.gl_guard();
+        let mut cache = super::gpu::lock(&gpu.staging);
+        for (buffer, _, _) in self.staging {
+            buffer.unmap();
+            let held: u64 = cache.iter().map(|b| b.size()).sum();
+            if cache.len() < STAGING_KEEP && held + buffer.size() <= STAGING_KEEP_BYTES {
+                cache.push(buffer);
+            }
+            // else dropped here, while the GL guard is held
+        }
+    }
+
+    /// Wait for every map of this batch, then convert each part (one copy, from mapped memory).
+    pub(crate) async fn finish(mut self) -> Result<Vec<HostData>> {
+        self.mapped().await?;
+        let out = {
+            let _gl = self.device.gpu("download")?.gl_guard();
+            let views = self.views()?;
+            self.part_bytes(&views)
+                .into_iter()
+                .zip(&self.parts)
+                .map(|(b, p)| HostData::from_bytes(p.dtype, b))
+                .collect()
+        };
+        self.recycle();
+        Ok(out)
     }
 }
+
+/// Read buffers from several devices and hand `f` their bytes in place, in the order given: every
+/// device's copies are submitted before any wait, every staging buffer is mapped, then `f` reads them
+/// all at once (no intermediate host copy: a host-side reduction reads device data exactly once).
+pub(crate) async fn read_mapped<R>(
+    reads: &[(Device, Arc<DeviceBuffer>, DType, usize)],
+    f: impl FnOnce(&[&[u8]]) -> R,
+) -> Result<R> {
+    let mut groups: Vec<(Device, Vec<usize>)> = Vec::new();
+    for (i, (dev, _, _, _)) in reads.iter().enumerate() {
+        match groups.iter_mut().find(|(d, _)| d == dev) {
+            Some((_, idx)) => idx.push(i),
+            None => groups.push((dev.clone(), vec![i])),
+        }
+    }
+    let mut pending = Vec::with_capacity(groups.len());
+    for (dev, idx) in groups {
+        let batch: Vec<(&DeviceBuffer, DType, usize)> = idx
+            .iter()
+            .map(|&i| (&*reads[i].1, reads[i].2, reads[i].3))
+            .collect();
+        pending.push((dev.issue_reads(&batch)?, idx));
+    }
+    for (p, _) in &mut pending {
+        p.mapped().await?;
+    }
+    let out = {
+        // Held across every device's views: GL buffers are read inside its context.
+        let _gl: Vec<_> = pending
+            .iter()
+            .filter_map(|(p, _)| p.device.inner.gpu.as_ref().map(|g| g.gl_guard()))
+            .collect();
+        let views: Vec<Vec<wgpu::BufferView>> = pending
+            .iter()
+            .map(|(p, _)| p.views())
+            .collect::<Result<_>>()?;
+        let mut slices: Vec<&[u8]> = vec![&[]; reads.len()];
+        for ((p, idx), v) in pending.iter().zip(&views) {
+            for (b, &i) in p.part_bytes(v).into_iter().zip(idx) {
+                slices[i] = b;
+            }
+        }
+        f(&slices)
+    };
+    for (p, _) in pending {
+        p.recycle();
+    }
+    Ok(out)
+}
+
+/// Idle staging buffers kept per device, and their total size at most.
+const STAGING_KEEP: usize = 4;
+const STAGING_KEEP_BYTES: u64 = 512 << 20;
 
 /// Read buffers from several devices: every device's copies are submitted (one submit per device,
 /// see [`Device::download_many`]) before the future waits on any, so the devices work at once.

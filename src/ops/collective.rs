@@ -91,6 +91,17 @@ impl Collective {
         }
     }
 
+    /// psum, pmean, pmax or pmin: an elementwise fold over shards.
+    pub fn is_all_reduce(&self) -> bool {
+        matches!(
+            self.kind,
+            CollectiveKind::Psum
+                | CollectiveKind::Pmean
+                | CollectiveKind::Pmax
+                | CollectiveKind::Pmin
+        )
+    }
+
     /// Does every shard receive the same value (so the result no longer varies across the axis)?
     pub fn result_is_invariant(&self) -> bool {
         matches!(
@@ -262,7 +273,7 @@ impl Collective {
 
     /// Combine the operands of all shards (`parts[i]` from shard `i`, each of the operand's aval)
     /// into what each shard receives. `out` is the result of [`Collective::infer`].
-    pub fn combine(&self, parts: &[HostArray], out: &Aval) -> Combined {
+    pub fn combine(&self, parts: Vec<HostArray>, out: &Aval) -> Combined {
         let n = parts.len();
         match &self.kind {
             CollectiveKind::Psum => Combined::Same(reduce_parts(parts, Fold::Sum)),
@@ -367,47 +378,155 @@ enum Fold {
 
 /// Elementwise fold of equally shaped operands, in operand order (deterministic). Integer sums
 /// wrap, as on the device; float max/min follow the reference interpreter's `max`/`min`.
-fn reduce_parts(parts: &[HostArray], fold: Fold) -> HostArray {
+fn reduce_parts(parts: Vec<HostArray>, fold: Fold) -> HostArray {
     let shape = parts[0].shape.clone();
-    let mut acc = parts[0].data.clone();
-    // Chunked so that each chunk of the accumulator stays in cache while every operand is added.
-    const CHUNK: usize = 16 * 1024;
-    macro_rules! fold_typed {
-        ($acc:expr, $variant:ident, $f:expr) => {{
-            let others: Vec<&[_]> = parts[1..]
+    macro_rules! slices {
+        ($variant:ident) => {
+            parts
                 .iter()
                 .map(|p| match &p.data {
                     HostData::$variant(v) => v.as_slice(),
                     _ => unreachable!("operands share one dtype"),
                 })
-                .collect();
-            let f = $f;
-            for (c, a) in $acc.chunks_mut(CHUNK).enumerate() {
-                let base = c * CHUNK;
-                let len = a.len();
-                for o in &others {
-                    for (x, y) in a.iter_mut().zip(&o[base..base + len]) {
-                        *x = f(*x, *y);
-                    }
+                .collect::<Vec<_>>()
+        };
+    }
+    let data = match &parts[0].data {
+        HostData::F32(_) => HostData::F32(fold_numeric(&slices!(F32), fold)),
+        HostData::I32(_) => HostData::I32(fold_numeric(&slices!(I32), fold)),
+        HostData::U32(_) => HostData::U32(fold_numeric(&slices!(U32), fold)),
+        HostData::Bool(_) => HostData::Bool(match fold {
+            Fold::Min => fold_all(&slices!(Bool), |x: bool, y: bool| x & y),
+            Fold::Sum | Fold::Max => fold_all(&slices!(Bool), |x: bool, y: bool| x | y),
+        }),
+    };
+    HostArray { shape, data }
+}
+
+/// The 32-bit numeric types an all-reduce folds.
+trait Numeric: Copy + Default + Send + Sync + PartialOrd + bytemuck::Pod {
+    fn add(self, o: Self) -> Self;
+    fn max_of(self, o: Self) -> Self;
+    fn min_of(self, o: Self) -> Self;
+}
+
+macro_rules! numeric_int {
+    ($t:ty) => {
+        impl Numeric for $t {
+            fn add(self, o: Self) -> Self {
+                self.wrapping_add(o)
+            }
+            fn max_of(self, o: Self) -> Self {
+                self.max(o)
+            }
+            fn min_of(self, o: Self) -> Self {
+                self.min(o)
+            }
+        }
+    };
+}
+numeric_int!(i32);
+numeric_int!(u32);
+
+impl Numeric for f32 {
+    fn add(self, o: Self) -> Self {
+        self + o
+    }
+    fn max_of(self, o: Self) -> Self {
+        self.max(o)
+    }
+    fn min_of(self, o: Self) -> Self {
+        self.min(o)
+    }
+}
+
+fn fold_numeric<T: Numeric>(parts: &[&[T]], fold: Fold) -> Vec<T> {
+    match fold {
+        Fold::Sum => fold_all(parts, T::add),
+        Fold::Max => fold_all(parts, T::max_of),
+        Fold::Min => fold_all(parts, T::min_of),
+    }
+}
+
+/// `out[i] = f(...f(f(parts[0][i], parts[1][i]), parts[2][i])...)`. The operand order is fixed per
+/// element, so splitting the range across threads changes no result bit.
+fn fold_all<T: Copy + Default + Send + Sync>(
+    parts: &[&[T]],
+    f: impl Fn(T, T) -> T + Copy + Send + Sync,
+) -> Vec<T> {
+    let len = parts[0].len();
+    // Zeroed allocation: pages are faulted in by the threads that fill them.
+    let mut out = vec![T::default(); len];
+    // Chunked so each chunk of the result stays in cache while every operand is added.
+    const CHUNK: usize = 16 * 1024;
+    let run = |acc: &mut [T], base: usize| {
+        for (c, a) in acc.chunks_mut(CHUNK).enumerate() {
+            let start = base + c * CHUNK;
+            let end = start + a.len();
+            a.copy_from_slice(&parts[0][start..end]);
+            for o in &parts[1..] {
+                for (x, y) in a.iter_mut().zip(&o[start..end]) {
+                    *x = f(*x, *y);
                 }
             }
-        }};
+        }
+    };
+    // Large folds use a second core: the host combine is the bandwidth-bound heart of psum.
+    #[cfg(not(target_arch = "wasm32"))]
+    if len >= 1 << 20 {
+        let mid = len / 2;
+        let (lo, hi) = out.split_at_mut(mid);
+        std::thread::scope(|s| {
+            s.spawn(|| run(hi, mid));
+            run(lo, 0);
+        });
+        return out;
     }
-    match (&mut acc, fold) {
-        (HostData::F32(a), Fold::Sum) => fold_typed!(a, F32, |x: f32, y: f32| x + y),
-        (HostData::F32(a), Fold::Max) => fold_typed!(a, F32, |x: f32, y: f32| x.max(y)),
-        (HostData::F32(a), Fold::Min) => fold_typed!(a, F32, |x: f32, y: f32| x.min(y)),
-        (HostData::I32(a), Fold::Sum) => fold_typed!(a, I32, |x: i32, y: i32| x.wrapping_add(y)),
-        (HostData::I32(a), Fold::Max) => fold_typed!(a, I32, |x: i32, y: i32| x.max(y)),
-        (HostData::I32(a), Fold::Min) => fold_typed!(a, I32, |x: i32, y: i32| x.min(y)),
-        (HostData::U32(a), Fold::Sum) => fold_typed!(a, U32, |x: u32, y: u32| x.wrapping_add(y)),
-        (HostData::U32(a), Fold::Max) => fold_typed!(a, U32, |x: u32, y: u32| x.max(y)),
-        (HostData::U32(a), Fold::Min) => fold_typed!(a, U32, |x: u32, y: u32| x.min(y)),
-        (HostData::Bool(a), Fold::Max) => fold_typed!(a, Bool, |x: bool, y: bool| x | y),
-        (HostData::Bool(a), Fold::Min) => fold_typed!(a, Bool, |x: bool, y: bool| x & y),
-        (HostData::Bool(a), Fold::Sum) => fold_typed!(a, Bool, |x: bool, y: bool| x | y),
+    run(&mut out, 0);
+    out
+}
+
+impl Collective {
+    /// psum / pmean / pmax / pmin straight from device bytes (`parts[i]`: shard `i`'s operand as
+    /// stored on its device): each operand is read once, with no host copy first. None for other
+    /// collectives and for bool operands (use [`Collective::combine`]).
+    pub fn all_reduce_bytes(&self, parts: &[&[u8]], out: &Aval) -> Option<HostArray> {
+        let fold = match self.kind {
+            CollectiveKind::Psum | CollectiveKind::Pmean => Fold::Sum,
+            CollectiveKind::Pmax => Fold::Max,
+            CollectiveKind::Pmin => Fold::Min,
+            _ => return None,
+        };
+        fn typed<'a, T: Numeric>(parts: &[&'a [u8]]) -> Vec<std::borrow::Cow<'a, [T]>> {
+            parts
+                .iter()
+                .map(|b| match bytemuck::try_cast_slice::<u8, T>(b) {
+                    Ok(s) => std::borrow::Cow::Borrowed(s),
+                    // Mapped ranges are aligned; copy only if one ever is not.
+                    Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(b)),
+                })
+                .collect()
+        }
+        fn run<T: Numeric>(parts: &[&[u8]], fold: Fold) -> Vec<T> {
+            let owned = typed::<T>(parts);
+            let refs: Vec<&[T]> = owned.iter().map(|c| c.as_ref()).collect();
+            fold_numeric(&refs, fold)
+        }
+        let mut data = match out.dtype {
+            DType::F32 => HostData::F32(run(parts, fold)),
+            DType::I32 => HostData::I32(run(parts, fold)),
+            DType::U32 => HostData::U32(run(parts, fold)),
+            DType::Bool => return None,
+        };
+        if let (CollectiveKind::Pmean, HostData::F32(v)) = (&self.kind, &mut data) {
+            let d = parts.len() as f32;
+            v.iter_mut().for_each(|x| *x /= d);
+        }
+        Some(HostArray {
+            shape: out.shape.clone(),
+            data,
+        })
     }
-    HostArray { shape, data: acc }
 }
 
 /// `(outer, dim, inner)` view of `shape` around `axis`.

@@ -402,7 +402,7 @@ impl Prim {
             // by stage by the parallel executor, and `eval_graph` refuses them.
             Prim::Collective(c) => {
                 let parts: Vec<HostArray> = ins.iter().map(|h| (*h).clone()).collect();
-                c.combine(&parts, out).get(0).clone()
+                c.combine(parts, out).get(0).clone()
             }
         }
     }

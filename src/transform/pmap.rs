@@ -12,11 +12,12 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::array::{Array, ShardLayout, host_data, read_all};
+use crate::device::read_mapped;
 use crate::device::{Device, Runtime};
 use crate::error::{Error, Result};
 use crate::exec::{Executable, TraceArg, trace_args};
 use crate::host::HostArray;
-use crate::lower::stages::{StagePlan, split_stages};
+use crate::lower::stages::{Exchange, StagePlan, split_stages};
 use crate::ops::collective::{Combined, take_block};
 use crate::ops::{CollectiveKind, Prim};
 use crate::tensor::Tensor;
@@ -701,22 +702,10 @@ impl ParallelExe {
             if exchange.is_empty() {
                 continue;
             }
-            // Every device's operand of every collective, read in one batch (all issued, then waited).
-            let operands: Vec<Array> = exchange
-                .iter()
-                .flat_map(|x| (0..n).map(|d| env[d][&x.input].clone()).collect::<Vec<_>>())
-                .collect();
-            let host = read_all(&operands).await?;
-            for (k, x) in exchange.iter().enumerate() {
-                let parts = &host[k * n..(k + 1) * n];
-                let out = self.graph.aval(x.out);
-                let combined = x.collective.combine(parts, out);
+            let results = self.exchange(devices, &env, exchange).await?;
+            for (v, combined) in results {
                 for (d, dev) in devices.iter().enumerate() {
-                    let h = match &combined {
-                        Combined::Same(h) => h,
-                        Combined::PerDevice(v) => &v[d],
-                    };
-                    env[d].insert(x.out, put_ref(h, dev)?);
+                    env[d].insert(v, put_ref(combined.get(d), dev)?);
                 }
             }
         }
@@ -729,6 +718,68 @@ impl ParallelExe {
                     .collect()
             })
             .collect())
+    }
+}
+
+impl ParallelExe {
+    /// Perform the collectives of one exchange on the host: read every device's operands (all reads
+    /// issued before any wait), combine in device order. Returns what each collective gives.
+    async fn exchange(
+        &self,
+        devices: &[Device],
+        env: &[HashMap<Var, Array>],
+        exchange: &[Exchange],
+    ) -> Result<Vec<(Var, Combined)>> {
+        let n = devices.len();
+        // All-reduces of 32-bit numbers on GPU devices fold straight from the mapped staging memory.
+        let direct = |x: &Exchange| {
+            x.collective.is_all_reduce()
+                && self.graph.aval(x.input).dtype != crate::DType::Bool
+                && (0..n).all(|d| env[d][&x.input].buffer().is_some())
+        };
+        let (fast, slow): (Vec<&Exchange>, Vec<&Exchange>) =
+            exchange.iter().partition(|x| direct(x));
+        let mut results = Vec::with_capacity(exchange.len());
+        if !fast.is_empty() {
+            let mut reads = Vec::with_capacity(fast.len() * n);
+            for x in &fast {
+                for (d, dev) in devices.iter().enumerate() {
+                    let a = &env[d][&x.input];
+                    if let Some(b) = a.buffer() {
+                        reads.push((dev.clone(), b.clone(), a.dtype(), a.size()));
+                    }
+                }
+            }
+            let folded = read_mapped(&reads, |bytes| {
+                fast.iter()
+                    .enumerate()
+                    .map(|(k, x)| {
+                        x.collective
+                            .all_reduce_bytes(&bytes[k * n..(k + 1) * n], self.graph.aval(x.out))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await?;
+            for (x, h) in fast.iter().zip(folded) {
+                let h = h.ok_or_else(|| Error::Unsupported {
+                    op: x.collective.name(),
+                    detail: "as a direct all-reduce".into(),
+                })?;
+                results.push((x.out, Combined::Same(h)));
+            }
+        }
+        if !slow.is_empty() {
+            let operands: Vec<Array> = slow
+                .iter()
+                .flat_map(|x| (0..n).map(|d| env[d][&x.input].clone()).collect::<Vec<_>>())
+                .collect();
+            let mut host = read_all(&operands).await?.into_iter();
+            for x in slow {
+                let parts: Vec<HostArray> = host.by_ref().take(n).collect();
+                results.push((x.out, x.collective.combine(parts, self.graph.aval(x.out))));
+            }
+        }
+        Ok(results)
     }
 }
 
