@@ -1,7 +1,9 @@
 //! The one error type of brigade.
 //!
 //! Variants are grouped by kind: shape/axis, dtype, tracing, device (lost, out of memory and over a
-//! limit are kept apart: only out-of-memory may succeed on retry), compilation, and usage errors.
+//! limit are kept apart: only out-of-memory may succeed on retry), parallel maps and collectives
+//! (each message says how to fix the call, and which of `pmap` / `shard_map` was probably meant
+//! where the two differ), compilation, and usage errors.
 
 use crate::dtype::DType;
 

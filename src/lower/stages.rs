@@ -133,13 +133,21 @@ pub fn split_stages(g: &Graph) -> StagePlan {
                 outputs.push(e.out);
             }
         }
-        // Free values that are program outputs are materialized by the last stage.
+        // Free values read by the next exchange (`psum(1.0)`) are materialized by this stage,
+        // those that are program outputs by the last one.
+        let mut materialize: Vec<Var> = g
+            .eqns
+            .iter()
+            .filter(|e| matches!(e.prim, Prim::Collective(_)) && level[e.out.idx()] == s + 1)
+            .flat_map(|e| e.inputs.iter().copied())
+            .collect();
         if s == last {
-            for &v in &g.outputs {
-                if free[v.idx()] && !outputs.contains(&v) {
-                    b.bring(v);
-                    outputs.push(v);
-                }
+            materialize.extend(g.outputs.iter().copied());
+        }
+        for v in materialize {
+            if free[v.idx()] && !outputs.contains(&v) {
+                b.bring(v);
+                outputs.push(v);
             }
         }
         let Builder {

@@ -603,15 +603,15 @@ where
                     ShardLayout::Stacked { axis } => {
                         let mut b = take_block(&h, axis, d, 1);
                         b.shape.remove(axis);
-                        b
+                        put(&b, dev)?
                     }
                     ShardLayout::Blocks { axis } => {
                         let rows = h.shape[axis] / n;
-                        take_block(&h, axis, d * rows, rows)
+                        put(&take_block(&h, axis, d * rows, rows), dev)?
                     }
-                    ShardLayout::Replicated => h.clone(),
+                    ShardLayout::Replicated => put(&h, dev)?,
                 };
-                per_device[d].push(put(piece, dev)?);
+                per_device[d].push(piece);
             }
         }
         Ok(per_device)
@@ -622,16 +622,6 @@ where
 struct ArgPlan {
     mapped: Vec<Option<usize>>,
     n: usize,
-}
-
-/// Host data onto `dev` (the cpu device keeps it on the host).
-fn put(h: HostArray, dev: &Device) -> Result<Array> {
-    let a = Array::from_host(h);
-    if dev.is_cpu() {
-        Ok(a)
-    } else {
-        a.to_device(dev)
-    }
 }
 
 /// For each variable, why it may differ between devices (None: identical on every device).
@@ -668,15 +658,15 @@ impl ParallelExe {
                 env[d].insert(*v, x);
             }
         }
-        for (v, name) in &self.plan.axis_index {
-            let _ = name; // one parallel axis per map: the index is the device's position
+        // One parallel axis per map: a device's index is its position.
+        for (v, _name) in &self.plan.axis_index {
             for (d, dev) in devices.iter().enumerate() {
                 let key = (dev.inner.id, d);
                 let cached = self.index_arrays.borrow().get(&key).cloned();
                 let a = match cached {
                     Some(a) => a,
                     None => {
-                        let a = put(HostArray::scalar(crate::Scalar::I32(d as i32)), dev)?;
+                        let a = put(&HostArray::scalar(crate::Scalar::I32(d as i32)), dev)?;
                         self.index_arrays.borrow_mut().insert(key, a.clone());
                         a
                     }
@@ -705,7 +695,7 @@ impl ParallelExe {
             let results = self.exchange(devices, &env, exchange).await?;
             for (v, combined) in results {
                 for (d, dev) in devices.iter().enumerate() {
-                    env[d].insert(v, put_ref(combined.get(d), dev)?);
+                    env[d].insert(v, put(combined.get(d), dev)?);
                 }
             }
         }
@@ -783,8 +773,8 @@ impl ParallelExe {
     }
 }
 
-/// Upload a host array to `dev` without cloning it first (the cpu device keeps a copy).
-fn put_ref(h: &HostArray, dev: &Device) -> Result<Array> {
+/// Host data onto `dev` (the cpu device keeps a copy on the host).
+fn put(h: &HostArray, dev: &Device) -> Result<Array> {
     if dev.is_cpu() {
         return Ok(Array::from_host(h.clone()));
     }
