@@ -12,34 +12,13 @@
 //! Under `cargo test` (no `--bench` argument) every measurement runs once at tiny sizes (smoke test).
 //! Timings on shared machines vary: compare ratios measured in one run.
 
-use std::time::{Duration, Instant};
+mod common;
+
+use common::{data, time};
 
 use brigade::{
     Array, Device, Result, Runtime, Tensor, device_put_sharded, jit, pmap, pmean, psum, shard_map,
 };
-
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(7);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        })
-        .collect()
-}
-
-/// Median of `reps` timings of `f` after one warm-up.
-fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
-    f()?;
-    let mut ts = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let t = Instant::now();
-        f()?;
-        ts.push(t.elapsed());
-    }
-    ts.sort();
-    Ok(ts[ts.len() / 2])
-}
 
 fn wait_all(devs: &[Device]) -> Result<()> {
     for d in devs {

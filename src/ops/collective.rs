@@ -157,6 +157,27 @@ impl Collective {
             }
             Ok(())
         };
+        // The axis a scatter splits into n pieces: n entries, or (tiled) a multiple of n.
+        let splits = |a: usize, what: &str, tiled: bool| -> Result<()> {
+            let size = x.shape[a];
+            if tiled && !size.is_multiple_of(n) {
+                return Err(self.bad(
+                    x,
+                    format!(
+                        "tiled: {what} {a} has {size} entries, not a multiple of the axis size {n}"
+                    ),
+                ));
+            }
+            if !tiled && size != n {
+                return Err(self.bad(
+                    x,
+                    format!(
+                        "{what} {a} has {size} entries but must equal the axis size {n} (or pass tiled = true)"
+                    ),
+                ));
+            }
+            Ok(())
+        };
         let mut shape = x.shape.clone();
         let dtype = match &self.kind {
             CollectiveKind::Psum => {
@@ -188,27 +209,10 @@ impl Collective {
             CollectiveKind::PsumScatter { dim, tiled } => {
                 no_bool("cast to i32 or f32 first")?;
                 axis_in(*dim, rank, "scatter_dimension")?;
+                splits(*dim, "dimension", *tiled)?;
                 if *tiled {
-                    if !shape[*dim].is_multiple_of(n) {
-                        return Err(self.bad(
-                            x,
-                            format!(
-                                "tiled: dimension {dim} has {} entries, not a multiple of the axis size {n}",
-                                shape[*dim]
-                            ),
-                        ));
-                    }
                     shape[*dim] /= n;
                 } else {
-                    if shape[*dim] != n {
-                        return Err(self.bad(
-                            x,
-                            format!(
-                                "dimension {dim} has {} entries but must equal the axis size {n} (or pass tiled = true)",
-                                shape[*dim]
-                            ),
-                        ));
-                    }
                     shape.remove(*dim);
                 }
                 x.dtype
@@ -237,30 +241,14 @@ impl Collective {
                 tiled,
             } => {
                 axis_in(*split_axis, rank, "split_axis")?;
+                splits(*split_axis, "split_axis", *tiled)?;
+                // Untiled, concat_axis indexes the shape without split_axis plus the new axis: also
+                // below the rank.
+                axis_in(*concat_axis, rank, "concat_axis")?;
                 if *tiled {
-                    axis_in(*concat_axis, rank, "concat_axis")?;
-                    if !shape[*split_axis].is_multiple_of(n) {
-                        return Err(self.bad(
-                            x,
-                            format!(
-                                "tiled: split_axis {split_axis} has {} entries, not a multiple of the axis size {n}",
-                                shape[*split_axis]
-                            ),
-                        ));
-                    }
                     shape[*split_axis] /= n;
                     shape[*concat_axis] *= n;
                 } else {
-                    axis_in(*concat_axis, rank, "concat_axis")?;
-                    if shape[*split_axis] != n {
-                        return Err(self.bad(
-                            x,
-                            format!(
-                                "split_axis {split_axis} has {} entries but must equal the axis size {n} (or pass tiled = true)",
-                                shape[*split_axis]
-                            ),
-                        ));
-                    }
                     shape.remove(*split_axis);
                     shape.insert(*concat_axis, n);
                 }
