@@ -75,6 +75,15 @@ fn lookup(op: &'static str, name: &str) -> Result<usize> {
     })
 }
 
+/// A failed tensor whose error also fails the trace being recorded, so that an unused result
+/// still reports it (as every other op does).
+fn fail(e: Error) -> Tensor {
+    if let Some(tr) = crate::trace::tracer::current() {
+        tr.fail(e.clone());
+    }
+    Tensor::failed(e)
+}
+
 fn collective(op: &'static str, x: Option<&Tensor>, name: &str, kind: CollectiveKind) -> Tensor {
     match lookup(op, name) {
         Ok(size) => {
@@ -88,7 +97,7 @@ fn collective(op: &'static str, x: Option<&Tensor>, name: &str, kind: Collective
                 None => Tensor::apply(prim, &[]),
             }
         }
-        Err(e) => Tensor::failed(e),
+        Err(e) => fail(e),
     }
 }
 
@@ -106,7 +115,7 @@ pub fn pmean(x: &Tensor, axis_name: &str) -> Tensor {
     } else {
         match lookup("pmean", axis_name) {
             Ok(n) => psum(x, axis_name).cast(crate::DType::F32) / n as f32,
-            Err(e) => Tensor::failed(e),
+            Err(e) => fail(e),
         }
     }
 }
