@@ -2,14 +2,26 @@
 //!
 //! Run with `cargo run --release --example tour`. Force a device layout with
 //! `BRIGADE_DEVICES=vulkan:2,gl:1` (or `=cpu`, `=4`, ...). Each section prints what it ran, the
-//! result checked against the CPU reference interpreter, and how long it took.
+//! result checked against an independent computation (the CPU reference interpreter or plain host
+//! loops), and how long it took; the tour exits with status 1 if any result differs.
 //!
-//! Chapters arrive with the issues that build them: today, the kitchen (devices), jit with fusion,
-//! reductions and matmul on each device.
+//! Chapters arrive with the issues that build them: today, counting the chefs (devices, forced
+//! layouts, a `pmap` roll call with `psum` and `axis_index`), jit with fusion, reductions and matmul
+//! on each device, and the row-split matmul over all devices. Debug builds (and `--quick` or
+//! `BRIGADE_QUICK=1`) run the short versions of the multi-device chapters.
 
 use std::time::Instant;
 
 use brigade::{Array, Device, HostArray, Result, Runtime, Tensor, jit, reference};
+
+// The multi-device chapters are the standalone examples themselves: `run` is shared, their
+// `main` is unused here.
+#[allow(dead_code)]
+#[path = "devices.rs"]
+mod devices;
+#[allow(dead_code)]
+#[path = "parallel_matmul.rs"]
+mod parallel_matmul;
 
 /// Deterministic, non-trivial data in [-1, 1).
 fn data(n: usize, seed: u32) -> Vec<f32> {
@@ -72,18 +84,30 @@ where
     Ok(ok)
 }
 
+fn chapter(title: &str) {
+    println!("\n== {title} ==\n");
+}
+
 fn main() -> Result<()> {
-    let rt = pollster::block_on(Runtime::new())?;
+    let quick = cfg!(debug_assertions) || parallel_matmul::quick_requested();
+    // The global runtime: the one `pmap`/`shard_map` use by default.
+    let rt = Runtime::global()?;
     println!(
-        "brigade tour — the kitchen has {} chef(s):",
-        rt.devices().len()
+        "brigade tour — the kitchen has {} chef(s){}",
+        rt.devices().len(),
+        if quick { " (quick run)" } else { "" }
     );
-    for d in rt.devices() {
-        println!("  {}", d.info());
-    }
     let mut all_ok = true;
-    for dev in rt.devices() {
-        println!("\nOn device {}:", dev.name());
+
+    chapter("Counting the chefs: devices, forced layouts, a pmap roll call (examples/devices.rs)");
+    all_ok &= devices::run(quick)?;
+
+    chapter("One chef at a time: jit, fusion, reductions and matmul on each device");
+    for (i, dev) in rt.devices().iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        println!("On device {}:", dev.name());
         let x = Array::from_vec(data(64 * 256, 1), &[64, 256])?;
         let w = Array::from_vec(data(256 * 128, 2), &[256, 128])?;
         let b = Array::from_vec(data(128, 3), &[128])?;
@@ -124,10 +148,16 @@ fn main() -> Result<()> {
             1e-5,
         )?;
     }
+
+    chapter(
+        "The matrix soup: A @ B with A's rows split over every chef (examples/parallel_matmul.rs)",
+    );
+    all_ok &= parallel_matmul::run(quick)?;
+
     println!(
         "\n{}",
         if all_ok {
-            "all results match the CPU reference ✓"
+            "all results match their independent checks ✓"
         } else {
             "SOME RESULTS DIFFER ✗"
         }

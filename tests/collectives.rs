@@ -14,11 +14,11 @@ mod common;
 use std::cell::Cell;
 
 use brigade::{
-    Array, DType, Device, Error, HostArray, HostData, Parallel, ShardLayout, Tensor, all_gather,
-    all_to_all, axis_index, axis_size, pmap, pmax, pmean, pmin, ppermute, psum, psum_scatter,
-    shard_map,
+    all_gather, all_to_all, axis_index, axis_size, pmap, pmax, pmean, pmin, ppermute, psum,
+    psum_scatter, shard_map, Array, DType, Device, Error, HostArray, HostData, Parallel,
+    ShardLayout, Tensor,
 };
-use common::{Lcg, Tol, assert_close, device_guard, devices_with, host, rand_f32, rand_i32};
+use common::{assert_close, device_guard, devices_with, host, rand_f32, rand_i32, Lcg, Tol};
 
 // ---- device meshes ------------------------------------------------------------------------------
 
@@ -286,7 +286,11 @@ fn shift_no_wrap(n: usize) -> Vec<(usize, usize)> {
 }
 /// Only devices 0 and 1 swap (when there are two); every other device receives zeros.
 fn swap_first_two(n: usize) -> Vec<(usize, usize)> {
-    if n >= 2 { vec![(0, 1), (1, 0)] } else { vec![] }
+    if n >= 2 {
+        vec![(0, 1), (1, 0)]
+    } else {
+        vec![]
+    }
 }
 
 fn n_of_axis() -> usize {
@@ -1245,6 +1249,47 @@ fn psum_of_mixed_magnitudes_is_bitwise_deterministic() {
             assert!(
                 reversed,
                 "{ctx}: the test data should be sensitive to summation order"
+            );
+        }
+    }
+}
+
+/// JAX's `psum(1, 'i')` idiom (the axis size) and a collective of a captured constant array: the
+/// operand is a constant, rebuilt inside stages rather than carried, and must still reach the
+/// exchange (regression: it was missing from every device's values).
+#[test]
+fn collectives_of_constants() {
+    for (layout, n) in [("vulkan:3", 3usize), ("vulkan:1,gl:1", 2), ("cpu:2", 2)] {
+        let devs = devices_with(layout);
+        let _guard = devs.iter().find_map(device_guard);
+        let captured = Array::from_vec(vec![1.5f32, -2.0, 4.0], &[3]).unwrap();
+        let f = pmap(move |a: &[Tensor]| {
+            let one = Tensor::from(Array::scalar(1i32));
+            vec![
+                psum(&one, "i"),
+                &a[0] * psum(&Tensor::from(captured.clone()), "i"),
+            ]
+        })
+        .axis_name("i")
+        .devices(&devs);
+        let x = rand_f32(&[n, 3], 41);
+        let out = f.call(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(
+            out[0].to_vec::<i32>().unwrap(),
+            vec![n as i32; n],
+            "{layout}"
+        );
+        let xs = host(&x).to_f64();
+        let want: Vec<f64> = xs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v * [1.5, -2.0, 4.0][i % 3] * n as f64)
+            .collect();
+        let got = host(&out[1]).to_f64();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+                "{layout}: {got:?} vs {want:?}"
             );
         }
     }
