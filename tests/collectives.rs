@@ -14,11 +14,11 @@ mod common;
 use std::cell::Cell;
 
 use brigade::{
-    all_gather, all_to_all, axis_index, axis_size, pmap, pmax, pmean, pmin, ppermute, psum,
-    psum_scatter, shard_map, Array, DType, Device, Error, HostArray, HostData, Parallel,
-    ShardLayout, Tensor,
+    Array, DType, Device, Error, HostArray, HostData, Parallel, ShardLayout, Tensor, all_gather,
+    all_to_all, axis_index, axis_size, pmap, pmax, pmean, pmin, ppermute, psum, psum_scatter,
+    shard_map,
 };
-use common::{assert_close, device_guard, devices_with, host, rand_f32, rand_i32, Lcg, Tol};
+use common::{Lcg, Tol, assert_close, device_guard, devices_with, host, rand_f32, rand_i32};
 
 // ---- device meshes ------------------------------------------------------------------------------
 
@@ -286,11 +286,7 @@ fn shift_no_wrap(n: usize) -> Vec<(usize, usize)> {
 }
 /// Only devices 0 and 1 swap (when there are two); every other device receives zeros.
 fn swap_first_two(n: usize) -> Vec<(usize, usize)> {
-    if n >= 2 {
-        vec![(0, 1), (1, 0)]
-    } else {
-        vec![]
-    }
+    if n >= 2 { vec![(0, 1), (1, 0)] } else { vec![] }
 }
 
 fn n_of_axis() -> usize {

@@ -1481,3 +1481,44 @@ fn row_split_matmul_bitwise_on_mixed_mesh() {
         }
     }
 }
+
+/// Large all-reduces (operands over the staged-transfer threshold) called repeatedly with new data:
+/// staging buffers are reused between calls for the reads and the writes, and every call must
+/// still see exactly its own data.
+#[test]
+fn large_psum_repeated_with_new_data() {
+    let devs = vulkan(3);
+    let n = 3usize;
+    let len = 1 << 19; // 2 MiB of f32 per device
+    let f = pmap(|a: &[Tensor]| vec![psum(&a[0], "i"), brigade::pmax(&a[0], "i")])
+        .axis_name("i")
+        .devices(&devs);
+    for round in 0..4u32 {
+        let data: Vec<i32> = (0..(n * len) as u32)
+            .map(|k| (k.wrapping_mul(2654435761) ^ round.wrapping_mul(977)) as i32 >> 8)
+            .collect();
+        let x = Array::from_vec(data.clone(), &[n, len]).unwrap();
+        let out = f.call(std::slice::from_ref(&x)).unwrap();
+        let (sum, max) = (
+            out[0].to_vec::<i32>().unwrap(),
+            out[1].to_vec::<i32>().unwrap(),
+        );
+        for d in 0..n {
+            for k in (0..len).step_by(997).chain([len - 1]) {
+                let col: Vec<i32> = (0..n).map(|r| data[r * len + k]).collect();
+                let want_sum = col.iter().fold(0i32, |a, &b| a.wrapping_add(b));
+                let want_max = *col.iter().max().unwrap();
+                assert_eq!(
+                    sum[d * len + k],
+                    want_sum,
+                    "round {round} device {d} elem {k}"
+                );
+                assert_eq!(
+                    max[d * len + k],
+                    want_max,
+                    "round {round} device {d} elem {k}"
+                );
+            }
+        }
+    }
+}

@@ -69,6 +69,8 @@ pub(crate) struct Gpu {
     pub(crate) kernels: Mutex<HashMap<String, Arc<Kernel>>>,
     /// Idle `MAP_READ` staging buffers kept for the next download (see `transfer.rs`).
     pub(crate) staging: Mutex<Vec<wgpu::Buffer>>,
+    /// `MAP_WRITE` staging buffers of large uploads, each with its pending re-map.
+    pub(crate) upload_staging: Mutex<Vec<(wgpu::Buffer, super::transfer::WriteMap)>>,
     /// True on wgpu's GL backend (see [`GL_CONTEXT`]).
     pub(crate) is_gl: bool,
 }
@@ -220,6 +222,7 @@ impl Device {
             state,
             pool: Mutex::new(Pool::new()),
             staging: Mutex::new(Vec::new()),
+            upload_staging: Mutex::new(Vec::new()),
             kernels: Mutex::new(HashMap::new()),
             is_gl: adapter.backend == wgpu::Backend::Gl,
         };
@@ -471,6 +474,7 @@ impl Device {
             let freed = lock(&g.pool).drain();
             drop(freed);
             lock(&g.staging).clear();
+            lock(&g.upload_staging).clear();
         }
     }
 
@@ -730,6 +734,7 @@ impl Device {
             let freed = lock(&g.pool).drain();
             drop(freed);
             lock(&g.staging).clear();
+            lock(&g.upload_staging).clear();
             lock(&g.kernels).clear();
             g.device.destroy();
         }

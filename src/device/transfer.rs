@@ -29,7 +29,13 @@ struct Part {
     offset: u64,
 }
 
-type MapCallback = oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>;
+/// The re-map of an upload staging buffer: pending, or complete (the buffer is mapped and idle).
+pub(crate) enum WriteMap {
+    Pending(MapCallback),
+    Ready,
+}
+
+pub(crate) type MapCallback = oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>;
 
 /// Copies submitted and maps requested on one device; `finish` waits and reads.
 pub(crate) struct PendingRead {
@@ -70,6 +76,19 @@ impl Device {
         Ok(buf)
     }
 
+    /// Copy raw device bytes (32-bit words) into a new buffer. Counts
+    /// [`crate::Counters::bytes_uploaded`].
+    pub(crate) fn upload_bytes(&self, bytes: &[u8]) -> Result<Arc<DeviceBuffer>> {
+        let gpu = self.gpu("upload")?;
+        let n = bytes.len() as u64;
+        self.check_fits(n, || format!("uploading {}", human_bytes(n)))?;
+        let buf = self.alloc(n)?;
+        if !bytes.is_empty() {
+            self.write_bytes(gpu, &buf, bytes)?;
+        }
+        Ok(buf)
+    }
+
     /// Overwrite the start of `buf` with `data` (`queue.write_buffer`; ordered before work submitted
     /// later). Counts [`crate::Counters::bytes_uploaded`].
     pub fn write(&self, buf: &DeviceBuffer, data: &HostData) -> Result<()> {
@@ -91,13 +110,118 @@ impl Device {
                 ),
             });
         }
-        let ((), err) = gpu.capture(|| gpu.queue.write_buffer(&buf.buffer, 0, &bytes));
-        if let Some(e) = err {
-            return Err(self.wgpu_error(e, || format!("writing {} bytes", bytes.len())));
-        }
+        self.write_bytes(gpu, buf, &bytes)
+    }
+
+    /// Write raw bytes at the start of `buf` (checked by the caller to fit). Large writes go through
+    /// a reused `MAP_WRITE` staging buffer when one is ready (no allocation, so no page faults on
+    /// unified memory, where `queue.write_buffer` stages into fresh memory every time); otherwise
+    /// through `queue.write_buffer`. Both are ordered before work submitted later.
+    fn write_bytes(&self, gpu: &super::gpu::Gpu, buf: &DeviceBuffer, bytes: &[u8]) -> Result<()> {
         let n = bytes.len() as u64;
+        let staged = if n >= STAGED_WRITE_MIN {
+            self.write_staged(gpu, buf, bytes)?
+        } else {
+            false
+        };
+        if !staged {
+            let ((), err) = gpu.capture(|| gpu.queue.write_buffer(&buf.buffer, 0, bytes));
+            if let Some(e) = err {
+                return Err(self.wgpu_error(e, || format!("writing {} bytes", bytes.len())));
+            }
+        }
         bump(|c| c.bytes_uploaded += n);
         Ok(())
+    }
+
+    /// The staged path of [`Device::write_bytes`]; false when no staging buffer was ready.
+    fn write_staged(
+        &self,
+        gpu: &super::gpu::Gpu,
+        buf: &DeviceBuffer,
+        bytes: &[u8],
+    ) -> Result<bool> {
+        let n = bytes.len() as u64;
+        let want = bucket_size(n, self.limits().max_buffer_size);
+        // A cached buffer whose re-map has completed (never wait: a busy device would stall the
+        // caller), else a new one mapped at creation while the cache has room.
+        let _gl = gpu.gl_guard(); // buffers of a GL device are dropped inside its context
+        let ready = {
+            let mut cache = super::gpu::lock(&gpu.upload_staging);
+            // Learn which re-maps completed; forget buffers whose map failed or was cancelled.
+            cache.retain_mut(|(_, state)| {
+                if let WriteMap::Pending(rx) = state {
+                    match rx.try_recv() {
+                        Ok(None) => {}
+                        Ok(Some(Ok(()))) => *state = WriteMap::Ready,
+                        Ok(Some(Err(_))) | Err(_) => return false,
+                    }
+                }
+                true
+            });
+            let ready = |s: &WriteMap| matches!(s, WriteMap::Ready);
+            match cache
+                .iter()
+                .position(|(b, st)| b.size() == want && ready(st))
+            {
+                Some(i) => Some(cache.swap_remove(i).0),
+                None => {
+                    // Make room by dropping an idle buffer of another size.
+                    loop {
+                        let held: u64 = cache.iter().map(|(b, _)| b.size()).sum();
+                        if cache.len() < STAGING_KEEP && held + want <= STAGING_KEEP_BYTES {
+                            break;
+                        }
+                        match cache.iter().position(|(_, st)| ready(st)) {
+                            Some(i) => drop(cache.swap_remove(i)),
+                            None => return Ok(false),
+                        }
+                    }
+                    None
+                }
+            }
+        };
+        let (res, err) = gpu.capture(|| {
+            let staging = ready.unwrap_or_else(|| {
+                gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("brigade upload staging"),
+                    size: want,
+                    usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: true,
+                })
+            });
+            let written = match staging.slice(..n).get_mapped_range_mut() {
+                Ok(mut view) => {
+                    view.copy_from_slice(bytes);
+                    true
+                }
+                Err(_) => false,
+            };
+            staging.unmap();
+            if written {
+                let mut enc = gpu
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("brigade upload"),
+                    });
+                enc.copy_buffer_to_buffer(&staging, 0, &buf.buffer, 0, n);
+                gpu.queue.submit([enc.finish()]);
+            }
+            // Map again right away: it completes once the copy has run, ready for the next write.
+            let (tx, rx) = oneshot::channel();
+            staging.slice(..).map_async(wgpu::MapMode::Write, move |r| {
+                let _ = tx.send(r);
+            });
+            super::gpu::lock(&gpu.upload_staging).push((staging, WriteMap::Pending(rx)));
+            written
+        });
+        if let Some(e) = err {
+            return Err(self.wgpu_error(e, || format!("writing {}", human_bytes(n))));
+        }
+        if res {
+            bump(|c| c.submits += 1);
+        }
+        Ok(res)
     }
 
     fn check_owner(&self, buf: &DeviceBuffer, op: &str) -> Result<()> {
@@ -403,7 +527,11 @@ pub(crate) async fn read_mapped<R>(
     Ok(out)
 }
 
-/// Idle staging buffers kept per device, and their total size at most.
+/// Writes of at least this many bytes go through a reused staging buffer.
+const STAGED_WRITE_MIN: u64 = 1 << 20;
+
+/// Idle staging buffers kept per device (for reads; as many again for writes), and the total size of
+/// the read ones at most.
 const STAGING_KEEP: usize = 4;
 const STAGING_KEEP_BYTES: u64 = 512 << 20;
 

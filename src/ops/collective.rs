@@ -429,22 +429,37 @@ impl Numeric for f32 {
 }
 
 fn fold_numeric<T: Numeric>(parts: &[&[T]], fold: Fold) -> Vec<T> {
+    let mut out = vec![T::default(); parts[0].len()];
+    fold_numeric_into(&mut out, parts, fold);
+    out
+}
+
+fn fold_numeric_into<T: Numeric>(out: &mut [T], parts: &[&[T]], fold: Fold) {
     match fold {
-        Fold::Sum => fold_all(parts, T::add),
-        Fold::Max => fold_all(parts, T::max_of),
-        Fold::Min => fold_all(parts, T::min_of),
+        Fold::Sum => fold_into(out, parts, T::add),
+        Fold::Max => fold_into(out, parts, T::max_of),
+        Fold::Min => fold_into(out, parts, T::min_of),
     }
 }
 
-/// `out[i] = f(...f(f(parts[0][i], parts[1][i]), parts[2][i])...)`. The operand order is fixed per
-/// element, so splitting the range across threads changes no result bit.
+/// `fold_into` a new vector.
 fn fold_all<T: Copy + Default + Send + Sync>(
     parts: &[&[T]],
     f: impl Fn(T, T) -> T + Copy + Send + Sync,
 ) -> Vec<T> {
-    let len = parts[0].len();
-    // Zeroed allocation: pages are faulted in by the threads that fill them.
-    let mut out = vec![T::default(); len];
+    let mut out = vec![T::default(); parts[0].len()];
+    fold_into(&mut out, parts, f);
+    out
+}
+
+/// `out[i] = f(...f(f(parts[0][i], parts[1][i]), parts[2][i])...)`. The operand order is fixed per
+/// element, so splitting the range across threads changes no result bit.
+fn fold_into<T: Copy + Send + Sync>(
+    out: &mut [T],
+    parts: &[&[T]],
+    f: impl Fn(T, T) -> T + Copy + Send + Sync,
+) {
+    let len = out.len();
     // Chunked so each chunk of the result stays in cache while every operand is added.
     const CHUNK: usize = 16 * 1024;
     let run = |acc: &mut [T], base: usize| {
@@ -468,52 +483,56 @@ fn fold_all<T: Copy + Default + Send + Sync>(
             s.spawn(|| run(hi, mid));
             run(lo, 0);
         });
-        return out;
+        return;
     }
-    run(&mut out, 0);
-    out
+    run(out, 0);
 }
 
 impl Collective {
     /// psum / pmean / pmax / pmin straight from device bytes (`parts[i]`: shard `i`'s operand as
-    /// stored on its device): each operand is read once, with no host copy first. None for other
-    /// collectives and for bool operands (use [`Collective::combine`]).
-    pub fn all_reduce_bytes(&self, parts: &[&[u8]], out: &Aval) -> Option<HostArray> {
+    /// stored on its device; each is read once, with no host copy first) into `scratch`, which
+    /// ends up holding the result's 32-bit words (reused between calls: no fresh memory to fault
+    /// in). False, with nothing done, for other collectives and for bool operands (use
+    /// [`Collective::combine`]).
+    pub fn all_reduce_into(&self, parts: &[&[u8]], out: &Aval, scratch: &mut Vec<u32>) -> bool {
         let fold = match self.kind {
             CollectiveKind::Psum | CollectiveKind::Pmean => Fold::Sum,
             CollectiveKind::Pmax => Fold::Max,
             CollectiveKind::Pmin => Fold::Min,
-            _ => return None,
+            _ => return false,
         };
-        fn typed<'a, T: Numeric>(parts: &[&'a [u8]]) -> Vec<std::borrow::Cow<'a, [T]>> {
-            parts
+        fn run<T: Numeric>(parts: &[&[u8]], fold: Fold, out: &mut [T]) {
+            let owned: Vec<std::borrow::Cow<'_, [T]>> = parts
                 .iter()
                 .map(|b| match bytemuck::try_cast_slice::<u8, T>(b) {
                     Ok(s) => std::borrow::Cow::Borrowed(s),
                     // Mapped ranges are aligned; copy only if one ever is not.
                     Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(b)),
                 })
-                .collect()
-        }
-        fn run<T: Numeric>(parts: &[&[u8]], fold: Fold) -> Vec<T> {
-            let owned = typed::<T>(parts);
+                .collect();
             let refs: Vec<&[T]> = owned.iter().map(|c| c.as_ref()).collect();
-            fold_numeric(&refs, fold)
+            fold_numeric_into(out, &refs, fold);
         }
-        let mut data = match out.dtype {
-            DType::F32 => HostData::F32(run(parts, fold)),
-            DType::I32 => HostData::I32(run(parts, fold)),
-            DType::U32 => HostData::U32(run(parts, fold)),
-            DType::Bool => return None,
-        };
-        if let (CollectiveKind::Pmean, HostData::F32(v)) = (&self.kind, &mut data) {
-            let d = parts.len() as f32;
-            v.iter_mut().for_each(|x| *x /= d);
+        scratch.clear();
+        scratch.resize(out.size(), 0);
+        match out.dtype {
+            DType::F32 => {
+                let v: &mut [f32] = bytemuck::cast_slice_mut(scratch.as_mut_slice());
+                run(parts, fold, v);
+                if self.kind == CollectiveKind::Pmean {
+                    let d = parts.len() as f32;
+                    v.iter_mut().for_each(|x| *x /= d);
+                }
+            }
+            DType::I32 => run::<i32>(
+                parts,
+                fold,
+                bytemuck::cast_slice_mut(scratch.as_mut_slice()),
+            ),
+            DType::U32 => run::<u32>(parts, fold, scratch),
+            DType::Bool => return false,
         }
-        Some(HostArray {
-            shape: out.shape.clone(),
-            data,
-        })
+        true
     }
 }
 

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::exec::{Executable, TraceArg, trace_args};
 use crate::host::HostArray;
 use crate::lower::stages::{Exchange, StagePlan, split_stages};
-use crate::ops::collective::{Combined, take_block};
+use crate::ops::collective::take_block;
 use crate::ops::{CollectiveKind, Prim};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph, Var};
@@ -77,6 +77,9 @@ struct ParallelExe {
     out_layouts: Vec<ShardLayout>,
     /// `axis_index` values per device id (uploaded once).
     index_arrays: RefCell<HashMap<(u64, usize), Array>>,
+    /// Host buffer of all-reduce results, kept between calls so that large collectives write
+    /// into memory that is already mapped in.
+    scratch: RefCell<Vec<u32>>,
 }
 
 /// Map `f` over devices, JAX-exact (`jax.pmap`): every argument with `in_axes` `Some(a)` is cut along
@@ -564,6 +567,7 @@ where
             stages,
             out_layouts,
             index_arrays: RefCell::new(HashMap::new()),
+            scratch: RefCell::new(Vec::new()),
         })
     }
 
@@ -692,10 +696,9 @@ impl ParallelExe {
             if exchange.is_empty() {
                 continue;
             }
-            let results = self.exchange(devices, &env, exchange).await?;
-            for (v, combined) in results {
-                for (d, dev) in devices.iter().enumerate() {
-                    env[d].insert(v, put(combined.get(d), dev)?);
+            for (v, arrays) in self.exchange(devices, &env, exchange).await? {
+                for (d, a) in arrays.into_iter().enumerate() {
+                    env[d].insert(v, a);
                 }
             }
         }
@@ -713,15 +716,17 @@ impl ParallelExe {
 
 impl ParallelExe {
     /// Perform the collectives of one exchange on the host: read every device's operands (all reads
-    /// issued before any wait), combine in device order. Returns what each collective gives.
+    /// issued before any wait), combine in device order, and write each device its result. Returns
+    /// each collective's result variable with its per-device arrays.
     async fn exchange(
         &self,
         devices: &[Device],
         env: &[HashMap<Var, Array>],
         exchange: &[Exchange],
-    ) -> Result<Vec<(Var, Combined)>> {
+    ) -> Result<Vec<(Var, Vec<Array>)>> {
         let n = devices.len();
-        // All-reduces of 32-bit numbers on GPU devices fold straight from the mapped staging memory.
+        // All-reduces of 32-bit numbers on GPU devices fold straight from the mapped staging memory
+        // into a reused host buffer, which is written to every device.
         let direct = |x: &Exchange| {
             x.collective.is_all_reduce()
                 && self.graph.aval(x.input).dtype != crate::DType::Bool
@@ -740,22 +745,38 @@ impl ParallelExe {
                     }
                 }
             }
-            let folded = read_mapped(&reads, |bytes| {
+            // Taken out of the cell for the call (no RefCell borrow across the await).
+            let mut scratch = std::mem::take(&mut *self.scratch.borrow_mut());
+            let uploaded = read_mapped(&reads, |bytes| -> Result<Vec<Vec<Array>>> {
                 fast.iter()
                     .enumerate()
                     .map(|(k, x)| {
-                        x.collective
-                            .all_reduce_bytes(&bytes[k * n..(k + 1) * n], self.graph.aval(x.out))
+                        let out = self.graph.aval(x.out);
+                        let parts = &bytes[k * n..(k + 1) * n];
+                        if !x.collective.all_reduce_into(parts, out, &mut scratch) {
+                            return Err(Error::Unsupported {
+                                op: x.collective.name(),
+                                detail: "as a direct all-reduce".into(),
+                            });
+                        }
+                        let words: &[u8] = bytemuck::cast_slice(&scratch[..out.size()]);
+                        devices
+                            .iter()
+                            .map(|dev| {
+                                Ok(Array::from_buffer(
+                                    dev.clone(),
+                                    dev.upload_bytes(words)?,
+                                    out.clone(),
+                                ))
+                            })
+                            .collect()
                     })
-                    .collect::<Vec<_>>()
+                    .collect()
             })
-            .await?;
-            for (x, h) in fast.iter().zip(folded) {
-                let h = h.ok_or_else(|| Error::Unsupported {
-                    op: x.collective.name(),
-                    detail: "as a direct all-reduce".into(),
-                })?;
-                results.push((x.out, Combined::Same(h)));
+            .await;
+            *self.scratch.borrow_mut() = scratch;
+            for (x, arrays) in fast.iter().zip(uploaded??) {
+                results.push((x.out, arrays));
             }
         }
         if !slow.is_empty() {
@@ -766,7 +787,13 @@ impl ParallelExe {
             let mut host = read_all(&operands).await?.into_iter();
             for x in slow {
                 let parts: Vec<HostArray> = host.by_ref().take(n).collect();
-                results.push((x.out, x.collective.combine(parts, self.graph.aval(x.out))));
+                let combined = x.collective.combine(parts, self.graph.aval(x.out));
+                let arrays = devices
+                    .iter()
+                    .enumerate()
+                    .map(|(d, dev)| put(combined.get(d), dev))
+                    .collect::<Result<Vec<_>>>()?;
+                results.push((x.out, arrays));
             }
         }
         Ok(results)

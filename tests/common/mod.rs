@@ -7,10 +7,9 @@
 
 use std::sync::OnceLock;
 
-use brigade::{jit, reference, Array, DType, Device, HostArray, HostData, Runtime, Tensor};
+use brigade::{Array, DType, Device, HostArray, HostData, Runtime, Tensor, jit, reference};
 
-pub const INSTALL: &str =
-    "the GPU tests need Mesa's software drivers, lavapipe (Vulkan) and llvmpipe (GL through EGL): \
+pub const INSTALL: &str = "the GPU tests need Mesa's software drivers, lavapipe (Vulkan) and llvmpipe (GL through EGL): \
     apt-get install -y mesa-vulkan-drivers libvulkan1 libegl1 libegl-mesa0 libgl1-mesa-dri, \
     and set XDG_RUNTIME_DIR to an existing directory (mode 700) for EGL; scripts/test.sh does both";
 
@@ -136,11 +135,7 @@ pub fn f32s(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
         .map(|_| {
             let x = r.range(lo as f64, hi as f64) as f32;
             if x == 0.0 {
-                if hi / 2.0 != 0.0 {
-                    hi / 2.0
-                } else {
-                    0.5
-                }
+                if hi / 2.0 != 0.0 { hi / 2.0 } else { 0.5 }
             } else {
                 x
             }
@@ -166,11 +161,7 @@ pub fn i32s(n: usize, seed: u64, lo: i32, hi: i32) -> Vec<i32> {
         .map(|_| {
             let x = (lo as i64 + (r.next_u32() as u64 % span) as i64) as i32;
             if x == 0 && (lo != 0 || hi != 0) {
-                if hi > 0 {
-                    hi
-                } else {
-                    lo
-                }
+                if hi > 0 { hi } else { lo }
             } else {
                 x
             }
@@ -185,11 +176,7 @@ pub fn u32s(n: usize, seed: u64, lo: u32, hi: u32) -> Vec<u32> {
     (0..n)
         .map(|_| {
             let x = (lo as u64 + r.next_u32() as u64 % span) as u32;
-            if x == 0 {
-                hi
-            } else {
-                x
-            }
+            if x == 0 { hi } else { x }
         })
         .collect()
 }
@@ -335,11 +322,7 @@ pub fn assert_close(got: &HostArray, want: &HostArray, tol: Tol, context: &str) 
                 f64::INFINITY
             }
         } else if w.is_infinite() || g.is_infinite() {
-            if g == w {
-                0.0
-            } else {
-                f64::INFINITY
-            }
+            if g == w { 0.0 } else { f64::INFINITY }
         } else {
             let err = (g - w).abs();
             let allowed = tol.atol + tol.rtol * w.abs();
