@@ -225,8 +225,33 @@ pub(crate) enum TraceArg {
     Static(Array),
 }
 
-/// Trace `f` into a graph whose inputs are the abstract arguments, in order.
+/// Trace `f` into a graph whose inputs are the abstract arguments, in order. A function run on its
+/// own (jit, pmap) may not close over values traced by an enclosing transform.
 pub(crate) fn trace_args<F>(label: &str, f: &F, args: &[TraceArg]) -> Result<Graph>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    let (g, captured) = trace_capturing(label, f, args)?;
+    if !captured.is_empty() {
+        return Err(Error::Unsupported {
+            op: "closure over a traced value",
+            detail: format!(
+                "in `{label}`: the function uses {} value(s) traced by an enclosing transform, but it is compiled and run on its own; pass them as arguments instead",
+                captured.len()
+            ),
+        });
+    }
+    Ok(g)
+}
+
+/// [`trace_args`], also returning the values of enclosing traces that `f` closed over: they are
+/// extra graph inputs after the arguments, in this order (for transforms that re-emit the graph
+/// into the enclosing trace, like `vmap`).
+pub(crate) fn trace_capturing<F>(
+    label: &str,
+    f: &F,
+    args: &[TraceArg],
+) -> Result<(Graph, Vec<Tensor>)>
 where
     F: Fn(&[Tensor]) -> Vec<Tensor>,
 {
@@ -249,6 +274,11 @@ where
     for t in &outs {
         match &*t.repr {
             Repr::Traced { trace, var, .. } if trace.id == tr.id => out_vars.push(*var),
+            Repr::Traced { trace, var, aval }
+                if crate::trace::tracer::depth_of(trace.id).is_some() =>
+            {
+                out_vars.push(tr.capture(trace.id, *var, t, aval))
+            }
             Repr::Traced { .. } => return Err(Error::TraceMismatch { op: "output" }),
             Repr::Concrete(a) => out_vars.push(tr.lift(a)?),
             Repr::Failed(e) => return Err(e.clone()),
@@ -259,10 +289,14 @@ where
     }
     drop(ins);
     drop(outs);
-    let mut g = std::mem::take(&mut tr.state.borrow_mut().graph);
+    let (mut g, captured) = {
+        let mut st = tr.state.borrow_mut();
+        let captured: Vec<Tensor> = st.captured.drain(..).map(|(_, t)| t).collect();
+        (std::mem::take(&mut st.graph), captured)
+    };
     g.outputs = out_vars;
     g.dce();
-    Ok(g)
+    Ok((g, captured))
 }
 
 /// A function compiled with [`jit`]: traced once per input signature, lowered and cached per device.

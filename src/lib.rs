@@ -29,6 +29,7 @@ pub use host::{Element, HostArray, HostData};
 pub use tensor::{Axes, Tensor, select};
 pub use trace::graph::{Aval, Graph, Var};
 pub use transform::pmap::{Parallel, ParallelMode, pmap, shard_map};
+pub use transform::vmap::{Vmap, vmap};
 
 /// The devices of the process-wide runtime, like `jax.devices()`: index, adapter name, backend,
 /// device type and limits are in each [`Device::info`]. The layout comes from `BRIGADE_DEVICES`

@@ -251,6 +251,9 @@ impl Tensor {
 
     /// Apply a primitive: record it when any input is traced, run it eagerly otherwise.
     pub(crate) fn apply(prim: Prim, inputs: &[&Tensor]) -> Tensor {
+        // The trace to record into: the innermost one among the inputs'. Values of enclosing
+        // (outer, still active) traces are captured into it as extra inputs, as JAX does with
+        // tracers a transformed function closes over.
         let mut trace: Option<&Rc<Trace>> = None;
         for t in inputs {
             match &*t.repr {
@@ -258,9 +261,20 @@ impl Tensor {
                 Repr::Traced { trace: tr, .. } => {
                     if let Some(prev) = trace {
                         if prev.id != tr.id {
-                            let e = Error::TraceMismatch { op: prim.name() };
-                            tr.fail(e.clone());
-                            return Tensor::failed(e);
+                            let depth = |x: &Rc<Trace>| crate::trace::tracer::depth_of(x.id);
+                            match (depth(prev), depth(tr)) {
+                                (Some(a), Some(b)) => {
+                                    if b > a {
+                                        trace = Some(tr);
+                                    }
+                                    continue;
+                                }
+                                _ => {
+                                    let e = Error::TraceMismatch { op: prim.name() };
+                                    tr.fail(e.clone());
+                                    return Tensor::failed(e);
+                                }
+                            }
                         }
                     }
                     trace = Some(tr);
@@ -279,6 +293,11 @@ impl Tensor {
                 let mut vars = Vec::with_capacity(inputs.len());
                 for t in inputs {
                     match &*t.repr {
+                        Repr::Traced {
+                            trace: own,
+                            var,
+                            aval,
+                        } if own.id != tr.id => vars.push(tr.capture(own.id, *var, t, aval)),
                         Repr::Traced { var, .. } => vars.push(*var),
                         Repr::Concrete(a) => match tr.lift(a) {
                             Ok(v) => vars.push(v),

@@ -630,3 +630,134 @@ impl fmt::Display for Collective {
         }
     }
 }
+
+// ---- batching rule ------------------------------------------------------------------------------
+
+/// Collectives under `vmap`. Over another axis (an enclosing `pmap`'s), the collective runs as is
+/// with its axis parameters shifted past the batch axis. Over the vmapped axis itself, the batch
+/// axis *is* the axis of shards, so the collective becomes local array work along it: psum a sum
+/// over the batch axis (unbatched afterwards: every example sees the same value), all_gather the
+/// batch axis moved into place, ppermute a gather along it, and so on.
+pub(crate) fn batch(
+    c: &Collective,
+    ins: &[super::Batched],
+    ctx: &super::BatchCtx<'_>,
+) -> super::Batched {
+    use super::Prim;
+    use crate::tensor::Tensor;
+    let b = ctx.size;
+    if Some(c.axis_name.as_str()) != ctx.axis_name {
+        let kind = match &c.kind {
+            CollectiveKind::AllGather { axis, tiled } => CollectiveKind::AllGather {
+                axis: axis + 1,
+                tiled: *tiled,
+            },
+            CollectiveKind::PsumScatter { dim, tiled } => CollectiveKind::PsumScatter {
+                dim: dim + 1,
+                tiled: *tiled,
+            },
+            CollectiveKind::AllToAll {
+                split_axis,
+                concat_axis,
+                tiled,
+            } => CollectiveKind::AllToAll {
+                split_axis: split_axis + 1,
+                concat_axis: concat_axis + 1,
+                tiled: *tiled,
+            },
+            k => k.clone(),
+        };
+        let prim = Prim::Collective(Collective {
+            axis_name: c.axis_name.clone(),
+            size: c.size,
+            kind,
+        });
+        let x = super::with_batch(&ins[0], b);
+        return (Tensor::apply(prim, &[&x]), true);
+    }
+    if c.kind == CollectiveKind::AxisIndex {
+        return (Tensor::iota(DType::I32, &[b], 0), true);
+    }
+    let x = super::with_batch(&ins[0], b);
+    let rank = x.ndim() - 1; // an example's rank
+    match &c.kind {
+        CollectiveKind::Psum => (x.sum(0, false), false),
+        CollectiveKind::Pmean => (x.mean(0, false), false),
+        CollectiveKind::Pmax => (x.max(0, false), false),
+        CollectiveKind::Pmin => (x.min(0, false), false),
+        CollectiveKind::AllGather { axis, tiled } => {
+            let moved = super::move_axis(&x, 0, *axis);
+            if *tiled {
+                // (…, B, d, …) -> (…, B·d, …)
+                let mut shape = x.shape()[1..].to_vec();
+                shape[*axis] *= b;
+                (moved.reshape_exact(&shape), false)
+            } else {
+                (moved, false)
+            }
+        }
+        CollectiveKind::PsumScatter { dim, tiled } => {
+            let s = x.sum(0, false);
+            if *tiled {
+                let mut split = s.shape().to_vec();
+                let c = split[*dim] / b;
+                split.splice(*dim..=*dim, [b, c]);
+                (super::move_axis(&s.reshape_exact(&split), *dim, 0), true)
+            } else {
+                (super::move_axis(&s, *dim, 0), true)
+            }
+        }
+        CollectiveKind::Ppermute { perm } => {
+            // Example dst reads example src; the others read an appended row of zeros.
+            let mut src = vec![b as i32; b];
+            for &(s, d) in perm {
+                src[d] = s as i32;
+            }
+            let mut zshape = x.shape().to_vec();
+            zshape[0] = 1;
+            let zeros = Tensor::zeros(&zshape, x.dtype());
+            let ext = Tensor::apply(Prim::Concatenate { axis: 0 }, &[&x, &zeros]);
+            let idx = Tensor::from_vec(src, &[b]);
+            (Tensor::apply(Prim::Take { axis: 0 }, &[&ext, &idx]), true)
+        }
+        CollectiveKind::AllToAll {
+            split_axis,
+            concat_axis,
+            tiled,
+        } => {
+            let (s, cat) = (*split_axis, *concat_axis);
+            if !*tiled {
+                // x axes: 0 = source example j, s+1 = destination example i.
+                let mut rest: Vec<usize> = (1..=rank).filter(|&a| a != s + 1).collect();
+                rest.insert(cat, 0);
+                let mut perm = vec![s + 1];
+                perm.extend(rest);
+                (x.transpose(&perm), true)
+            } else {
+                // Split axis s into (B destination, chunk), then bring the destination to the
+                // front and the source next to the concat axis, and merge those two.
+                let shape = x.shape().to_vec();
+                let chunk = shape[s + 1] / b;
+                let mut split = shape.clone();
+                split.splice(s + 1..=s + 1, [b, chunk]);
+                let xs = x.reshape_exact(&split);
+                let pos = |a: usize| if a < s { a + 1 } else { a + 2 }; // a == s: the chunk axis
+                let mut perm = vec![s + 1];
+                for a in 0..rank {
+                    if a == cat {
+                        perm.push(0);
+                    }
+                    perm.push(pos(a));
+                }
+                let t = xs.transpose(&perm);
+                let mut out_shape = vec![b];
+                for a in 0..rank {
+                    let d = if a == s { chunk } else { shape[a + 1] };
+                    out_shape.push(if a == cat { d * b } else { d });
+                }
+                (t.reshape_exact(&out_shape), true)
+            }
+        }
+        CollectiveKind::AxisIndex => unreachable!("handled above"),
+    }
+}

@@ -458,3 +458,18 @@ pub fn cast_wgsl(from: DType, to: DType, x: &str) -> String {
 pub fn select_wgsl(pred: &str, t: &str, f: &str) -> String {
     format!("select({f}, {t}, {pred})")
 }
+
+// ---- batching rule ------------------------------------------------------------------------------
+
+/// Elementwise primitives batch by giving every operand the batch axis (broadcasting the unbatched
+/// ones) and applying the same primitive: it does not care about shapes.
+pub(crate) fn batch(
+    prim: &super::Prim,
+    ins: &[super::Batched],
+    ctx: &super::BatchCtx<'_>,
+) -> super::Batched {
+    let full: Vec<crate::tensor::Tensor> =
+        ins.iter().map(|b| super::with_batch(b, ctx.size)).collect();
+    let refs: Vec<&crate::tensor::Tensor> = full.iter().collect();
+    (crate::tensor::Tensor::apply(prim.clone(), &refs), true)
+}

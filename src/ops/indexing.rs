@@ -94,3 +94,62 @@ pub fn norm_index_wgsl(raw: &str, dt: DType, n: usize) -> String {
         _ => format!("min({raw}, {}u)", n.max(1) - 1),
     }
 }
+
+// ---- batching rule ------------------------------------------------------------------------------
+
+/// `take(x, idx, axis)` under vmap. A batched `x` with shared indices takes along `axis + 1`.
+/// Shared `x` with batched indices takes as usual and moves the batch axis (now at `axis`) to the
+/// front. When both are batched, each example must index its own slice: `x` is viewed as
+/// `(batch * n, ...)` along the taken axis and each example's indices are offset by `b * n`
+/// (after resolving negative and out-of-range indices the way `take` does).
+pub(crate) fn batch(
+    axis: usize,
+    ins: &[super::Batched],
+    ctx: &super::BatchCtx<'_>,
+) -> super::Batched {
+    use super::Prim;
+    use crate::tensor::Tensor;
+    let ((x, xb), (idx, ib)) = (&ins[0], &ins[1]);
+    match (xb, ib) {
+        (true, false) => (
+            Tensor::apply(Prim::Take { axis: axis + 1 }, &[x, idx]),
+            true,
+        ),
+        (false, true) => {
+            let out = Tensor::apply(Prim::Take { axis }, &[x, idx]);
+            (super::move_axis(&out, axis, 0), true)
+        }
+        _ => {
+            let b = ctx.size;
+            // x: (B, ..., n at axis+1, ...) -> (B, n, rest...) -> (B*n, rest...)
+            let x1 = super::move_axis(x, axis + 1, 1);
+            let n = x.shape().get(axis + 1).copied().unwrap_or(0);
+            let rest: Vec<usize> = x1.shape().iter().skip(2).copied().collect();
+            let mut flat = vec![b * n];
+            flat.extend_from_slice(&rest);
+            let xf = x1.reshape_exact(&flat);
+            // Indices resolved into [0, n), as take does, then offset per example.
+            let i = idx.cast(DType::I32);
+            let ni = n as i32;
+            let wrapped = i.lt(&Tensor::scalar(0i32)).where_(&(&i + ni), &i);
+            let clamped = wrapped
+                .maximum(&Tensor::scalar(0i32))
+                .minimum(&Tensor::scalar((ni - 1).max(0)));
+            let ishape = idx.shape().to_vec();
+            let offs = Tensor::iota(DType::I32, &ishape, 0) * ni;
+            let flat_idx = &clamped + &offs;
+            // Result: (B, idx..., rest...) with idx's own batch axis first; then the taken axes go
+            // back between the leading axes of x and its trailing ones.
+            let out = Tensor::apply(Prim::Take { axis: 0 }, &[&xf, &flat_idx]);
+            // out axes: [B, idx_rest..., x axes before `axis`..., x axes after `axis`...]
+            let k = ishape.len() - 1; // idx axes besides the batch axis
+            let before = axis; // x axes before the taken one (excluding batch)
+            let total = out.ndim();
+            let mut perm: Vec<usize> = vec![0];
+            perm.extend(1 + k..1 + k + before);
+            perm.extend(1..1 + k);
+            perm.extend(1 + k + before..total);
+            (out.transpose(&perm), true)
+        }
+    }
+}

@@ -365,3 +365,62 @@ pub fn pad_wgsl(
         ii,
     )
 }
+
+// ---- batching rule ------------------------------------------------------------------------------
+
+/// Layout primitives batch by leaving the leading batch axis alone: every axis parameter shifts by
+/// one and every shape parameter gains the batch size in front.
+pub(crate) fn batch(
+    prim: &super::Prim,
+    ins: &[super::Batched],
+    ctx: &super::BatchCtx<'_>,
+) -> super::Batched {
+    use super::Prim;
+    use crate::tensor::Tensor;
+    let n = ctx.size;
+    let front = |v: &[usize], first: usize| -> Vec<usize> {
+        std::iter::once(first).chain(v.iter().copied()).collect()
+    };
+    let shifted = match prim {
+        Prim::Transpose { perm } => Prim::Transpose {
+            perm: std::iter::once(0)
+                .chain(perm.iter().map(|p| p + 1))
+                .collect(),
+        },
+        Prim::Reshape { shape } => Prim::Reshape {
+            shape: front(shape, n),
+        },
+        Prim::BroadcastInDim { shape, dims } => Prim::BroadcastInDim {
+            shape: front(shape, n),
+            dims: std::iter::once(0)
+                .chain(dims.iter().map(|d| d + 1))
+                .collect(),
+        },
+        Prim::Slice {
+            start,
+            limit,
+            stride,
+        } => Prim::Slice {
+            start: front(start, 0),
+            limit: front(limit, n),
+            stride: front(stride, 1),
+        },
+        Prim::Concatenate { axis } => Prim::Concatenate { axis: axis + 1 },
+        Prim::Pad {
+            lo,
+            hi,
+            interior,
+            value,
+        } => Prim::Pad {
+            lo: front(lo, 0),
+            hi: front(hi, 0),
+            interior: front(interior, 0),
+            value: *value,
+        },
+        other => other.clone(),
+    };
+    // Concatenate may mix batched and unbatched operands; the others have one operand.
+    let full: Vec<Tensor> = ins.iter().map(|b| super::with_batch(b, n)).collect();
+    let refs: Vec<&Tensor> = full.iter().collect();
+    (Tensor::apply(shifted, &refs), true)
+}

@@ -186,3 +186,39 @@ pub(crate) fn dot_cpu(
         data,
     }
 }
+
+// ---- batching rule ------------------------------------------------------------------------------
+
+/// `dot_general` batches as one more batch axis when both operands are batched; when only one is,
+/// its batch axis is a free axis of that operand, moved to the front of the result afterwards
+/// (results are ordered batch axes, lhs free axes, rhs free axes).
+pub(crate) fn batch(
+    d: &DotDims,
+    ins: &[super::Batched],
+    _ctx: &super::BatchCtx<'_>,
+) -> super::Batched {
+    use crate::tensor::Tensor;
+    let ((l, lb), (r, rb)) = (&ins[0], &ins[1]);
+    let up =
+        |v: &[usize], by: bool| -> Vec<usize> { v.iter().map(|a| a + usize::from(by)).collect() };
+    let mut dims = DotDims {
+        lhs_contract: up(&d.lhs_contract, *lb),
+        rhs_contract: up(&d.rhs_contract, *rb),
+        lhs_batch: up(&d.lhs_batch, *lb),
+        rhs_batch: up(&d.rhs_batch, *rb),
+    };
+    if *lb && *rb {
+        dims.lhs_batch.insert(0, 0);
+        dims.rhs_batch.insert(0, 0);
+        return (Tensor::apply(super::Prim::DotGeneral(dims), &[l, r]), true);
+    }
+    let out = Tensor::apply(super::Prim::DotGeneral(dims.clone()), &[l, r]);
+    let nb = dims.lhs_batch.len();
+    // Where the batch axis landed: the first lhs free axis, or the first rhs free axis.
+    let at = if *lb {
+        nb
+    } else {
+        nb + dims.lhs_free(l.ndim()).len()
+    };
+    (super::move_axis(&out, at, 0), true)
+}

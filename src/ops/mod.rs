@@ -450,3 +450,77 @@ impl fmt::Display for Prim {
         }
     }
 }
+
+// ---- batching (vmap) ------------------------------------------------------------------------------
+
+/// What a batching rule needs to know about the `vmap` it serves.
+pub(crate) struct BatchCtx<'a> {
+    /// The batch size.
+    pub size: usize,
+    /// The vmap's axis name: collectives over it reduce along the batch axis.
+    pub axis_name: Option<&'a str>,
+}
+
+/// An operand inside a batching rule: a tensor, and whether it carries the batch axis in front.
+pub(crate) type Batched = (crate::tensor::Tensor, bool);
+
+impl Prim {
+    /// Batching rule: the primitive applied to operands of which some carry a leading batch axis.
+    /// Returns the result and whether it is batched (its batch axis in front).
+    pub(crate) fn batch(&self, ins: &[Batched], ctx: &BatchCtx<'_>) -> Batched {
+        use crate::tensor::Tensor;
+        if !ins.iter().any(|(_, b)| *b) {
+            if let Prim::Collective(c) = self {
+                if Some(c.axis_name.as_str()) == ctx.axis_name {
+                    // A collective over the vmapped axis of a value that does not vary along it.
+                    return collective::batch(c, ins, ctx);
+                }
+            }
+            let refs: Vec<&Tensor> = ins.iter().map(|(t, _)| t).collect();
+            return (Tensor::apply(self.clone(), &refs), false);
+        }
+        match self {
+            Prim::Unary(_)
+            | Prim::Binary(_)
+            | Prim::Select
+            | Prim::Cast(_)
+            | Prim::Full { .. }
+            | Prim::Iota { .. } => elementwise::batch(self, ins, ctx),
+            Prim::Reduce { .. } | Prim::ArgReduce { .. } => reduce::batch(self, ins),
+            Prim::DotGeneral(d) => matmul::batch(d, ins, ctx),
+            Prim::Transpose { .. }
+            | Prim::Reshape { .. }
+            | Prim::BroadcastInDim { .. }
+            | Prim::Slice { .. }
+            | Prim::Concatenate { .. }
+            | Prim::Pad { .. } => layout::batch(self, ins, ctx),
+            Prim::Take { axis } => indexing::batch(*axis, ins, ctx),
+            Prim::Collective(c) => collective::batch(c, ins, ctx),
+        }
+    }
+}
+
+/// `t` with a leading batch axis of `size` (broadcast when it has none).
+pub(crate) fn with_batch((t, batched): &Batched, size: usize) -> crate::tensor::Tensor {
+    if *batched {
+        return t.clone();
+    }
+    let mut shape = vec![size];
+    shape.extend_from_slice(t.shape());
+    let dims: Vec<usize> = (1..=t.ndim()).collect();
+    t.broadcast_in_dim(&shape, &dims)
+}
+
+/// Move axis `from` of `t` to position `to`.
+pub(crate) fn move_axis(
+    t: &crate::tensor::Tensor,
+    from: usize,
+    to: usize,
+) -> crate::tensor::Tensor {
+    if from == to {
+        return t.clone();
+    }
+    let mut perm: Vec<usize> = (0..t.ndim()).filter(|&a| a != from).collect();
+    perm.insert(to, from);
+    t.transpose(&perm)
+}

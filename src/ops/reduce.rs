@@ -212,3 +212,22 @@ pub(crate) fn argreduce_cpu(op: ArgOp, x: &HostArray, axis: usize) -> HostArray 
         data: HostData::I32(vals),
     }
 }
+
+// ---- batching rule ------------------------------------------------------------------------------
+
+/// Reductions batch by shifting their axes past the leading batch axis.
+pub(crate) fn batch(prim: &super::Prim, ins: &[super::Batched]) -> super::Batched {
+    use super::Prim;
+    let shifted = match prim {
+        Prim::Reduce { op, axes } => Prim::Reduce {
+            op: *op,
+            axes: axes.iter().map(|a| a + 1).collect(),
+        },
+        Prim::ArgReduce { op, axis } => Prim::ArgReduce {
+            op: *op,
+            axis: axis + 1,
+        },
+        other => other.clone(),
+    };
+    (crate::tensor::Tensor::apply(shifted, &[&ins[0].0]), true)
+}

@@ -24,6 +24,11 @@ pub(crate) fn current() -> Option<Rc<Trace>> {
     ACTIVE.with(|a| a.borrow().last().cloned())
 }
 
+/// Position of the trace `id` in the stack of active traces (higher is more inner), if active.
+pub(crate) fn depth_of(id: u64) -> Option<usize> {
+    ACTIVE.with(|a| a.borrow().iter().position(|t| t.id == id))
+}
+
 /// Marks `trace` active until dropped (also on panic).
 pub(crate) struct Activation;
 
@@ -54,6 +59,10 @@ pub(crate) struct TraceState {
     pub(crate) error: Option<Error>,
     /// Captured concrete arrays already lifted into the graph, by identity.
     lifted: HashMap<usize, (Var, Array)>,
+    /// Traced values of enclosing traces used here (a closure over an outer transform's value):
+    /// each is an extra input of this graph, after the function's own inputs.
+    pub(crate) captured: Vec<(Var, crate::tensor::Tensor)>,
+    captured_ids: HashMap<(u64, Var), Var>,
 }
 
 impl Trace {
@@ -66,6 +75,8 @@ impl Trace {
                 graph: Graph::default(),
                 error: None,
                 lifted: HashMap::new(),
+                captured: Vec::new(),
+                captured_ids: HashMap::new(),
             }),
         })
     }
@@ -121,6 +132,24 @@ impl Trace {
         };
         st.lifted.insert(key, (v, a.clone()));
         Ok(v)
+    }
+    /// Make a value of the enclosing trace `outer` (variable `var` there) an input of this graph.
+    pub(crate) fn capture(
+        &self,
+        outer: u64,
+        var: Var,
+        t: &crate::tensor::Tensor,
+        aval: &Aval,
+    ) -> Var {
+        let mut st = self.state.borrow_mut();
+        if let Some(v) = st.captured_ids.get(&(outer, var)) {
+            return *v;
+        }
+        let v = st.graph.new_var(aval.clone());
+        st.graph.inputs.push(v);
+        st.captured.push((v, t.clone()));
+        st.captured_ids.insert((outer, var), v);
+        v
     }
     /// Append `out = prim(inputs)` after checking the shape rule.
     pub(crate) fn push(&self, prim: Prim, inputs: Vec<Var>) -> Result<(Var, Aval)> {

@@ -1,0 +1,331 @@
+//! `vmap`: vectorize a function over a batch axis (JAX's `jax.vmap`).
+//!
+//! The function is traced once per signature on the shapes of *one example* (the mapped axes
+//! removed). The traced program is then re-emitted with every primitive replaced by its batching
+//! rule (`Prim::batch`, declared next to each primitive family in `src/ops/`), operating on values
+//! that carry the batch axis in front — or that do not vary over the batch at all, which the rules
+//! keep unbatched as long as they can. Re-emitting goes through ordinary tensor operations, so
+//! `vmap` composes: inside `jit`, `pmap` or another `vmap` the batched program is staged into the
+//! enclosing trace; on concrete arrays [`Vmap::call`] compiles it as one program.
+//!
+//! With an `axis_name`, collectives over that name inside the function act along the batch axis
+//! (`psum` sums the examples, `axis_index` numbers them), as in JAX.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::array::Array;
+use crate::error::{Error, Result};
+use crate::exec::{Executable, TraceArg, pick_device, trace_capturing, trace_fn};
+use crate::ops::{BatchCtx, Batched, move_axis, with_batch};
+use crate::tensor::Tensor;
+use crate::trace::graph::{Aval, Graph};
+
+/// One example's signature and the batch size.
+type ExampleKey = (Vec<Aval>, usize);
+
+/// A function vectorized by [`vmap`]; configure with the builder methods, then [`Vmap::apply`] it
+/// to tensors (composable) or [`Vmap::call`] it on arrays (compiled).
+pub struct Vmap<F> {
+    f: F,
+    label: String,
+    axis_name: Option<String>,
+    in_axes: Option<Vec<Option<usize>>>,
+    out_axes: Option<Vec<Option<usize>>>,
+    axis_size: Option<usize>,
+    device: Option<crate::Device>,
+    /// Per-example programs by per-example signature.
+    traced: RefCell<HashMap<ExampleKey, Rc<Graph>>>,
+    /// Compiled batched programs by batched signature ([`Vmap::call`]).
+    compiled: RefCell<HashMap<Vec<Aval>, Rc<Executable>>>,
+}
+
+/// Vectorize `f` over a batch axis (JAX's `jax.vmap`): every argument with `in_axes` `Some(a)` has
+/// its axis `a` mapped (all mapped sizes must agree), `None` arguments are shared by every example.
+/// `f` is written for one example. Outputs carry the batch axis at `out_axes` (default 0).
+///
+/// ```
+/// use brigade::{vmap, Array, Tensor};
+/// // A per-example dot product, vectorized over 3 examples.
+/// let dot = vmap(|a: &[Tensor]| vec![(&a[0] * &a[1]).sum_all()]);
+/// let x = Array::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?;
+/// let w = Array::from_vec(vec![10.0f32, 1.0], &[2])?;
+/// let y = dot.in_axes(&[Some(0), None]).call(&[x, w])?;
+/// assert_eq!(y[0].to_vec::<f32>()?, vec![12.0, 34.0, 56.0]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn vmap<F>(f: F) -> Vmap<F>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    Vmap {
+        f,
+        label: "vmap".into(),
+        axis_name: None,
+        in_axes: None,
+        out_axes: None,
+        axis_size: None,
+        device: None,
+        traced: RefCell::new(HashMap::new()),
+        compiled: RefCell::new(HashMap::new()),
+    }
+}
+
+impl<F> Vmap<F>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    /// Name the batch axis, for collectives inside `f` (`psum(x, name)` sums over the examples).
+    pub fn axis_name(mut self, name: &str) -> Self {
+        self.axis_name = Some(name.to_string());
+        self
+    }
+    /// Per argument: the mapped axis (`Some(a)`) or `None` (shared). Default `Some(0)` for all.
+    pub fn in_axes(mut self, axes: &[Option<usize>]) -> Self {
+        self.in_axes = Some(axes.to_vec());
+        self
+    }
+    /// Per output (or one entry for all): where the batch axis goes, or `None` for an output that
+    /// does not vary over the batch. Default `Some(0)`.
+    pub fn out_axes(mut self, axes: &[Option<usize>]) -> Self {
+        self.out_axes = Some(axes.to_vec());
+        self
+    }
+    /// The batch size: needed when every `in_axes` is None, checked against the data otherwise.
+    pub fn axis_size(mut self, n: usize) -> Self {
+        self.axis_size = Some(n);
+        self
+    }
+    /// Name used in messages and kernel labels.
+    pub fn named(mut self, label: &str) -> Self {
+        self.label = label.to_string();
+        self
+    }
+    /// Run [`Vmap::call`] on this device.
+    pub fn on(mut self, device: &crate::Device) -> Self {
+        self.device = Some(device.clone());
+        self
+    }
+
+    /// Apply to tensors: concrete ones run the batched program eagerly, traced ones (inside `jit`,
+    /// `pmap`, another `vmap`) stage it into their trace. Errors come back as failed tensors, and
+    /// fail the enclosing trace.
+    pub fn apply(&self, args: &[Tensor]) -> Vec<Tensor> {
+        match self.apply_inner(args) {
+            Ok(v) => v,
+            Err(e) => {
+                if let Some(tr) = crate::trace::tracer::current() {
+                    tr.fail(e.clone());
+                }
+                vec![Tensor::failed(e)]
+            }
+        }
+    }
+
+    /// Call on arrays: the batched program is traced and compiled once per signature (one fused
+    /// program, like `jit(vmap(f))` in JAX), then run on the device.
+    pub fn call(&self, args: &[Array]) -> Result<Vec<Array>> {
+        let exe = self.executable(args)?;
+        let refs: Vec<&Array> = args.iter().collect();
+        let dev = pick_device(self.device.as_ref(), &refs)?;
+        exe.run(&dev, args)
+    }
+
+    /// The batched program for these arguments (what [`Vmap::call`] compiles).
+    pub fn graph(&self, args: &[Array]) -> Result<Graph> {
+        Ok(self.executable(args)?.graph.clone())
+    }
+
+    fn executable(&self, args: &[Array]) -> Result<Rc<Executable>> {
+        let avals: Vec<Aval> = args.iter().map(|a| a.aval().clone()).collect();
+        if let Some(e) = self.compiled.borrow().get(&avals) {
+            return Ok(e.clone());
+        }
+        let g = trace_fn(&self.label, &|ts: &[Tensor]| self.apply(ts), &avals)?;
+        let e = Rc::new(Executable::new(g));
+        self.compiled.borrow_mut().insert(avals, e.clone());
+        Ok(e)
+    }
+
+    fn apply_inner(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        if let Some(e) = args.iter().find_map(|t| t.error()) {
+            return Err(e.clone());
+        }
+        let in_axes: Vec<Option<usize>> = match &self.in_axes {
+            Some(a) if a.len() != args.len() => {
+                return Err(Error::BadParallelArg {
+                    op: "vmap",
+                    detail: format!(
+                        "in_axes has {} entries but {} arguments were given: give one entry (Some(axis) or None) per argument",
+                        a.len(),
+                        args.len()
+                    ),
+                });
+            }
+            Some(a) => a.clone(),
+            None => vec![Some(0); args.len()],
+        };
+        // The batch size, and the same checks (and messages) as pmap's.
+        let mut first: Option<(usize, usize, usize)> = None;
+        for (i, (t, a)) in args.iter().zip(&in_axes).enumerate() {
+            let Some(a) = *a else { continue };
+            if a >= t.ndim() {
+                return Err(Error::BadParallelArg {
+                    op: "vmap",
+                    detail: format!(
+                        "in_axes[{i}] is Some({a}) but argument {i} has rank {} (shape {:?}): map an axis below {}, or use None to share it",
+                        t.ndim(),
+                        t.shape(),
+                        t.ndim()
+                    ),
+                });
+            }
+            let size = t.shape()[a];
+            match first {
+                None => first = Some((i, a, size)),
+                Some((fi, fa, fs)) if fs != size => {
+                    return Err(Error::MappedSizeMismatch {
+                        op: "vmap",
+                        first_arg: fi,
+                        first_axis: fa,
+                        first_size: fs,
+                        arg: i,
+                        axis: a,
+                        size,
+                        hint: String::new(),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+        let b = match (first, self.axis_size) {
+            (Some((i, a, size)), Some(k)) if k != size => {
+                return Err(Error::AxisSizeMismatch {
+                    op: "vmap",
+                    axis_size: k,
+                    arg: i,
+                    axis: a,
+                    size,
+                });
+            }
+            (Some((_, _, size)), _) => size,
+            (None, Some(k)) => k,
+            (None, None) => return Err(Error::NothingMapped { op: "vmap" }),
+        };
+        // Batch axes to the front; the per-example signature.
+        let mut vals: Vec<Batched> = Vec::with_capacity(args.len());
+        let mut avals = Vec::with_capacity(args.len());
+        for (t, a) in args.iter().zip(&in_axes) {
+            match a {
+                Some(a) => {
+                    let moved = move_axis(t, *a, 0);
+                    avals.push(Aval::new(moved.shape()[1..].to_vec(), t.dtype()));
+                    vals.push((moved, true));
+                }
+                None => {
+                    avals.push(Aval::new(t.shape().to_vec(), t.dtype()));
+                    vals.push((t.clone(), false));
+                }
+            }
+        }
+        let (g, captured) = self.per_example(&avals, b)?;
+        let ctx = BatchCtx {
+            size: b,
+            axis_name: self.axis_name.as_deref(),
+        };
+        // Re-emit the program with batching rules.
+        let mut env: Vec<Option<Batched>> = vec![None; g.avals.len()];
+        // The function's own inputs, then the enclosing traces' values it closed over (shared by
+        // every example).
+        let captured = captured.into_iter().map(|t| (t, false));
+        for (v, x) in g.inputs.iter().zip(vals.into_iter().chain(captured)) {
+            env[v.idx()] = Some(x);
+        }
+        for (v, h) in &g.consts {
+            env[v.idx()] = Some((Tensor::from(Array::from_host(h.clone())), false));
+        }
+        for e in &g.eqns {
+            let ins: Vec<Batched> = e
+                .inputs
+                .iter()
+                .map(|v| {
+                    env[v.idx()]
+                        .clone()
+                        .expect("graph is topologically ordered")
+                })
+                .collect();
+            let out = e.prim.batch(&ins, &ctx);
+            if let Some(err) = out.0.error() {
+                return Err(err.clone());
+            }
+            env[e.out.idx()] = Some(out);
+        }
+        let outs = g.outputs.len();
+        let out_axes: Vec<Option<usize>> = match &self.out_axes {
+            None => vec![Some(0); outs],
+            Some(a) if a.len() == 1 => vec![a[0]; outs],
+            Some(a) if a.len() == outs => a.clone(),
+            Some(a) => {
+                return Err(Error::BadParallelArg {
+                    op: "vmap",
+                    detail: format!(
+                        "out_axes has {} entries but the function returns {outs} outputs: give one entry, or one per output",
+                        a.len()
+                    ),
+                });
+            }
+        };
+        g.outputs
+            .iter()
+            .zip(out_axes)
+            .enumerate()
+            .map(|(j, (v, ax))| {
+                let val = env[v.idx()].clone().expect("outputs are defined");
+                match ax {
+                    None if val.1 => Err(Error::VaryingOutput {
+                        op: "vmap",
+                        output: j,
+                        why: "it depends on a mapped argument".into(),
+                    }),
+                    None => Ok(val.0),
+                    Some(a) => {
+                        let rank = val.0.ndim() + usize::from(!val.1);
+                        if a >= rank {
+                            return Err(Error::BadParallelArg {
+                                op: "vmap",
+                                detail: format!(
+                                    "out_axes[{j}] is Some({a}) but output {j} has rank {rank} with the batch axis: use an axis below {rank}"
+                                ),
+                            });
+                        }
+                        Ok(move_axis(&with_batch(&val, b), 0, a))
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// The program of one example and the enclosing traces' values it closed over. Traced once
+    /// per signature and batch size, unless it closes over traced values (those change with every
+    /// enclosing trace, so such a function is traced on every application).
+    fn per_example(&self, avals: &[Aval], b: usize) -> Result<(Rc<Graph>, Vec<Tensor>)> {
+        let key = (avals.to_vec(), b);
+        if let Some(g) = self.traced.borrow().get(&key) {
+            return Ok((g.clone(), Vec::new()));
+        }
+        let args: Vec<TraceArg> = avals.iter().cloned().map(TraceArg::Abstract).collect();
+        let (g, captured) = {
+            let _axis = self
+                .axis_name
+                .as_ref()
+                .map(|n| crate::collective::AxisBinding::new(n, b));
+            trace_capturing(&self.label, &self.f, &args)?
+        };
+        let g = Rc::new(g);
+        if captured.is_empty() {
+            self.traced.borrow_mut().insert(key, g.clone());
+        }
+        Ok((g, captured))
+    }
+}
