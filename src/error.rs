@@ -252,6 +252,12 @@ pub enum Error {
     #[error("{op}: {detail}")]
     BadParallelArg { op: &'static str, detail: String },
 
+    // ---- differentiation ------------------------------------------------------------------------
+    /// `grad` of something that has no gradient: a non-scalar or integer output, an integer
+    /// argument, an argument number out of range.
+    #[error("{op}: {detail}")]
+    NotDifferentiable { op: &'static str, detail: String },
+
     // ---- compilation -------------------------------------------------------------------------
     /// A generated shader failed naga validation or pipeline creation.
     #[error("shader `{kernel}` failed to compile: {message}\n---- WGSL ----\n{wgsl}")]
@@ -291,6 +297,7 @@ impl Error {
                 | Error::VaryingOutput { .. }
                 | Error::BadCollective { .. }
                 | Error::BadParallelArg { .. }
+                | Error::NotDifferentiable { .. }
         )
     }
 }

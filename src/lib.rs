@@ -28,6 +28,7 @@ pub use exec::{Jit, jit};
 pub use host::{Element, HostArray, HostData};
 pub use tensor::{Axes, Tensor, select};
 pub use trace::graph::{Aval, Graph, Var};
+pub use transform::grad::{Grad, Vjp, grad, value_and_grad, vjp};
 pub use transform::pmap::{Parallel, ParallelMode, pmap, shard_map};
 pub use transform::vmap::{Vmap, vmap};
 

@@ -761,3 +761,73 @@ pub(crate) fn batch(
         CollectiveKind::AxisIndex => unreachable!("handled above"),
     }
 }
+
+// ---- VJP rule -----------------------------------------------------------------------------------
+
+/// Collectives transpose into collectives: psum's cotangent is summed over the shards again
+/// (every shard's value reached every shard), all_gather and psum_scatter transpose into each
+/// other, ppermute into the inverse permutation, all_to_all into the swapped one.
+pub(crate) fn vjp(
+    c: &Collective,
+    ins: &[crate::tensor::Tensor],
+    out: &crate::tensor::Tensor,
+    ct: &crate::tensor::Tensor,
+) -> super::Cotangents {
+    use super::Prim;
+    use crate::tensor::Tensor;
+    let Some(x) = ins.first() else {
+        return vec![];
+    };
+    if x.dtype() != DType::F32 {
+        return vec![None];
+    }
+    let again = |kind: CollectiveKind, t: &Tensor| {
+        Tensor::apply(
+            Prim::Collective(Collective {
+                axis_name: c.axis_name.clone(),
+                size: c.size,
+                kind,
+            }),
+            &[t],
+        )
+    };
+    let g = match &c.kind {
+        CollectiveKind::Psum => again(CollectiveKind::Psum, ct),
+        CollectiveKind::Pmean => again(CollectiveKind::Pmean, ct),
+        CollectiveKind::Pmax | CollectiveKind::Pmin => ct * &x.eq(out).cast(DType::F32),
+        CollectiveKind::AllGather { axis, tiled } => again(
+            CollectiveKind::PsumScatter {
+                dim: *axis,
+                tiled: *tiled,
+            },
+            ct,
+        ),
+        CollectiveKind::PsumScatter { dim, tiled } => again(
+            CollectiveKind::AllGather {
+                axis: *dim,
+                tiled: *tiled,
+            },
+            ct,
+        ),
+        CollectiveKind::Ppermute { perm } => again(
+            CollectiveKind::Ppermute {
+                perm: perm.iter().map(|&(s, d)| (d, s)).collect(),
+            },
+            ct,
+        ),
+        CollectiveKind::AllToAll {
+            split_axis,
+            concat_axis,
+            tiled,
+        } => again(
+            CollectiveKind::AllToAll {
+                split_axis: *concat_axis,
+                concat_axis: *split_axis,
+                tiled: *tiled,
+            },
+            ct,
+        ),
+        CollectiveKind::AxisIndex => return vec![],
+    };
+    vec![Some(g)]
+}

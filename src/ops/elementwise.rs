@@ -473,3 +473,99 @@ pub(crate) fn batch(
     let refs: Vec<&crate::tensor::Tensor> = full.iter().collect();
     (crate::tensor::Tensor::apply(prim.clone(), &refs), true)
 }
+
+// ---- VJP rule -----------------------------------------------------------------------------------
+
+/// Derivatives of the elementwise primitives (float operands; integer and bool ones get none).
+pub(crate) fn vjp(
+    prim: &super::Prim,
+    ins: &[crate::tensor::Tensor],
+    out: &crate::tensor::Tensor,
+    ct: &crate::tensor::Tensor,
+) -> super::Cotangents {
+    use super::{Prim, zeros_like};
+    use crate::tensor::Tensor;
+    let float = |t: &Tensor| t.dtype() == DType::F32;
+    let zero = |t: &Tensor| Tensor::zeros(t.shape(), t.dtype());
+    match prim {
+        Prim::Unary(op) => {
+            let x = &ins[0];
+            if !float(x) {
+                return vec![None];
+            }
+            use UnaryOp::*;
+            let g = match op {
+                Neg => -ct,
+                Abs => ct * &x.sign(),
+                Exp => ct * out,
+                Log => ct / x,
+                Sqrt => ct / &(out * 2.0),
+                // d/dx x^-1/2 = -1/2 · x^-1/2 / x
+                Rsqrt => &(ct * out) * -0.5 / x,
+                Sin => ct * &x.cos(),
+                Cos => -(ct * &x.sin()),
+                Tanh => ct * &(1.0 - out * out),
+                Sigmoid => ct * &(out * &(1.0 - out)),
+                Relu => x.gt(&zero(x)).where_(ct, &zero(x)),
+                Square => ct * &(x * 2.0),
+                Sign | Floor | Ceil | Round => zeros_like(x),
+                Not => return vec![None],
+            };
+            vec![Some(g)]
+        }
+        Prim::Binary(op) => {
+            let (a, b) = (&ins[0], &ins[1]);
+            if !float(a) {
+                return vec![None, None];
+            }
+            use BinaryOp::*;
+            let (ga, gb) = match op {
+                Add => (ct.clone(), ct.clone()),
+                Sub => (ct.clone(), -ct),
+                Mul => (ct * b, ct * a),
+                Div => (ct / b, -(ct * out) / b),
+                Pow => {
+                    // d/da = b · a^(b-1); d/db = out · log a (0 where a == 0, as JAX)
+                    let da = b * &a.pow(&(b - 1.0));
+                    let loga = a.eq(&zero(a)).where_(&zero(a), &a.log());
+                    (ct * &da, ct * &(out * &loga))
+                }
+                Max | Min => {
+                    // The winner takes the gradient; ties split it evenly (JAX's balanced rule).
+                    let wins = if *op == Max { a.gt(b) } else { a.lt(b) };
+                    let half = Tensor::full(0.5f32, a.shape());
+                    let ones = Tensor::full(1.0f32, a.shape());
+                    let share = wins.where_(&ones, &a.eq(b).where_(&half, &zero(a)));
+                    (ct * &share, ct * &(1.0 - &share))
+                }
+                Rem => {
+                    // a - b·trunc(a/b): d/da = 1, d/db = -trunc(a/b)
+                    let q = a / b;
+                    let trunc = &q.sign() * &q.abs().floor();
+                    (ct.clone(), -(ct * &trunc))
+                }
+                Eq | Ne | Lt | Le | Gt | Ge | And | Or => return vec![None, None],
+            };
+            vec![Some(ga), Some(gb)]
+        }
+        Prim::Select => {
+            let (p, t) = (&ins[0], &ins[1]);
+            if !float(t) {
+                return vec![None, None, None];
+            }
+            let z = zero(ct);
+            vec![None, Some(p.where_(ct, &z)), Some(p.where_(&z, ct))]
+        }
+        Prim::Cast(_) => {
+            let x = &ins[0];
+            if !float(x) {
+                vec![None]
+            } else if float(out) {
+                vec![Some(ct.clone())]
+            } else {
+                vec![Some(zeros_like(x))]
+            }
+        }
+        _ => vec![],
+    }
+}

@@ -153,3 +153,41 @@ pub(crate) fn batch(
         }
     }
 }
+
+// ---- VJP rule -----------------------------------------------------------------------------------
+
+/// `take` scatters its cotangent back: every taken slice adds into the row it came from. Written as
+/// a contraction with the one-hot matrix of the (resolved) indices, which is differentiable again.
+pub(crate) fn vjp(
+    axis: usize,
+    ins: &[crate::tensor::Tensor],
+    ct: &crate::tensor::Tensor,
+) -> super::Cotangents {
+    use crate::tensor::Tensor;
+    let (x, idx) = (&ins[0], &ins[1]);
+    if x.dtype() != DType::F32 {
+        return vec![None, None];
+    }
+    let n = x.shape()[axis];
+    let ni = n as i32;
+    let i = idx.cast(DType::I32);
+    let wrapped = i.lt(&Tensor::scalar(0i32)).where_(&(&i + ni), &i);
+    let resolved = wrapped
+        .maximum(&Tensor::scalar(0i32))
+        .minimum(&Tensor::scalar((ni - 1).max(0)));
+    let oh = resolved.one_hot(n).cast(DType::F32); // idx.shape + [n]
+    let k = idx.ndim();
+    // ct axes: x[..axis], idx axes (axis..axis+k), x[axis+1..]; contract the idx axes.
+    let g = ct.dot_general(
+        &oh,
+        super::DotDims {
+            lhs_contract: (axis..axis + k).collect(),
+            rhs_contract: (0..k).collect(),
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+        },
+    );
+    // g axes: x[..axis], x[axis+1..], n  -> move n back to `axis`.
+    let last = g.ndim() - 1;
+    vec![Some(super::move_axis(&g, last, axis)), None]
+}

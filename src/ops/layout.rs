@@ -424,3 +424,128 @@ pub(crate) fn batch(
     let refs: Vec<&Tensor> = full.iter().collect();
     (Tensor::apply(shifted, &refs), true)
 }
+
+// ---- VJP rule -----------------------------------------------------------------------------------
+
+/// Layout primitives move values without changing them; their cotangents move back: transpose by
+/// the inverse permutation, reshape to the old shape, sum what a broadcast copied, pad what a slice
+/// dropped (and slice what a pad added), split what a concatenation joined.
+pub(crate) fn vjp(
+    prim: &super::Prim,
+    ins: &[crate::tensor::Tensor],
+    ct: &crate::tensor::Tensor,
+) -> super::Cotangents {
+    use super::{Prim, ReduceOp};
+    use crate::tensor::Tensor;
+    let x = &ins[0];
+    if x.dtype() != crate::DType::F32 {
+        return vec![None; ins.len()];
+    }
+    match prim {
+        Prim::Transpose { perm } => {
+            let mut inv = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inv[p] = i;
+            }
+            vec![Some(ct.transpose(&inv))]
+        }
+        Prim::Reshape { .. } => vec![Some(ct.reshape_exact(x.shape()))],
+        Prim::BroadcastInDim { shape, dims } => {
+            // Sum over new axes and stretched size-1 axes, then restore x's shape.
+            let summed: Vec<usize> = (0..shape.len())
+                .filter(|o| match dims.iter().position(|d| d == o) {
+                    None => true,
+                    Some(i) => x.shape()[i] == 1 && shape[*o] != 1,
+                })
+                .collect();
+            let s = if summed.is_empty() {
+                ct.clone()
+            } else {
+                Tensor::apply(
+                    Prim::Reduce {
+                        op: ReduceOp::Sum,
+                        axes: summed.clone(),
+                    },
+                    &[ct],
+                )
+            };
+            // Remaining axes are output axes in increasing order; put them in x's axis order.
+            let kept: Vec<usize> = (0..shape.len()).filter(|o| !summed.contains(o)).collect();
+            let kept_in: Vec<usize> = dims
+                .iter()
+                .filter(|d| kept.contains(d))
+                .map(|d| kept.iter().position(|k| k == d).unwrap_or(0))
+                .collect();
+            let s = if kept_in.windows(2).all(|w| w[0] < w[1]) {
+                s
+            } else {
+                s.transpose(&kept_in)
+            };
+            vec![Some(s.reshape_exact(x.shape()))]
+        }
+        Prim::Slice {
+            start,
+            limit: _,
+            stride,
+        } => {
+            if ct.size() == 0 {
+                return vec![Some(super::zeros_like(x))];
+            }
+            let hi: Vec<usize> = (0..x.ndim())
+                .map(|a| {
+                    let last = start[a] + (ct.shape()[a] - 1) * stride[a];
+                    x.shape()[a] - last - 1
+                })
+                .collect();
+            let interior: Vec<usize> = stride.iter().map(|s| s - 1).collect();
+            vec![Some(Tensor::apply(
+                Prim::Pad {
+                    lo: start.clone(),
+                    hi,
+                    interior,
+                    value: crate::Scalar::F32(0.0),
+                },
+                &[ct],
+            ))]
+        }
+        Prim::Concatenate { axis } => {
+            let mut at = 0;
+            ins.iter()
+                .map(|t| {
+                    let len = t.shape()[*axis];
+                    let mut start = vec![0; ct.ndim()];
+                    let mut limit = ct.shape().to_vec();
+                    start[*axis] = at;
+                    limit[*axis] = at + len;
+                    at += len;
+                    Some(Tensor::apply(
+                        Prim::Slice {
+                            start,
+                            limit,
+                            stride: vec![1; ct.ndim()],
+                        },
+                        &[ct],
+                    ))
+                })
+                .collect()
+        }
+        Prim::Pad { lo, interior, .. } => {
+            if x.size() == 0 {
+                return vec![Some(super::zeros_like(x))];
+            }
+            let stride: Vec<usize> = interior.iter().map(|i| i + 1).collect();
+            let limit: Vec<usize> = (0..x.ndim())
+                .map(|a| lo[a] + (x.shape()[a] - 1) * stride[a] + 1)
+                .collect();
+            vec![Some(Tensor::apply(
+                Prim::Slice {
+                    start: lo.clone(),
+                    limit,
+                    stride,
+                },
+                &[ct],
+            ))]
+        }
+        _ => vec![None; ins.len()],
+    }
+}

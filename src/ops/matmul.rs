@@ -222,3 +222,84 @@ pub(crate) fn batch(
     };
     (super::move_axis(&out, at, 0), true)
 }
+
+// ---- VJP rule -----------------------------------------------------------------------------------
+
+/// `dot_general` transposes: the cotangent of each operand is a `dot_general` of the result's
+/// cotangent with the other operand (contracting the other operand's free axes, batching the batch
+/// axes), transposed back into the operand's axis order.
+pub(crate) fn vjp(
+    d: &DotDims,
+    ins: &[crate::tensor::Tensor],
+    ct: &crate::tensor::Tensor,
+) -> super::Cotangents {
+    use crate::tensor::Tensor;
+    let (l, r) = (&ins[0], &ins[1]);
+    if l.dtype() != DType::F32 {
+        return vec![None, None];
+    }
+    let (lr, rr) = (l.ndim(), r.ndim());
+    let (lf, rf) = (d.lhs_free(lr), d.rhs_free(rr));
+    let nb = d.lhs_batch.len();
+    let ct_batch: Vec<usize> = (0..nb).collect();
+    let ct_lfree: Vec<usize> = (nb..nb + lf.len()).collect();
+    let ct_rfree: Vec<usize> = (nb + lf.len()..nb + lf.len() + rf.len()).collect();
+    // One side: contract ct's `other_free` axes with the other operand's free axes.
+    let side = |other: &Tensor,
+                other_batch: &[usize],
+                other_free: &[usize],
+                ct_other_free: &[usize],
+                own_batch: &[usize],
+                own_free: &[usize],
+                own_contract: &[usize],
+                other_contract: &[usize],
+                own_rank: usize|
+     -> Tensor {
+        let g = ct.dot_general(
+            other,
+            DotDims {
+                lhs_contract: ct_other_free.to_vec(),
+                rhs_contract: other_free.to_vec(),
+                lhs_batch: ct_batch.clone(),
+                rhs_batch: other_batch.to_vec(),
+            },
+        );
+        // g axes: batch, ct's axes of our free axes, then the other operand's remaining (contracted)
+        // axes in increasing order: each pairs with one of our contracted axes.
+        let mut remaining: Vec<usize> = other_contract.to_vec();
+        remaining.sort_unstable();
+        let mut order: Vec<usize> = own_batch.to_vec();
+        order.extend_from_slice(own_free);
+        for o in remaining {
+            let k = other_contract.iter().position(|&c| c == o).unwrap_or(0);
+            order.push(own_contract[k]);
+        }
+        let perm: Vec<usize> = (0..own_rank)
+            .map(|a| order.iter().position(|&v| v == a).unwrap_or(a))
+            .collect();
+        g.transpose(&perm)
+    };
+    let gl = side(
+        r,
+        &d.rhs_batch,
+        &rf,
+        &ct_rfree,
+        &d.lhs_batch,
+        &lf,
+        &d.lhs_contract,
+        &d.rhs_contract,
+        lr,
+    );
+    let gr = side(
+        l,
+        &d.lhs_batch,
+        &lf,
+        &ct_lfree,
+        &d.rhs_batch,
+        &rf,
+        &d.rhs_contract,
+        &d.lhs_contract,
+        rr,
+    );
+    vec![Some(gl), Some(gr)]
+}

@@ -524,3 +524,45 @@ pub(crate) fn move_axis(
     perm.insert(to, from);
     t.transpose(&perm)
 }
+
+// ---- reverse mode (VJP) ---------------------------------------------------------------------------
+
+/// A cotangent per operand: `None` where the operand is not differentiable (integers, booleans,
+/// indices).
+pub(crate) type Cotangents = Vec<Option<crate::tensor::Tensor>>;
+
+impl Prim {
+    /// VJP rule: given the operands, the result and the result's cotangent `ct`, the cotangent of
+    /// each operand. Written with primitives that have VJP rules themselves, so that `grad` of
+    /// `grad` works.
+    pub(crate) fn vjp(
+        &self,
+        ins: &[crate::tensor::Tensor],
+        out: &crate::tensor::Tensor,
+        ct: &crate::tensor::Tensor,
+    ) -> Cotangents {
+        match self {
+            Prim::Unary(_)
+            | Prim::Binary(_)
+            | Prim::Select
+            | Prim::Cast(_)
+            | Prim::Full { .. }
+            | Prim::Iota { .. } => elementwise::vjp(self, ins, out, ct),
+            Prim::Reduce { .. } | Prim::ArgReduce { .. } => reduce::vjp(self, ins, out, ct),
+            Prim::DotGeneral(d) => matmul::vjp(d, ins, ct),
+            Prim::Transpose { .. }
+            | Prim::Reshape { .. }
+            | Prim::BroadcastInDim { .. }
+            | Prim::Slice { .. }
+            | Prim::Concatenate { .. }
+            | Prim::Pad { .. } => layout::vjp(self, ins, ct),
+            Prim::Take { axis } => indexing::vjp(*axis, ins, ct),
+            Prim::Collective(c) => collective::vjp(c, ins, out, ct),
+        }
+    }
+}
+
+/// Zeros shaped like `t`.
+pub(crate) fn zeros_like(t: &crate::tensor::Tensor) -> crate::tensor::Tensor {
+    crate::tensor::Tensor::zeros(t.shape(), t.dtype())
+}

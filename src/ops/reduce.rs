@@ -231,3 +231,42 @@ pub(crate) fn batch(prim: &super::Prim, ins: &[super::Batched]) -> super::Batche
     };
     (crate::tensor::Tensor::apply(shifted, &[&ins[0].0]), true)
 }
+
+// ---- VJP rule -----------------------------------------------------------------------------------
+
+/// Reductions: a sum spreads its cotangent back over the reduced axes; max and min give it to the
+/// elements equal to the result, shared evenly among ties; prod multiplies by the other factors.
+pub(crate) fn vjp(
+    prim: &super::Prim,
+    ins: &[crate::tensor::Tensor],
+    out: &crate::tensor::Tensor,
+    ct: &crate::tensor::Tensor,
+) -> super::Cotangents {
+    use super::Prim;
+    let x = &ins[0];
+    let Prim::Reduce { op, axes } = prim else {
+        return vec![None]; // argmax / argmin: integer result
+    };
+    if x.dtype() != DType::F32 {
+        return vec![None];
+    }
+    // Kept axes of x, in order: where the result's axes go back.
+    let kept: Vec<usize> = (0..x.ndim()).filter(|a| !axes.contains(a)).collect();
+    let back = |t: &crate::tensor::Tensor| t.broadcast_in_dim(x.shape(), &kept);
+    let g = match op {
+        ReduceOp::Sum => back(ct),
+        ReduceOp::Prod => &back(&(ct * out)) / x,
+        ReduceOp::Max | ReduceOp::Min => {
+            let hit = x.eq(&back(out)).cast(DType::F32);
+            let count = crate::tensor::Tensor::apply(
+                Prim::Reduce {
+                    op: ReduceOp::Sum,
+                    axes: axes.clone(),
+                },
+                &[&hit],
+            );
+            &back(&(ct / &count)) * &hit
+        }
+    };
+    vec![Some(g)]
+}

@@ -1,5 +1,6 @@
 //! Transforms of traced programs, one file each: [`pmap`] (and split mode, [`pmap::shard_map`]) and
-//! [`vmap`]. `grad` and control flow follow (issue #4).
+//! [`vmap`], reverse-mode [`grad`]. Control flow follows (issue #4).
 
+pub mod grad;
 pub mod pmap;
 pub mod vmap;

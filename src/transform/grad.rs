@@ -1,0 +1,371 @@
+//! Reverse-mode differentiation: [`grad`], [`value_and_grad`] and [`vjp`] (JAX's).
+//!
+//! The function is traced on its arguments' shapes, then evaluated forward by re-emitting every
+//! equation through ordinary tensor operations (keeping each intermediate value), and the
+//! cotangents flow backward through each primitive's VJP rule (`Prim::vjp`, declared next to each
+//! primitive family in `src/ops/`). Because the backward pass is made of ordinary primitives, it is
+//! staged into any enclosing `jit`, `pmap` or `vmap` trace, and can be differentiated again
+//! (`grad(grad(f))`, Hessian-vector products).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::array::Array;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::exec::{Executable, TraceArg, pick_device, trace_capturing, trace_fn};
+use crate::tensor::Tensor;
+use crate::trace::graph::{Aval, Graph};
+
+/// A function's forward pass, with every intermediate value kept for the backward pass.
+struct Linearized {
+    graph: Graph,
+    /// Value of every variable of `graph` that the forward pass computed.
+    values: Vec<Option<Tensor>>,
+}
+
+/// Trace `f` and run it forward on `primals` (in the current context: eagerly or staged).
+fn linearize<F>(label: &str, f: &F, primals: &[Tensor]) -> Result<Linearized>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    if let Some(e) = primals.iter().find_map(|t| t.error()) {
+        return Err(e.clone());
+    }
+    let args: Vec<TraceArg> = primals
+        .iter()
+        .map(|t| TraceArg::Abstract(Aval::new(t.shape().to_vec(), t.dtype())))
+        .collect();
+    let (graph, captured) = trace_capturing(label, f, &args)?;
+    let mut values: Vec<Option<Tensor>> = vec![None; graph.avals.len()];
+    for (v, t) in graph
+        .inputs
+        .iter()
+        .zip(primals.iter().cloned().chain(captured))
+    {
+        values[v.idx()] = Some(t);
+    }
+    for (v, h) in &graph.consts {
+        values[v.idx()] = Some(Tensor::from(Array::from_host(h.clone())));
+    }
+    for e in &graph.eqns {
+        let ins: Vec<Tensor> = e
+            .inputs
+            .iter()
+            .map(|v| {
+                values[v.idx()]
+                    .clone()
+                    .expect("graph is topologically ordered")
+            })
+            .collect();
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let out = Tensor::apply(e.prim.clone(), &refs);
+        if let Some(err) = out.error() {
+            return Err(err.clone());
+        }
+        values[e.out.idx()] = Some(out);
+    }
+    Ok(Linearized { graph, values })
+}
+
+impl Linearized {
+    fn outputs(&self) -> Vec<Tensor> {
+        self.graph
+            .outputs
+            .iter()
+            .map(|v| self.values[v.idx()].clone().expect("outputs are computed"))
+            .collect()
+    }
+
+    /// Cotangents of the graph inputs given cotangents of the outputs (None: zero).
+    fn backward(&self, out_cts: &[Option<Tensor>]) -> Vec<Option<Tensor>> {
+        let g = &self.graph;
+        let mut ct: Vec<Option<Tensor>> = vec![None; g.avals.len()];
+        let add = |slot: &mut Option<Tensor>, c: Tensor| {
+            *slot = Some(match slot.take() {
+                Some(prev) => &prev + &c,
+                None => c,
+            });
+        };
+        for (v, c) in g.outputs.iter().zip(out_cts) {
+            if let Some(c) = c {
+                add(&mut ct[v.idx()], c.clone());
+            }
+        }
+        for e in g.eqns.iter().rev() {
+            let Some(c) = ct[e.out.idx()].clone() else {
+                continue;
+            };
+            let ins: Vec<Tensor> = e
+                .inputs
+                .iter()
+                .map(|v| self.values[v.idx()].clone().expect("forward values kept"))
+                .collect();
+            let out = self.values[e.out.idx()]
+                .clone()
+                .expect("forward values kept");
+            for (v, ci) in e.inputs.iter().zip(e.prim.vjp(&ins, &out, &c)) {
+                if let Some(ci) = ci {
+                    add(&mut ct[v.idx()], ci);
+                }
+            }
+        }
+        g.inputs.iter().map(|v| ct[v.idx()].clone()).collect()
+    }
+}
+
+/// A function differentiated by [`grad`] or [`value_and_grad`].
+pub struct Grad<F> {
+    f: F,
+    label: String,
+    argnums: Vec<usize>,
+    has_aux: bool,
+    with_value: bool,
+    device: Option<crate::Device>,
+    compiled: RefCell<HashMap<Vec<Aval>, Rc<Executable>>>,
+}
+
+/// The gradient of a scalar function (JAX's `jax.grad`): `grad(f).apply(args)` returns
+/// d f(args)[0] / d args[i] for each `i` in `argnums` (default `[0]`). With `has_aux`, `f`'s other
+/// outputs are auxiliary values returned after the gradients.
+///
+/// ```
+/// use brigade::{grad, Array, Tensor};
+/// // d/dx sum(x^2 + 3x) = 2x + 3
+/// let df = grad(|a: &[Tensor]| vec![(&a[0] * &a[0] + &a[0] * 3.0).sum_all()]);
+/// let x = Array::from_vec(vec![1.0f32, -2.0, 0.5], &[3])?;
+/// assert_eq!(df.call(&[x])?[0].to_vec::<f32>()?, vec![5.0, -1.0, 4.0]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn grad<F>(f: F) -> Grad<F>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    Grad {
+        f,
+        label: "grad".into(),
+        argnums: vec![0],
+        has_aux: false,
+        with_value: false,
+        device: None,
+        compiled: RefCell::new(HashMap::new()),
+    }
+}
+
+/// Like [`grad`], returning the function's value first (JAX's `jax.value_and_grad`):
+/// `[value, grads..., aux...]`.
+pub fn value_and_grad<F>(f: F) -> Grad<F>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    let mut g = grad(f);
+    g.with_value = true;
+    g.label = "value_and_grad".into();
+    g
+}
+
+impl<F> Grad<F>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    /// Differentiate with respect to these arguments (default `[0]`).
+    pub fn argnums(mut self, nums: &[usize]) -> Self {
+        self.argnums = nums.to_vec();
+        self
+    }
+    /// `f` returns `[loss, aux...]`: the aux outputs are passed through, not differentiated.
+    pub fn has_aux(mut self, yes: bool) -> Self {
+        self.has_aux = yes;
+        self
+    }
+    /// Name used in messages and kernel labels.
+    pub fn named(mut self, label: &str) -> Self {
+        self.label = label.to_string();
+        self
+    }
+    /// Run [`Grad::call`] on this device.
+    pub fn on(mut self, device: &crate::Device) -> Self {
+        self.device = Some(device.clone());
+        self
+    }
+
+    /// Apply to tensors (composable inside `jit`, `pmap`, `vmap`, `grad`). Returns
+    /// `[value (value_and_grad only), one gradient per argnum, aux...]`; errors come back as a
+    /// failed tensor and fail the enclosing trace.
+    pub fn apply(&self, args: &[Tensor]) -> Vec<Tensor> {
+        match self.apply_inner(args) {
+            Ok(v) => v,
+            Err(e) => {
+                if let Some(tr) = crate::trace::tracer::current() {
+                    tr.fail(e.clone());
+                }
+                vec![Tensor::failed(e)]
+            }
+        }
+    }
+
+    /// Call on arrays: forward and backward are compiled as one program per signature.
+    pub fn call(&self, args: &[Array]) -> Result<Vec<Array>> {
+        let exe = self.executable(args)?;
+        let refs: Vec<&Array> = args.iter().collect();
+        let dev = pick_device(self.device.as_ref(), &refs)?;
+        exe.run(&dev, args)
+    }
+
+    /// The compiled program (forward and backward) for these arguments.
+    pub fn graph(&self, args: &[Array]) -> Result<Graph> {
+        Ok(self.executable(args)?.graph.clone())
+    }
+
+    fn executable(&self, args: &[Array]) -> Result<Rc<Executable>> {
+        let avals: Vec<Aval> = args.iter().map(|a| a.aval().clone()).collect();
+        if let Some(e) = self.compiled.borrow().get(&avals) {
+            return Ok(e.clone());
+        }
+        let g = trace_fn(&self.label, &|ts: &[Tensor]| self.apply(ts), &avals)?;
+        let e = Rc::new(Executable::new(g));
+        self.compiled.borrow_mut().insert(avals, e.clone());
+        Ok(e)
+    }
+
+    fn apply_inner(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        let op = if self.with_value {
+            "value_and_grad"
+        } else {
+            "grad"
+        };
+        for &k in &self.argnums {
+            let Some(a) = args.get(k) else {
+                return Err(Error::NotDifferentiable {
+                    op,
+                    detail: format!(
+                        "argnums names argument {k} but only {} arguments were given",
+                        args.len()
+                    ),
+                });
+            };
+            if a.dtype() != DType::F32 {
+                return Err(Error::NotDifferentiable {
+                    op,
+                    detail: format!(
+                        "argument {k} is {} {:?}: gradients are taken with respect to f32 arguments; cast it, or leave it out of argnums",
+                        a.dtype(),
+                        a.shape()
+                    ),
+                });
+            }
+        }
+        let lin = linearize(&self.label, &self.f, args)?;
+        let outs = lin.outputs();
+        let Some(loss) = outs.first() else {
+            return Err(Error::NotDifferentiable {
+                op,
+                detail: "the function returned no output".into(),
+            });
+        };
+        if !self.has_aux && outs.len() > 1 {
+            return Err(Error::NotDifferentiable {
+                op,
+                detail: format!(
+                    "the function returned {} outputs; grad needs one scalar (use has_aux(true) to pass the others through)",
+                    outs.len()
+                ),
+            });
+        }
+        if loss.dtype() != DType::F32 || !loss.shape().is_empty() {
+            return Err(Error::NotDifferentiable {
+                op,
+                detail: format!(
+                    "grad needs a scalar f32 output, got {} {:?}: reduce it first (sum, mean), or use vjp for non-scalar outputs",
+                    loss.dtype(),
+                    loss.shape()
+                ),
+            });
+        }
+        let mut cts = vec![None; outs.len()];
+        cts[0] = Some(Tensor::full(1.0f32, &[]));
+        let in_cts = lin.backward(&cts);
+        let mut result = Vec::new();
+        if self.with_value {
+            result.push(loss.clone());
+        }
+        for &k in &self.argnums {
+            result.push(
+                in_cts[k]
+                    .clone()
+                    .unwrap_or_else(|| Tensor::zeros(args[k].shape(), DType::F32)),
+            );
+        }
+        result.extend(outs.into_iter().skip(1));
+        Ok(result)
+    }
+}
+
+/// The pullback of [`vjp`]: maps cotangents of the outputs to cotangents of the inputs.
+pub struct Vjp {
+    lin: Linearized,
+    inputs: Vec<Aval>,
+}
+
+/// Evaluate `f` at `primals` and return its outputs with the pullback (JAX's `jax.vjp`).
+///
+/// ```
+/// use brigade::{vjp, Tensor};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]);
+/// let (y, pullback) = vjp(|a: &[Tensor]| vec![&a[0] * &a[0]], &[x])?;
+/// let ct = Tensor::from_vec(vec![1.0f32, 10.0], &[2]);
+/// let dx = pullback.apply(&[ct])?;
+/// assert_eq!(dx[0].to_array()?.to_vec::<f32>()?, vec![2.0, 40.0]);
+/// assert_eq!(y[0].to_array()?.to_vec::<f32>()?, vec![1.0, 4.0]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn vjp<F>(f: F, primals: &[Tensor]) -> Result<(Vec<Tensor>, Vjp)>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    let lin = linearize("vjp", &f, primals)?;
+    let outs = lin.outputs();
+    let inputs = primals
+        .iter()
+        .map(|t| Aval::new(t.shape().to_vec(), t.dtype()))
+        .collect();
+    Ok((outs, Vjp { lin, inputs }))
+}
+
+impl Vjp {
+    /// Cotangents of the inputs (zeros where none flows; integer inputs get zeros too) given one
+    /// cotangent per output, each shaped like its output.
+    pub fn apply(&self, cts: &[Tensor]) -> Result<Vec<Tensor>> {
+        let outs = self.lin.outputs();
+        if cts.len() != outs.len() {
+            return Err(Error::Arity {
+                what: "vjp cotangents".into(),
+                expected: outs.len(),
+                got: cts.len(),
+            });
+        }
+        for (i, (c, o)) in cts.iter().zip(&outs).enumerate() {
+            if c.shape() != o.shape() || c.dtype() != o.dtype() {
+                return Err(Error::NotDifferentiable {
+                    op: "vjp",
+                    detail: format!(
+                        "cotangent {i} is {} {:?} but output {i} is {} {:?}: give one cotangent per output, shaped like it",
+                        c.dtype(),
+                        c.shape(),
+                        o.dtype(),
+                        o.shape()
+                    ),
+                });
+            }
+        }
+        let cts: Vec<Option<Tensor>> = cts.iter().cloned().map(Some).collect();
+        let got = self.lin.backward(&cts);
+        Ok(self
+            .inputs
+            .iter()
+            .zip(got)
+            .map(|(a, c)| c.unwrap_or_else(|| Tensor::zeros(&a.shape, a.dtype)))
+            .collect())
+    }
+}
