@@ -10,6 +10,7 @@ mod exec;
 pub mod host;
 pub mod lower;
 pub mod ops;
+pub mod optim;
 pub mod reference;
 pub mod tensor;
 pub mod trace;
