@@ -78,7 +78,7 @@ fn sgd_matches_the_update_rule() {
         let mut params = vec![Tensor::from_vec(p0.clone(), &[4])];
         let mut state = opt.init(&params);
         let mut p: Vec<f64> = p0.iter().map(|&x| x as f64).collect();
-        let mut vel = vec![0.0f64; 4];
+        let mut vel = [0.0f64; 4];
         for s in 0..3 {
             let g = f32s(4, 20 + s, -1.0, 1.0);
             (params, state) = opt.update(&params, &[Tensor::from_vec(g.clone(), &[4])], &state);
