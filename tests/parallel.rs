@@ -20,9 +20,9 @@
 mod common;
 
 use brigade::{
-    Array, DType, Device, Error, Parallel, ShardLayout, Tensor, all_gather, axis_index, counters,
-    device_put_replicated, device_put_sharded, jit, pmap, pmean, ppermute, psum, psum_scatter,
-    shard_map,
+    all_gather, axis_index, counters, device_put_replicated, device_put_sharded, jit, pmap, pmean,
+    ppermute, psum, psum_scatter, shard_map, Array, DType, Device, Error, Parallel, ShardLayout,
+    Tensor,
 };
 use common::*;
 
@@ -1521,4 +1521,82 @@ fn large_psum_repeated_with_new_data() {
             }
         }
     }
+}
+
+/// The single-device fallback: `emulate` runs the mapped function with vmap over the same axis
+/// name on one device and must agree with the real multi-device run for every collective, in
+/// both modes; it also runs more shards than there are devices.
+#[test]
+fn emulation_on_one_device_agrees_with_pmap_for_every_collective() {
+    use brigade::{all_gather, all_to_all, axis_index, pmax, pmean, pmin, ppermute, psum_scatter};
+    let devs = vulkan(3);
+    let n = 3usize;
+    let one = &devs[0];
+    let body = |a: &[Tensor]| {
+        let x = &a[0]; // per device: (3, 2)
+        vec![
+            psum(x, "i"),
+            pmean(x, "i"),
+            pmax(x, "i"),
+            pmin(x, "i"),
+            all_gather(x, "i", 0, false),
+            all_gather(x, "i", 1, true),
+            psum_scatter(x, "i", 0, false),
+            ppermute(x, "i", &[(0, 1), (1, 2), (2, 0)]),
+            ppermute(x, "i", &[(0, 2)]),
+            all_to_all(x, "i", 0, 1, false),
+            axis_index("i").cast(brigade::DType::F32) + &x.sum_all(),
+        ]
+    };
+    let x = common::rand_f32(&[n, 3, 2], 77);
+    let p = pmap(body).axis_name("i").devices(&devs);
+    let real = p.call(std::slice::from_ref(&x)).unwrap();
+    let emulated = p.emulate(one, std::slice::from_ref(&x)).unwrap();
+    assert_eq!(real.len(), emulated.len());
+    for (k, (r, e)) in real.iter().zip(&emulated).enumerate() {
+        assert_eq!(r.shape(), e.shape(), "output {k}");
+        assert!(
+            e.shards().is_none() && e.device() == Some(one),
+            "output {k} lives on one device"
+        );
+        common::assert_close(
+            &common::host(e),
+            &common::host(r),
+            common::Tol::REDUCE,
+            &format!("pmap output {k}: emulated vs real"),
+        );
+    }
+    // Split mode, and a psum made identical (out_axes None).
+    let s = shard_map(|a: &[Tensor]| vec![&a[0] * 2.0, psum(&a[0].sum(0, false), "i")])
+        .axis_name("i")
+        .devices(&devs)
+        .out_axes(&[Some(0), None]);
+    let xs = common::rand_f32(&[12, 2], 78);
+    let real = s.call(std::slice::from_ref(&xs)).unwrap();
+    let emulated = s.emulate(one, std::slice::from_ref(&xs)).unwrap();
+    for (k, (r, e)) in real.iter().zip(&emulated).enumerate() {
+        assert_eq!(r.shape(), e.shape(), "split output {k}");
+        common::assert_close(
+            &common::host(e),
+            &common::host(r),
+            common::Tol::REDUCE,
+            &format!("split output {k}: emulated vs real"),
+        );
+    }
+    // More shards than devices: 5 emulated shards of a psum on one device.
+    let x5 = common::rand_f32(&[5, 4], 79);
+    let e5 = pmap(|a: &[Tensor]| vec![psum(&a[0], "i")])
+        .axis_name("i")
+        .devices(&devs[..1])
+        .emulate(one, std::slice::from_ref(&x5))
+        .unwrap();
+    let h = common::host(&x5).to_f64();
+    let col: Vec<f64> = (0..4).map(|c| (0..5).map(|r| h[r * 4 + c]).sum()).collect();
+    let want: Vec<f32> = (0..5).flat_map(|_| col.iter().map(|&v| v as f32)).collect();
+    common::assert_f32s(
+        &common::host(&e5[0]),
+        &want,
+        common::Tol::REDUCE,
+        "5 emulated shards",
+    );
 }

@@ -58,6 +58,8 @@ pub struct Parallel<F> {
     devices: Option<Vec<Device>>,
     static_argnums: Vec<usize>,
     cache: RefCell<HashMap<Key, Rc<ParallelExe>>>,
+    /// Single-device emulations ([`Parallel::emulate`]) by signature.
+    emulated: RefCell<HashMap<Key, Rc<Executable>>>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -152,6 +154,7 @@ where
             devices: None,
             static_argnums: Vec::new(),
             cache: RefCell::new(HashMap::new()),
+            emulated: RefCell::new(HashMap::new()),
         }
     }
     /// The name collectives inside `f` use for this axis (none by default, as in JAX).
@@ -237,6 +240,115 @@ where
             .collect())
     }
 
+    /// Run on one device, emulating the devices with [`crate::vmap`] over the same axis name
+    /// (the single-device fallback): the same results as [`Parallel::call`] — collectives become
+    /// array work along the emulated axis — from one device, for any number of shards (pmap: the
+    /// mapped size; split mode: `axis_size`, else the number of devices it would use). Compiled as
+    /// one program per signature; the outputs are ordinary arrays on `device`.
+    pub fn emulate(&self, device: &Device, args: &[Array]) -> Result<Vec<Array>> {
+        let mapped = self.mapped_axes(args)?;
+        let n = match self.mode {
+            ParallelMode::Pmap => self.pmap_size(&mapped, args, usize::MAX)?,
+            ParallelMode::Split => {
+                let n = match self.axis_size {
+                    Some(k) => k,
+                    None => self.available_devices()?.len(),
+                };
+                self.split_size(&mapped, args, n)?
+            }
+        };
+        let is_static = |i: usize| self.static_argnums.contains(&i);
+        let mut statics = Vec::new();
+        for &s in &self.static_argnums {
+            statics.push((s, args[s].aval().clone(), host_data(&args[s])?.data.to_words()));
+        }
+        let key = Key {
+            shard_avals: args.iter().map(|a| a.aval().clone()).collect(),
+            shards: n,
+            statics,
+        };
+        let cached = self.emulated.borrow().get(&key).cloned();
+        let exe = match cached {
+            Some(e) => e,
+            None => {
+                let targs: Vec<TraceArg> = args
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| {
+                        if is_static(i) {
+                            TraceArg::Static(a.clone())
+                        } else {
+                            TraceArg::Abstract(a.aval().clone())
+                        }
+                    })
+                    .collect();
+                let f = |ts: &[Tensor]| self.emulated_body(ts, &mapped, n);
+                let g = trace_args(&format!("{} (emulated)", self.label), &f, &targs)?;
+                let e = Rc::new(Executable::new(g));
+                self.emulated.borrow_mut().insert(key, e.clone());
+                e
+            }
+        };
+        let traced: Vec<Array> = args
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !is_static(*i))
+            .map(|(_, a)| a.clone())
+            .collect();
+        exe.run(device, &traced)
+    }
+
+    /// The emulation as one traced function: `vmap` over the shards (split mode: over the blocks,
+    /// each mapped axis first cut into `(n, B / n)`).
+    fn emulated_body(&self, ts: &[Tensor], mapped: &[Option<usize>], n: usize) -> Vec<Tensor> {
+        let split = self.mode == ParallelMode::Split;
+        let args: Vec<Tensor> = ts
+            .iter()
+            .zip(mapped)
+            .map(|(t, a)| match a {
+                Some(a) if split => {
+                    let mut shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
+                    let b = shape[*a] / n as i64;
+                    shape.splice(*a..=*a, [n as i64, b]);
+                    t.reshape(&shape)
+                }
+                _ => t.clone(),
+            })
+            .collect();
+        let mut v = crate::transform::vmap::vmap(|xs: &[Tensor]| (self.f)(xs))
+            .axis_size(n)
+            .in_axes(mapped);
+        if let Some(name) = &self.axis_name {
+            v = v.axis_name(name);
+        }
+        if let Some(o) = &self.out_axes {
+            v = v.out_axes(o);
+        }
+        let outs = v.apply(&args);
+        if !split {
+            return outs;
+        }
+        // Split mode: merge the shard axis back into the block axis.
+        let count = outs.len();
+        let axes: Vec<Option<usize>> = match &self.out_axes {
+            None => vec![Some(0); count],
+            Some(o) if o.len() == 1 => vec![o[0]; count],
+            Some(o) => o.clone(),
+        };
+        outs.into_iter()
+            .zip(axes)
+            .map(|(t, a)| match a {
+                Some(a) if t.error().is_none() => {
+                    let mut shape = t.shape().to_vec();
+                    let merged = shape[a] * shape.get(a + 1).copied().unwrap_or(1);
+                    shape.splice(a..(a + 2).min(shape.len()), [merged]);
+                    t.reshape_exact(&shape)
+                }
+                _ => t,
+            })
+            .collect()
+    }
+
     // ---- planning --------------------------------------------------------------------------------
 
     fn available_devices(&self) -> Result<Vec<Device>> {
@@ -253,8 +365,8 @@ where
         Ok(devs)
     }
 
-    /// Check the arguments, pick the devices and the per-device shapes, trace if needed.
-    fn prepare(&self, args: &[Array]) -> Result<(Rc<ParallelExe>, Vec<Device>, ArgPlan)> {
+    /// The mapped axis of every argument (None for broadcast and static ones), checked.
+    fn mapped_axes(&self, args: &[Array]) -> Result<Vec<Option<usize>>> {
         let op = self.mode.op();
         let in_axes: Vec<Option<usize>> = match &self.in_axes {
             Some(a) if a.len() != args.len() => {
@@ -300,6 +412,13 @@ where
                 }
             }
         }
+        Ok(mapped)
+    }
+
+    /// Check the arguments, pick the devices and the per-device shapes, trace if needed.
+    fn prepare(&self, args: &[Array]) -> Result<(Rc<ParallelExe>, Vec<Device>, ArgPlan)> {
+        let mapped = self.mapped_axes(args)?;
+        let is_static = |i: usize| self.static_argnums.contains(&i);
         let available = self.available_devices()?;
         let n = match self.mode {
             ParallelMode::Pmap => self.pmap_size(&mapped, args, available.len())?,
