@@ -4,8 +4,8 @@
 mod common;
 
 use brigade::optim::{Adam, AdamState, Sgd};
-use brigade::{grad, jit, Array, Tensor};
-use common::{f32s, Lcg};
+use brigade::{Array, Tensor, grad, jit};
+use common::{Lcg, f32s};
 
 fn vals(t: &Tensor) -> Vec<f64> {
     t.to_array()

@@ -20,9 +20,9 @@
 mod common;
 
 use brigade::{
-    all_gather, axis_index, counters, device_put_replicated, device_put_sharded, jit, pmap, pmean,
-    ppermute, psum, psum_scatter, shard_map, Array, DType, Device, Error, Parallel, ShardLayout,
-    Tensor,
+    Array, DType, Device, Error, Parallel, ShardLayout, Tensor, all_gather, axis_index, counters,
+    device_put_replicated, device_put_sharded, jit, pmap, pmean, ppermute, psum, psum_scatter,
+    shard_map,
 };
 use common::*;
 

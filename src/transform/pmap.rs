@@ -260,7 +260,11 @@ where
         let is_static = |i: usize| self.static_argnums.contains(&i);
         let mut statics = Vec::new();
         for &s in &self.static_argnums {
-            statics.push((s, args[s].aval().clone(), host_data(&args[s])?.data.to_words()));
+            statics.push((
+                s,
+                args[s].aval().clone(),
+                host_data(&args[s])?.data.to_words(),
+            ));
         }
         let key = Key {
             shard_avals: args.iter().map(|a| a.aval().clone()).collect(),
