@@ -489,7 +489,7 @@ where
                         arg: i,
                         axis: a,
                         size,
-                        hint: String::new(),
+                        hint: "\nhelp: an argument every device needs whole (a weight matrix, say) takes in_axes None, e.g. .in_axes(&[Some(0), None])".into(),
                     });
                 }
                 Some(_) => {}
