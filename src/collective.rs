@@ -49,6 +49,12 @@ impl Drop for AxisBinding {
     }
 }
 
+/// The parallel axes bound on this thread, outermost first (part of the key of anything traced
+/// under them: a collective's meaning depends on them).
+pub(crate) fn bound_axes() -> Vec<(String, usize)> {
+    AXES.with(|a| a.borrow().clone())
+}
+
 /// The size of the bound axis `name`, or the typed error naming what is bound.
 fn lookup(op: &'static str, name: &str) -> Result<usize> {
     AXES.with(|a| {

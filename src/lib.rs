@@ -11,6 +11,7 @@ pub mod host;
 pub mod lower;
 pub mod ops;
 pub mod optim;
+pub mod random;
 pub mod reference;
 pub mod tensor;
 pub mod trace;

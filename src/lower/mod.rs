@@ -223,6 +223,12 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
                 }
             }
         }
+        // Random primitives read both words of their key for every element: a computed key is
+        // stored, not inlined (a chain of split/fold_in would otherwise recompute its hashes
+        // 2^depth times).
+        if matches!(e.prim, Prim::RandomBits { .. } | Prim::RandomFoldIn) {
+            mat[e.inputs[0].idx()] = true;
+        }
     }
     // Cheap variables may be recomputed by each consumer instead of stored.
     let mut cheap = vec![false; g.avals.len()];

@@ -682,7 +682,8 @@ pub(crate) fn batch(
     let rank = x.ndim() - 1; // an example's rank
     match &c.kind {
         CollectiveKind::Psum => (x.sum(0, false), false),
-        CollectiveKind::Pmean => (x.mean(0, false), false),
+        // The sum divided by n, as pmap's pmean does (not times 1/n: the bits must agree).
+        CollectiveKind::Pmean => (x.sum(0, false) / b as f32, false),
         CollectiveKind::Pmax => (x.max(0, false), false),
         CollectiveKind::Pmin => (x.min(0, false), false),
         CollectiveKind::AllGather { axis, tiled } => {

@@ -1,4 +1,5 @@
-//! Elementwise primitives: unary and binary maps, select, cast, and the constant leaves `full`/`iota`.
+//! Elementwise primitives: unary and binary maps, select, fused multiply-add, cast, and the constant
+//! leaves `full`/`iota`.
 //!
 //! Every op here declares, in one place, its dtype rule, its CPU reference (scalar functions, exact
 //! in f32 like the device, except where noted) and its WGSL lowering (an expression over operand
@@ -31,6 +32,9 @@ pub enum UnaryOp {
     Round,
     /// Logical not for bool, bitwise not for integers.
     Not,
+    /// Inverse error function (`lax.erf_inv`), computed exactly as XLA's CPU backend does: the
+    /// bits match JAX on the CPU (see [`erf_inv_f32`]).
+    ErfInv,
 }
 
 /// Binary elementwise operations on operands of equal shape and dtype.
@@ -80,6 +84,7 @@ impl UnaryOp {
             Ceil => "ceil",
             Round => "round",
             Not => "not",
+            ErfInv => "erf_inv",
         }
     }
     /// True for transcendental and rounding ops that only exist for floats.
@@ -87,7 +92,7 @@ impl UnaryOp {
         use UnaryOp::*;
         matches!(
             self,
-            Exp | Log | Sqrt | Rsqrt | Sin | Cos | Tanh | Sigmoid | Floor | Ceil | Round
+            Exp | Log | Sqrt | Rsqrt | Sin | Cos | Tanh | Sigmoid | Floor | Ceil | Round | ErfInv
         )
     }
     /// Dtype rule: the result has the operand's dtype.
@@ -144,6 +149,7 @@ impl UnaryOp {
                 Ceil => v.ceil(),
                 Round => v.round_ties_even(),
                 Not => v,
+                ErfInv => erf_inv_f32(v),
             }),
             Scalar::I32(v) => Scalar::I32(match self {
                 Neg => v.wrapping_neg(),
@@ -164,8 +170,9 @@ impl UnaryOp {
             Scalar::Bool(v) => Scalar::Bool(if self == Not { !v } else { v }),
         }
     }
-    /// WGSL expression for operand expression `x` of dtype `dt`.
-    pub fn wgsl(self, dt: DType, x: &str) -> String {
+    /// WGSL expression for operand expression `x` of dtype `dt`. `helpers` collects helper
+    /// functions the expression needs (emitted once per shader).
+    pub fn wgsl(self, dt: DType, x: &str, helpers: &mut Vec<&'static str>) -> String {
         use UnaryOp::*;
         match (self, dt) {
             (Neg, DType::U32) => format!("(0u - {x})"),
@@ -192,6 +199,11 @@ impl UnaryOp {
             (Round, _) => format!("round({x})"),
             (Not, DType::Bool) => format!("(!{x})"),
             (Not, _) => format!("(~{x})"),
+            (ErfInv, _) => {
+                helpers.push(FMA_F32);
+                helpers.push(ERF_INV_WGSL.as_str());
+                format!("berfinv({x})")
+            }
         }
     }
 }
@@ -426,6 +438,346 @@ const POW_F32: &str = "fn bpow(x: f32, y: f32) -> f32 {
     return r;
 }";
 
+// ---- fused multiply-add and erf_inv --------------------------------------------------------------
+
+/// WGSL `bfma(a, b, c)`: `a * b + c` rounded once (IEEE fused multiply-add, round to nearest even),
+/// computed with integer arithmetic so that it is exact on every backend: WGSL's own `fma` may be
+/// evaluated as a multiply and an add (software drivers do), which is not the same value.
+/// The 48-bit product and the addend are aligned in 64-bit integers (two u32 words, `x` high),
+/// the smaller operand shifted right with a sticky bit, and the sum rounded once. Checked against
+/// Rust's `f32::mul_add` on 2·10^8 random triples (normal, subnormal, cancelling, inf/NaN).
+pub(crate) const FMA_F32: &str = "fn b64_clz(a: vec2<u32>) -> u32 { if (a.x != 0u) { return countLeadingZeros(a.x); } return 32u + countLeadingZeros(a.y); }
+fn b64_shl(a: vec2<u32>, s: u32) -> vec2<u32> {
+    if (s == 0u) { return a; }
+    if (s >= 64u) { return vec2<u32>(0u, 0u); }
+    if (s >= 32u) { return vec2<u32>(a.y << (s - 32u), 0u); }
+    return vec2<u32>((a.x << s) | (a.y >> (32u - s)), a.y << s);
+}
+fn b64_shr(a: vec2<u32>, s: u32) -> vec2<u32> {
+    if (s == 0u) { return a; }
+    if (s >= 64u) { return vec2<u32>(0u, 0u); }
+    if (s >= 32u) { return vec2<u32>(0u, a.x >> (s - 32u)); }
+    return vec2<u32>(a.x >> s, (a.y >> s) | (a.x << (32u - s)));
+}
+fn b64_low(a: vec2<u32>, s: u32) -> vec2<u32> {
+    if (s >= 64u) { return a; }
+    if (s >= 32u) { return vec2<u32>(a.x & ((1u << (s - 32u)) - 1u), a.y); }
+    return vec2<u32>(0u, a.y & ((1u << s) - 1u));
+}
+fn b64_shr_sticky(a: vec2<u32>, s: u32) -> vec2<u32> {
+    if (s == 0u) { return a; }
+    if (s >= 64u) { return vec2<u32>(0u, select(0u, 1u, (a.x | a.y) != 0u)); }
+    let r = b64_shr(a, s);
+    let l = b64_low(a, s);
+    return vec2<u32>(r.x, r.y | select(0u, 1u, (l.x | l.y) != 0u));
+}
+fn b64_add(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> { let lo = a.y + b.y; return vec2<u32>(a.x + b.x + select(0u, 1u, lo < a.y), lo); }
+fn b64_sub(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> { return vec2<u32>(a.x - b.x - select(0u, 1u, a.y < b.y), a.y - b.y); }
+fn b64_ge(a: vec2<u32>, b: vec2<u32>) -> bool { return a.x > b.x || (a.x == b.x && a.y >= b.y); }
+fn bfma(a: f32, b: f32, c: f32) -> f32 {
+    let ua = bitcast<u32>(a);
+    let ub = bitcast<u32>(b);
+    let uc = bitcast<u32>(c);
+    var ea = (ua >> 23u) & 0xffu;
+    var eb = (ub >> 23u) & 0xffu;
+    var ec = (uc >> 23u) & 0xffu;
+    if (ea == 255u || eb == 255u) { return a * b + c; }
+    if (ec == 255u) { return c; }
+    var ma = ua & 0x7fffffu;
+    var mb = ub & 0x7fffffu;
+    var mc = uc & 0x7fffffu;
+    if (ea == 0u) { ea = 1u; } else { ma = ma | 0x800000u; }
+    if (eb == 0u) { eb = 1u; } else { mb = mb | 0x800000u; }
+    if (ec == 0u) { ec = 1u; } else { mc = mc | 0x800000u; }
+    if (ma == 0u || mb == 0u) { if (mc == 0u) { return a * b + c; } return c; }
+    let sp = (ua ^ ub) & 0x80000000u;
+    let sc = uc & 0x80000000u;
+    let a1 = ma >> 16u;
+    let a0 = ma & 0xffffu;
+    let b1 = mb >> 16u;
+    let b0 = mb & 0xffffu;
+    let mid = a0 * b1 + a1 * b0;
+    let p00 = a0 * b0;
+    let lo = p00 + (mid << 16u);
+    var p = vec2<u32>(a1 * b1 + (mid >> 16u) + select(0u, 1u, lo < p00), lo);
+    let sh = b64_clz(p) - 2u;
+    p = b64_shl(p, sh);
+    var e = i32(ea) + i32(eb) - 300 - i32(sh);
+    var s = p;
+    var sign = sp;
+    if (mc != 0u) {
+        let shc = countLeadingZeros(mc) + 30u;
+        var cc = b64_shl(vec2<u32>(0u, mc), shc);
+        let ecc = i32(ec) - 150 - i32(shc);
+        if (e >= ecc) { cc = b64_shr_sticky(cc, u32(e - ecc)); } else { p = b64_shr_sticky(p, u32(ecc - e)); e = ecc; }
+        if (sp == sc) { s = b64_add(p, cc); } else if (b64_ge(p, cc)) { s = b64_sub(p, cc); } else { s = b64_sub(cc, p); sign = sc; }
+        if (s.x == 0u && s.y == 0u) { return 0.0; }
+    }
+    let k = 63 - i32(b64_clz(s));
+    var be = k + e + 127;
+    var q = -149;
+    if (be >= 1) { q = k + e - 23; }
+    let r = q - e;
+    var m: u32;
+    if (r <= 0) {
+        m = b64_shl(s, u32(-r)).y;
+    } else {
+        m = b64_shr(s, u32(r)).y;
+        if (r <= 64) {
+            let rem = b64_low(s, u32(r));
+            let half = b64_shl(vec2<u32>(0u, 1u), u32(r - 1));
+            if ((rem.x == half.x && rem.y == half.y && (m & 1u) == 1u) || !b64_ge(half, rem)) { m = m + 1u; }
+        }
+    }
+    if (be >= 1) {
+        if (m == 0x1000000u) { m = 0x800000u; be = be + 1; }
+        if (be >= 255) { return bitcast<f32>(sign | 0x7f800000u); }
+        return bitcast<f32>(sign | (u32(be) << 23u) | (m & 0x7fffffu));
+    }
+    return bitcast<f32>(sign | m);
+}";
+
+// XLA's single-precision erf_inv (Giles' polynomial, as `chlo.erf_inv` decomposes it) and the log1p
+// and log it calls, reproduced operation by operation as XLA's CPU backend runs them, including
+// which multiply-adds the backend fuses into one rounding (written `mul_add` / `bfma`). Constants
+// are the f32 bit patterns of XLA's coefficients. Checked bit for bit against `jax.lax.erf_inv` and
+// `jax.random.normal` (JAX 0.10.2, CPU) on all 2^23 inputs `normal` can produce.
+
+/// sqrt(1/2), where log's mantissa reduction switches.
+const LOG_SQRT_HALF: u32 = 0x3F35_04F3;
+/// Cephes' logf polynomial, evaluated as three interleaved Horner chains of three.
+const LOG_P: [u32; 9] = [
+    0x3D90_21BB,
+    0xBDEB_D1B8,
+    0x3DEF_251A,
+    0xBDFE_5D4F,
+    0x3E11_E9BF,
+    0xBE2A_AE50,
+    0x3E4C_CEAC,
+    0xBE7F_FFFC,
+    0x3EAA_AAAA,
+];
+/// ln 2 split in two: a low correction and a high part with few mantissa bits.
+const LOG_LN2_LO: u32 = 0xB95E_8083;
+const LOG_LN2_HI: u32 = 0x3F31_8000;
+/// Below this |x| (sqrt(2) - 1), log1p uses a rational approximation instead of log(1 + x).
+const LOG1P_SMALL: u32 = 0x3ED4_13CD;
+const LOG1P_NUM: [u32; 7] = [
+    0x383D_E04B,
+    0x3EFF_40C5,
+    0x40D2_84FA,
+    0x41EF_4B9C,
+    0x4273_CC76,
+    0x4264_73AD,
+    0x41A0_5101,
+];
+const LOG1P_DEN: [u32; 7] = [
+    0x3F80_0000,
+    0x4171_01AD,
+    0x42A6_185B,
+    0x435D_C32D,
+    0x439A_8CA3,
+    0x4358_6D8A,
+    0x4270_7982,
+];
+/// Giles' erf_inv coefficients for w = -log(1 - x^2) < 5 (in w - 2.5) and >= 5 (in sqrt(w) - 3).
+const ERF_INV_LT5: [u32; 9] = [
+    0x32F1_6588,
+    0x34B8_4B36,
+    0xB66C_7357,
+    0xB693_5AC1,
+    0x3965_32DB,
+    0xBAA4_5408,
+    0xBB88_E4EF,
+    0x3E7C_8F63,
+    0x3FC0_2E2F,
+];
+const ERF_INV_GE5: [u32; 9] = [
+    0xB951_F09B,
+    0x38D3_B56B,
+    0x3AB0_DC72,
+    0xBB70_BDE7,
+    0x3BBC_127B,
+    0xBBF9_C5D7,
+    0x3C1A_A57E,
+    0x3F80_36DB,
+    0x4035_4F7E,
+];
+
+fn f(bits: u32) -> f32 {
+    f32::from_bits(bits)
+}
+
+/// XLA CPU's f32 `log`.
+fn xla_log_f32(v: f32) -> f32 {
+    if v.is_nan() || v < 0.0 {
+        return f32::from_bits(u32::MAX);
+    }
+    if v == 0.0 {
+        return f32::NEG_INFINITY;
+    }
+    if v == f32::INFINITY {
+        return v;
+    }
+    let bits = v.max(f32::MIN_POSITIVE).to_bits();
+    let mut e = ((bits >> 23) as i32 - 127) as f32 + 1.0;
+    let m = f((bits & 0x807f_ffff) | 0x3f00_0000);
+    let below = m < f(LOG_SQRT_HALF);
+    let mut x = (m - 1.0) + if below { m } else { 0.0 };
+    e -= if below { 1.0 } else { 0.0 };
+    let (x2, p) = (x * x, LOG_P.map(f));
+    let x3 = x2 * x;
+    let y = x.mul_add(p[0], p[1]).mul_add(x, p[2]);
+    let y1 = x.mul_add(p[3], p[4]).mul_add(x, p[5]);
+    let y2 = x.mul_add(p[6], p[7]).mul_add(x, p[8]);
+    let y = y.mul_add(x3, y1).mul_add(x3, y2);
+    let y = y.mul_add(x3, e * f(LOG_LN2_LO));
+    x = x2.mul_add(-0.5, x) + y;
+    e.mul_add(f(LOG_LN2_HI), x)
+}
+
+/// XLA CPU's f32 `log1p`.
+fn xla_log1p_f32(x: f32) -> f32 {
+    if x.abs() < f(LOG1P_SMALL) {
+        let x2 = x * x;
+        let zero = x * 0.0;
+        let horner = |c: &[u32; 7]| {
+            c[1..]
+                .iter()
+                .fold(zero + f(c[0]), |a, &k| a.mul_add(x, f(k)))
+        };
+        let t = (x * x2) * (horner(&LOG1P_NUM) / horner(&LOG1P_DEN));
+        x + x2.mul_add(-0.5, t)
+    } else {
+        xla_log_f32(x + 1.0)
+    }
+}
+
+/// `erf_inv` bit for bit as JAX computes it on the CPU (XLA's f32 decomposition).
+pub fn erf_inv_f32(x: f32) -> f32 {
+    let l = xla_log1p_f32(x * -x);
+    let small = l > -5.0;
+    let (w, c) = if small {
+        (-2.5 - l, &ERF_INV_LT5)
+    } else {
+        ((-l).sqrt() - 3.0, &ERF_INV_GE5)
+    };
+    let p = c[2..]
+        .iter()
+        .fold(f(c[0]).mul_add(w, f(c[1])), |p, &k| w.mul_add(p, f(k)));
+    x * if x.abs() == 1.0 { f32::INFINITY } else { p }
+}
+
+/// WGSL of [`erf_inv_f32`] (`berfinv`), with `bfma` where the CPU code has `mul_add`. Division and
+/// `sqrt` are the device's (correctly rounded on llvmpipe/lavapipe; WGSL allows 2.5 ULP).
+static ERF_INV_WGSL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let k = |b: u32| format!("bitcast<f32>({b:#010x}u)");
+    let p = LOG_P.map(k);
+    let horner = |c: &[u32; 7]| {
+        let mut s = format!("(z + {})", k(c[0]));
+        for &ci in &c[1..] {
+            s = format!("bfma({s}, x, {})", k(ci));
+        }
+        s
+    };
+    let mut poly = format!(
+        "bfma(select({}, {}, lt), w, select({}, {}, lt))",
+        k(ERF_INV_GE5[0]),
+        k(ERF_INV_LT5[0]),
+        k(ERF_INV_GE5[1]),
+        k(ERF_INV_LT5[1])
+    );
+    for i in 2..9 {
+        poly = format!(
+            "bfma(w, {poly}, select({}, {}, lt))",
+            k(ERF_INV_GE5[i]),
+            k(ERF_INV_LT5[i])
+        );
+    }
+    format!(
+        "fn bxla_log(v: f32) -> f32 {{
+    if (v == 0.0) {{ return bitcast<f32>(0xff800000u); }}
+    if (!(v > 0.0)) {{ return bitcast<f32>(0xffffffffu); }}
+    if (v > 3.40282347e38) {{ return v; }}
+    let bits = bitcast<u32>(max(v, 1.17549435e-38));
+    let m = bitcast<f32>((bits & 0x807fffffu) | 0x3f000000u);
+    let below = m < {sqh};
+    let e = (f32(i32(bits >> 23u) - 127) + 1.0) - select(0.0, 1.0, below);
+    var x = (m - 1.0) + select(0.0, m, below);
+    let x2 = x * x;
+    let x3 = x2 * x;
+    var y = bfma(bfma(x, {p0}, {p1}), x, {p2});
+    let y1 = bfma(bfma(x, {p3}, {p4}), x, {p5});
+    let y2 = bfma(bfma(x, {p6}, {p7}), x, {p8});
+    y = bfma(bfma(y, x3, y1), x3, y2);
+    y = bfma(y, x3, e * {lo});
+    x = bfma(x2, -0.5, x) + y;
+    return bfma(e, {hi}, x);
+}}
+fn bxla_log1p(x: f32) -> f32 {{
+    if (abs(x) < {small}) {{
+        let x2 = x * x;
+        let z = x * 0.0;
+        let t = (x * x2) * ({num} / {den});
+        return x + bfma(x2, -0.5, t);
+    }}
+    return bxla_log(x + 1.0);
+}}
+fn berfinv(x: f32) -> f32 {{
+    let l = bxla_log1p(x * -x);
+    let lt = l > -5.0;
+    let w = select(sqrt(-l) - 3.0, -2.5 - l, lt);
+    let p = {poly};
+    return x * select(p, bitcast<f32>(0x7f800000u), abs(x) == 1.0);
+}}",
+        sqh = k(LOG_SQRT_HALF),
+        p0 = p[0],
+        p1 = p[1],
+        p2 = p[2],
+        p3 = p[3],
+        p4 = p[4],
+        p5 = p[5],
+        p6 = p[6],
+        p7 = p[7],
+        p8 = p[8],
+        lo = k(LOG_LN2_LO),
+        hi = k(LOG_LN2_HI),
+        small = k(LOG1P_SMALL),
+        num = horner(&LOG1P_NUM),
+        den = horner(&LOG1P_DEN),
+    )
+});
+
+/// `fma(a, b, c)`: `a * b + c` with one rounding (f32 operands of one shape).
+pub(crate) fn fma_infer(ins: &[&crate::trace::graph::Aval]) -> Result<crate::trace::graph::Aval> {
+    for b in &ins[1..] {
+        if b.shape != ins[0].shape {
+            return Err(Error::ShapeMismatchBinaryOp {
+                op: "fma",
+                lhs: ins[0].shape.clone(),
+                rhs: b.shape.clone(),
+            });
+        }
+    }
+    if let Some(b) = ins.iter().find(|a| a.dtype != DType::F32) {
+        return Err(Error::BadDType {
+            op: "fma",
+            dtype: b.dtype,
+            hint: "fma takes f32 operands: cast them first",
+            shapes: vec![],
+        });
+    }
+    Ok(ins[0].clone())
+}
+
+/// CPU rule of `fma`.
+pub(crate) fn fma_eval(a: Scalar, b: Scalar, c: Scalar) -> Scalar {
+    match (a, b, c) {
+        (Scalar::F32(a), Scalar::F32(b), Scalar::F32(c)) => Scalar::F32(a.mul_add(b, c)),
+        _ => a,
+    }
+}
+
 /// Cast rule: every dtype converts to every other. Float → int truncates toward zero and saturates
 /// (WGSL and Rust `as` agree); int → bool is `!= 0`.
 pub fn cast_wgsl(from: DType, to: DType, x: &str) -> String {
@@ -509,6 +861,8 @@ pub(crate) fn vjp(
                 Relu => x.gt(&zero(x)).where_(ct, &zero(x)),
                 Square => ct * &(x * 2.0),
                 Sign | Floor | Ceil | Round => zeros_like(x),
+                // d/dx erf_inv(x) = sqrt(pi)/2 · exp(erf_inv(x)^2)
+                ErfInv => ct * &(out.square().exp() * 0.886_226_9),
                 Not => return vec![None],
             };
             vec![Some(g)]
@@ -555,6 +909,10 @@ pub(crate) fn vjp(
             }
             let z = zero(ct);
             vec![None, Some(p.where_(ct, &z)), Some(p.where_(&z, ct))]
+        }
+        Prim::Fma => {
+            let (a, b) = (&ins[0], &ins[1]);
+            vec![Some(ct * b), Some(ct * a), Some(ct.clone())]
         }
         Prim::Cast(_) => {
             let x = &ins[0];

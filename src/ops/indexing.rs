@@ -129,12 +129,8 @@ pub(crate) fn batch(
             flat.extend_from_slice(&rest);
             let xf = x1.reshape_exact(&flat);
             // Indices resolved into [0, n), as take does, then offset per example.
-            let i = idx.cast(DType::I32);
             let ni = n as i32;
-            let wrapped = i.lt(&Tensor::scalar(0i32)).where_(&(&i + ni), &i);
-            let clamped = wrapped
-                .maximum(&Tensor::scalar(0i32))
-                .minimum(&Tensor::scalar((ni - 1).max(0)));
+            let clamped = resolve_indices(idx, n);
             let ishape = idx.shape().to_vec();
             let offs = Tensor::iota(DType::I32, &ishape, 0) * ni;
             let flat_idx = &clamped + &offs;
@@ -163,18 +159,12 @@ pub(crate) fn vjp(
     ins: &[crate::tensor::Tensor],
     ct: &crate::tensor::Tensor,
 ) -> super::Cotangents {
-    use crate::tensor::Tensor;
     let (x, idx) = (&ins[0], &ins[1]);
     if x.dtype() != DType::F32 {
         return vec![None, None];
     }
     let n = x.shape()[axis];
-    let ni = n as i32;
-    let i = idx.cast(DType::I32);
-    let wrapped = i.lt(&Tensor::scalar(0i32)).where_(&(&i + ni), &i);
-    let resolved = wrapped
-        .maximum(&Tensor::scalar(0i32))
-        .minimum(&Tensor::scalar((ni - 1).max(0)));
+    let resolved = resolve_indices(idx, n);
     let oh = resolved.one_hot(n).cast(DType::F32); // idx.shape + [n]
     let k = idx.ndim();
     // ct axes: x[..axis], idx axes (axis..axis+k), x[axis+1..]; contract the idx axes.
@@ -190,4 +180,21 @@ pub(crate) fn vjp(
     // g axes: x[..axis], x[axis+1..], n  -> move n back to `axis`.
     let last = g.ndim() - 1;
     vec![Some(super::move_axis(&g, last, axis)), None]
+}
+
+/// Indices resolved the way `take` reads them, as i32 in `[0, n)`: a negative i32 counts from the
+/// end once, then everything is clamped (u32 indices are clamped before the cast, so that large
+/// ones do not wrap to negative).
+fn resolve_indices(idx: &crate::tensor::Tensor, n: usize) -> crate::tensor::Tensor {
+    use crate::tensor::Tensor;
+    let last = n.saturating_sub(1);
+    if idx.dtype() == DType::U32 {
+        return idx.minimum(&Tensor::scalar(last as u32)).cast(DType::I32);
+    }
+    let i = idx.cast(DType::I32);
+    let ni = n as i32;
+    let wrapped = i.lt(&Tensor::scalar(0i32)).where_(&(&i + ni), &i);
+    wrapped
+        .maximum(&Tensor::scalar(0i32))
+        .minimum(&Tensor::scalar(last as i32))
 }

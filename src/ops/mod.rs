@@ -1,9 +1,10 @@
 //! The primitive registry: every primitive of the IR, its parameters, and dispatch to the rules that
 //! each family module declares (shape/dtype rule, CPU reference, WGSL lowering).
 //!
-//! Families: [`elementwise`] (unary, binary, select, cast, full, iota), [`reduce`], [`matmul`]
-//! (dot_general), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad) and
-//! [`indexing`] (take). Adding a primitive touches its family module and this registry only.
+//! Families: [`elementwise`] (unary, binary, select, fma, cast, full, iota), [`reduce`], [`matmul`]
+//! (dot_general), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad),
+//! [`indexing`] (take) and [`random`] (threefry random bits, split, fold_in). Adding a primitive
+//! touches its family module and this registry only.
 //!
 //! Rules per primitive, and where they live:
 //! - shape/dtype rule: [`Prim::infer`], delegating to the family module;
@@ -18,6 +19,7 @@ pub mod elementwise;
 pub mod indexing;
 pub mod layout;
 pub mod matmul;
+pub mod random;
 pub mod reduce;
 
 use std::fmt;
@@ -39,6 +41,8 @@ pub enum Prim {
     Binary(BinaryOp),
     /// `select(pred, on_true, on_false)`, all of one shape; pred is bool.
     Select,
+    /// `fma(a, b, c)`: `a * b + c` rounded once (f32, all of one shape).
+    Fma,
     Cast(DType),
     /// A constant array filled with one value.
     Full {
@@ -91,6 +95,14 @@ pub enum Prim {
     /// Communication between the shards of a parallel axis; only inside `pmap` / `shard_map`,
     /// where the program is cut into stages at each one.
     Collective(Collective),
+    /// Threefry random bits of keys `u32[..., 2]`: `u32[..., shape...]` (the two hash words
+    /// xor-ed), or with `split` both words, `u32[..., shape..., 2]` (new keys). See [`random`].
+    RandomBits {
+        shape: Vec<usize>,
+        split: bool,
+    },
+    /// `fold_in(keys u32[..., 2], data u32[...])`: new keys `u32[..., 2]`. See [`random`].
+    RandomFoldIn,
 }
 
 impl Prim {
@@ -99,6 +111,7 @@ impl Prim {
             Prim::Unary(op) => op.name(),
             Prim::Binary(op) => op.name(),
             Prim::Select => "select",
+            Prim::Fma => "fma",
             Prim::Cast(_) => "convert_element_type",
             Prim::Full { .. } => "full",
             Prim::Iota { .. } => "iota",
@@ -113,6 +126,9 @@ impl Prim {
             Prim::Pad { .. } => "pad",
             Prim::Take { .. } => "take",
             Prim::Collective(c) => c.name(),
+            Prim::RandomBits { split: false, .. } => "random_bits",
+            Prim::RandomBits { split: true, .. } => "random_split",
+            Prim::RandomFoldIn => "random_fold_in",
         }
     }
 
@@ -132,8 +148,10 @@ impl Prim {
     pub fn arity(&self) -> Option<usize> {
         match self {
             Prim::Full { .. } | Prim::Iota { .. } => Some(0),
-            Prim::Binary(_) | Prim::DotGeneral(_) | Prim::Take { .. } => Some(2),
-            Prim::Select => Some(3),
+            Prim::Binary(_) | Prim::DotGeneral(_) | Prim::Take { .. } | Prim::RandomFoldIn => {
+                Some(2)
+            }
+            Prim::Select | Prim::Fma => Some(3),
             Prim::Concatenate { .. } => None,
             Prim::Collective(c) => Some(c.arity()),
             _ => Some(1),
@@ -236,6 +254,7 @@ impl Prim {
                 }
                 ins[1].clone()
             }
+            Prim::Fma => elementwise::fma_infer(ins)?,
             Prim::Cast(t) => Aval::new(ins[0].shape.clone(), *t),
             Prim::Full { value, shape } => Aval::new(shape.clone(), value.dtype()),
             Prim::Iota { dtype, shape, axis } => {
@@ -349,6 +368,8 @@ impl Prim {
                 ins[0].dtype,
             ),
             Prim::Collective(c) => c.infer(ins)?,
+            Prim::RandomBits { shape, split } => random::bits_infer(ins[0], shape, *split)?,
+            Prim::RandomFoldIn => random::fold_in_infer(ins[0], ins[1])?,
         })
     }
 
@@ -367,6 +388,9 @@ impl Prim {
                 } else {
                     ins[2].data.get(i)
                 }
+            }),
+            Prim::Fma => map(&|i| {
+                elementwise::fma_eval(ins[0].data.get(i), ins[1].data.get(i), ins[2].data.get(i))
             }),
             Prim::Cast(t) => map(&|i| ins[0].data.get(i).cast(*t)),
             Prim::Full { value, shape } => HostArray::full(*value, shape),
@@ -404,6 +428,8 @@ impl Prim {
                 let parts: Vec<HostArray> = ins.iter().map(|h| (*h).clone()).collect();
                 c.combine(parts, out).get(0).clone()
             }
+            Prim::RandomBits { shape, split } => random::bits_cpu(ins[0], shape, *split, out),
+            Prim::RandomFoldIn => random::fold_in_cpu(ins[0], ins[1], out),
         }
     }
 }
@@ -446,6 +472,7 @@ impl fmt::Display for Prim {
             ),
             Prim::Take { axis } => write!(f, "{n}[axis={axis}]"),
             Prim::Collective(c) => write!(f, "{c}"),
+            Prim::RandomBits { shape, .. } => write!(f, "{n}[shape={shape:?}]"),
             _ => f.write_str(n),
         }
     }
@@ -483,6 +510,7 @@ impl Prim {
             Prim::Unary(_)
             | Prim::Binary(_)
             | Prim::Select
+            | Prim::Fma
             | Prim::Cast(_)
             | Prim::Full { .. }
             | Prim::Iota { .. } => elementwise::batch(self, ins, ctx),
@@ -496,6 +524,7 @@ impl Prim {
             | Prim::Pad { .. } => layout::batch(self, ins, ctx),
             Prim::Take { axis } => indexing::batch(*axis, ins, ctx),
             Prim::Collective(c) => collective::batch(c, ins, ctx),
+            Prim::RandomBits { .. } | Prim::RandomFoldIn => random::batch(self, ins, ctx),
         }
     }
 }
@@ -545,6 +574,7 @@ impl Prim {
             Prim::Unary(_)
             | Prim::Binary(_)
             | Prim::Select
+            | Prim::Fma
             | Prim::Cast(_)
             | Prim::Full { .. }
             | Prim::Iota { .. } => elementwise::vjp(self, ins, out, ct),
@@ -558,6 +588,7 @@ impl Prim {
             | Prim::Pad { .. } => layout::vjp(self, ins, ct),
             Prim::Take { axis } => indexing::vjp(*axis, ins, ct),
             Prim::Collective(c) => collective::vjp(c, ins, out, ct),
+            Prim::RandomBits { .. } | Prim::RandomFoldIn => random::vjp(ins),
         }
     }
 }

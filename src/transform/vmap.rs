@@ -22,8 +22,9 @@ use crate::ops::{BatchCtx, Batched, move_axis, with_batch};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph};
 
-/// One example's signature and the batch size.
-type ExampleKey = (Vec<Aval>, usize);
+/// One example's signature, the batch size, and the parallel axes bound around the application
+/// (collectives over them are traced with their sizes).
+type ExampleKey = (Vec<Aval>, usize, Vec<(String, usize)>);
 
 /// A function vectorized by [`vmap`]; configure with the builder methods, then [`Vmap::apply`] it
 /// to tensors (composable) or [`Vmap::call`] it on arrays (compiled).
@@ -310,7 +311,7 @@ where
     /// per signature and batch size, unless it closes over traced values (those change with every
     /// enclosing trace, so such a function is traced on every application).
     fn per_example(&self, avals: &[Aval], b: usize) -> Result<(Rc<Graph>, Vec<Tensor>)> {
-        let key = (avals.to_vec(), b);
+        let key = (avals.to_vec(), b, crate::collective::bound_axes());
         if let Some(g) = self.traced.borrow().get(&key) {
             return Ok((g.clone(), Vec::new()));
         }

@@ -7,7 +7,7 @@
 pub(crate) mod matmul;
 
 use crate::dtype::DType;
-use crate::ops::{ArgOp, Prim, ReduceOp, elementwise, indexing, layout};
+use crate::ops::{ArgOp, Prim, ReduceOp, elementwise, indexing, layout, random};
 use crate::trace::graph::{Graph, Var};
 
 /// Workgroup size of the generated elementwise and reduction kernels (the browser allows 256 at most).
@@ -112,6 +112,22 @@ impl<'a> Emitter<'a> {
             self.inputs.len() - 1
         }
     }
+    /// The two words of the key at leading index `lead` of keys `key` (`u32[..., 2]`).
+    fn key_words(&mut self, key: Var, lead: &[String]) -> (String, String) {
+        let mut ii = lead.to_vec();
+        ii.push("0u".into());
+        let k0 = self.value(key, &ii);
+        ii[lead.len()] = "1u".into();
+        let k1 = self.value(key, &ii);
+        (k0, k1)
+    }
+    /// `bthreefry` of the counter `(0, lo)` bound to a name (a `vec2<u32>`).
+    fn hash(&mut self, k0: &str, k1: &str, lo: &str) -> String {
+        self.helpers.push(random::THREEFRY_WGSL);
+        let h = self.tmp("h");
+        self.line(&format!("let {h} = bthreefry({k0}, {k1}, 0u, {lo});"));
+        h
+    }
     /// Emit statements computing `v` at multi-index `idx`; returns a WGSL expression for the value.
     pub fn value(&mut self, v: Var, idx: &[String]) -> String {
         let aval = self.g.aval(v).clone();
@@ -141,7 +157,7 @@ impl<'a> Emitter<'a> {
             }
             Prim::Unary(op) => {
                 let a = self.value(ins[0], idx);
-                op.wgsl(in_dt(0), &a)
+                op.wgsl(in_dt(0), &a, &mut self.helpers)
             }
             Prim::Binary(op) => {
                 let a = self.value(ins[0], idx);
@@ -154,9 +170,35 @@ impl<'a> Emitter<'a> {
                 let b = self.value(ins[2], idx);
                 elementwise::select_wgsl(&p, &a, &b)
             }
+            Prim::Fma => {
+                let a = self.value(ins[0], idx);
+                let b = self.value(ins[1], idx);
+                let c = self.value(ins[2], idx);
+                self.helpers.push(elementwise::FMA_F32);
+                format!("bfma({a}, {b}, {c})")
+            }
             Prim::Cast(t) => {
                 let a = self.value(ins[0], idx);
                 elementwise::cast_wgsl(in_dt(0), *t, &a)
+            }
+            Prim::RandomBits { shape, split } => {
+                // Leading axes pick the key, the next ones count within `shape`.
+                let lead = self.g.aval(ins[0]).rank() - 1;
+                let (k0, k1) = self.key_words(ins[0], &idx[..lead]);
+                let counter = random::counter_wgsl(shape, &idx[lead..lead + shape.len()]);
+                let h = self.hash(&k0, &k1, &counter);
+                if *split {
+                    format!("select({h}.x, {h}.y, {} == 1u)", idx[lead + shape.len()])
+                } else {
+                    format!("({h}.x ^ {h}.y)")
+                }
+            }
+            Prim::RandomFoldIn => {
+                let lead = self.g.aval(ins[0]).rank() - 1;
+                let (k0, k1) = self.key_words(ins[0], &idx[..lead]);
+                let d = self.value(ins[1], &idx[..lead]);
+                let h = self.hash(&k0, &k1, &d);
+                format!("select({h}.x, {h}.y, {} == 1u)", idx[lead])
             }
             Prim::Transpose { perm } => {
                 return self.value(ins[0], &layout::transpose_wgsl(perm, idx));
