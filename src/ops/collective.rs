@@ -795,7 +795,12 @@ pub(crate) fn vjp(
     let g = match &c.kind {
         CollectiveKind::Psum => again(CollectiveKind::Psum, ct),
         CollectiveKind::Pmean => again(CollectiveKind::Pmean, ct),
-        CollectiveKind::Pmax | CollectiveKind::Pmin => ct * &x.eq(out).cast(DType::F32),
+        CollectiveKind::Pmax | CollectiveKind::Pmin => {
+            // Every shard's loss saw the winner's value: the winner gets the summed cotangent,
+            // shared evenly among shards tied for the result.
+            let hit = x.eq(out).cast(DType::F32);
+            &(&again(CollectiveKind::Psum, ct) * &hit) / &again(CollectiveKind::Psum, &hit)
+        }
         CollectiveKind::AllGather { axis, tiled } => again(
             CollectiveKind::PsumScatter {
                 dim: *axis,

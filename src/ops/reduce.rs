@@ -255,7 +255,32 @@ pub(crate) fn vjp(
     let back = |t: &crate::tensor::Tensor| t.broadcast_in_dim(x.shape(), &kept);
     let g = match op {
         ReduceOp::Sum => back(ct),
-        ReduceOp::Prod => &back(&(ct * out)) / x,
+        ReduceOp::Prod => {
+            // The product of the other factors, without dividing by x (which may be 0): with no
+            // zero in a group it is prod / x; with one zero, only the zero's slot gets the product
+            // of the rest; with more, nothing.
+            use crate::tensor::Tensor;
+            let zero = Tensor::zeros(x.shape(), DType::F32);
+            let one = Tensor::full(1.0f32, x.shape());
+            let is_zero = x.eq(&zero);
+            let nonzero = is_zero.where_(&one, x);
+            let reduce = |op: ReduceOp, t: &Tensor| {
+                Tensor::apply(
+                    Prim::Reduce {
+                        op,
+                        axes: axes.clone(),
+                    },
+                    &[t],
+                )
+            };
+            let prod_nz = back(&reduce(ReduceOp::Prod, &nonzero));
+            let zeros = back(&reduce(ReduceOp::Sum, &is_zero.cast(DType::F32)));
+            let only_zero = &zeros.eq(&one).where_(&one, &zero) * &is_zero.cast(DType::F32);
+            let others = zeros
+                .eq(&zero)
+                .where_(&(&prod_nz / &nonzero), &(&only_zero * &prod_nz));
+            &back(ct) * &others
+        }
         ReduceOp::Max | ReduceOp::Min => {
             let hit = x.eq(&back(out)).cast(DType::F32);
             let count = crate::tensor::Tensor::apply(
