@@ -1,5 +1,5 @@
 //! Random numbers bit for bit as JAX's default PRNG (`jax.random` with threefry2x32 and
-//! `jax_threefry_partitionable`, the default since JAX 0.5, in JAX's default 32-bit mode).
+//! `jax_threefry_partitionable`, the default in current JAX, in JAX's default 32-bit mode).
 //!
 //! A key is an ordinary `u32[2]` [`Tensor`] (JAX's raw `PRNGKey` layout), so every function works
 //! eagerly and inside `jit`, `vmap`, `grad` and `pmap`: keys are data, and the same key always gives
@@ -25,10 +25,14 @@
 //!   [`permutation`]: identical bits on the CPU reference and on every GPU backend (pure integer
 //!   hashing; `uniform` scales with a fused multiply-add exactly as XLA does, computed with integer
 //!   arithmetic on devices so no driver can round it differently).
-//! - [`normal`]: `erf_inv` reproduces XLA's CPU computation operation by operation: identical bits
-//!   to JAX on the CPU reference (checked on all 2^23 values it can produce) and on lavapipe and
-//!   llvmpipe GL. It uses the device's `sqrt` and division, which WGSL lets other hardware round
-//!   to within 2.5 ULP.
+//! - [`normal`]: `erf_inv` reproduces XLA's CPU computation operation by operation (including
+//!   which multiply-adds XLA fuses): identical bits to JAX on the CPU reference (checked on all 2^23
+//!   values `normal` can produce) and on lavapipe and llvmpipe GL. Devices compute its fused
+//!   multiply-adds, divisions and square roots with integer arithmetic (WGSL lets hardware round
+//!   those loosely), so other GPUs give the same bits too.
+//!
+//! Each function's output is exact; float arithmetic you fuse after it follows the device's usual
+//! rules (compilers may, for example, reassociate products with constants).
 //!
 //! Random primitives have no gradient (keys are not differentiable), as in JAX.
 
@@ -232,7 +236,18 @@ pub fn normal(key: &Tensor, shape: &[usize]) -> Tensor {
     // nextafter(-1, 0): the open interval (-1, 1) keeps erf_inv finite.
     let lo = f32::from_bits(0xBF7F_FFFF);
     let u = uniform(key, shape, lo, 1.0);
-    Tensor::apply(Prim::Unary(UnaryOp::ErfInv), &[&u]) * std::f32::consts::SQRT_2
+    let e = Tensor::apply(Prim::Unary(UnaryOp::ErfInv), &[&u]);
+    // sqrt(2) · e, rounded once like a multiply, written as fma(e, sqrt 2, -0): GPU compilers may
+    // reassociate a product with constants (x·c1·c2 → x·(c1·c2)), which would change these bits
+    // once the caller scales the noise; the fused multiply-add is opaque to them.
+    Tensor::apply(
+        Prim::Fma,
+        &[
+            &e,
+            &Tensor::full(std::f32::consts::SQRT_2, shape),
+            &Tensor::full(-0.0f32, shape),
+        ],
+    )
 }
 
 /// Bernoulli draws (`bool`) with probability `p` of `true`, like `jax.random.bernoulli(key, p,

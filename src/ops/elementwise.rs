@@ -201,6 +201,7 @@ impl UnaryOp {
             (Not, _) => format!("(~{x})"),
             (ErfInv, _) => {
                 helpers.push(FMA_F32);
+                helpers.push(DIV_SQRT_F32);
                 helpers.push(ERF_INV_WGSL.as_str());
                 format!("berfinv({x})")
             }
@@ -537,6 +538,75 @@ fn bfma(a: f32, b: f32, c: f32) -> f32 {
     return bitcast<f32>(sign | m);
 }";
 
+/// WGSL `bdiv(a, b)` and `bsqrt(x)`: f32 division and square root rounded correctly (to nearest
+/// even) with integer arithmetic. WGSL allows 2.5 ULP for both and GPUs commonly approximate
+/// division (llvmpipe happens to round both correctly). Long division / digit-by-digit square root
+/// to 26 bits, then one rounding. Checked against Rust's `/` (3·10^8 random pairs) and `sqrt`
+/// (every 7th positive f32).
+pub(crate) const DIV_SQRT_F32: &str = "fn bround_q(q: u32, sticky: bool, r: u32) -> u32 {
+    if (r == 0u) { return q; }
+    if (r > 31u) { return 0u; }
+    let m = q >> r;
+    let guard = (q >> (r - 1u)) & 1u;
+    let low = (q & ((1u << (r - 1u)) - 1u)) != 0u || sticky;
+    return m + select(0u, 1u, guard == 1u && (low || (m & 1u) == 1u));
+}
+fn bdiv(a: f32, b: f32) -> f32 {
+    let ua = bitcast<u32>(a);
+    let ub = bitcast<u32>(b);
+    var ea = i32((ua >> 23u) & 0xffu);
+    var eb = i32((ub >> 23u) & 0xffu);
+    var ma = ua & 0x7fffffu;
+    var mb = ub & 0x7fffffu;
+    if (ea == 255 || eb == 255 || (ea == 0 && ma == 0u) || (eb == 0 && mb == 0u)) { return a / b; }
+    if (ea == 0) { let s = countLeadingZeros(ma) - 8u; ma = ma << s; ea = 1 - i32(s); } else { ma = ma | 0x800000u; }
+    if (eb == 0) { let s = countLeadingZeros(mb) - 8u; mb = mb << s; eb = 1 - i32(s); } else { mb = mb | 0x800000u; }
+    let sign = (ua ^ ub) & 0x80000000u;
+    var e = ea - eb + 127;
+    if (ma < mb) { ma = ma << 1u; e = e - 1; }
+    var rem = ma;
+    var q = 0u;
+    for (var i = 0u; i < 26u; i = i + 1u) {
+        q = q << 1u;
+        if (rem >= mb) { rem = rem - mb; q = q | 1u; }
+        rem = rem << 1u;
+    }
+    var r = 2u;
+    if (e < 1) { r = u32(3 - e); }
+    var m = bround_q(q, rem != 0u, r);
+    if (e >= 1) {
+        if (m == 0x1000000u) { m = 0x800000u; e = e + 1; }
+        if (e >= 255) { return bitcast<f32>(sign | 0x7f800000u); }
+        return bitcast<f32>(sign | (u32(e) << 23u) | (m & 0x7fffffu));
+    }
+    return bitcast<f32>(sign | m);
+}
+fn bsqrt(x: f32) -> f32 {
+    let ux = bitcast<u32>(x);
+    var e = i32((ux >> 23u) & 0xffu);
+    var m = ux & 0x7fffffu;
+    if (e == 255 || (ux >> 31u) == 1u || (e == 0 && m == 0u)) { return sqrt(x); }
+    if (e == 0) { let s = countLeadingZeros(m) - 8u; m = m << s; e = 1 - i32(s); } else { m = m | 0x800000u; }
+    var ue = e - 127;
+    if ((ue & 1) != 0) { m = m << 1u; ue = ue - 1; }
+    let hi = m >> 5u;
+    let lo = m << 27u;
+    var res = 0u;
+    var rem = 0u;
+    for (var i = 0u; i < 26u; i = i + 1u) {
+        let sh = 50u - 2u * i;
+        var pair = (lo >> (sh & 31u)) & 3u;
+        if (sh >= 32u) { pair = (hi >> (sh - 32u)) & 3u; }
+        rem = (rem << 2u) | pair;
+        let trial = (res << 2u) | 1u;
+        if (rem >= trial) { rem = rem - trial; res = (res << 1u) | 1u; } else { res = res << 1u; }
+    }
+    var mm = bround_q(res, rem != 0u, 2u);
+    var be = ue / 2 + 127;
+    if (mm == 0x1000000u) { mm = 0x800000u; be = be + 1; }
+    return bitcast<f32>((u32(be) << 23u) | (mm & 0x7fffffu));
+}";
+
 // XLA's single-precision erf_inv (Giles' polynomial, as `chlo.erf_inv` decomposes it) and the log1p
 // and log it calls, reproduced operation by operation as XLA's CPU backend runs them, including
 // which multiply-adds the backend fuses into one rounding (written `mul_add` / `bfma`). Constants
@@ -668,8 +738,8 @@ pub fn erf_inv_f32(x: f32) -> f32 {
     x * if x.abs() == 1.0 { f32::INFINITY } else { p }
 }
 
-/// WGSL of [`erf_inv_f32`] (`berfinv`), with `bfma` where the CPU code has `mul_add`. Division and
-/// `sqrt` are the device's (correctly rounded on llvmpipe/lavapipe; WGSL allows 2.5 ULP).
+/// WGSL of [`erf_inv_f32`] (`berfinv`), with `bfma` where the CPU code has `mul_add` and the
+/// correctly rounded `bdiv`/`bsqrt` for `/` and `sqrt`: the same bits on every device.
 static ERF_INV_WGSL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let k = |b: u32| format!("bitcast<f32>({b:#010x}u)");
     let p = LOG_P.map(k);
@@ -718,7 +788,7 @@ fn bxla_log1p(x: f32) -> f32 {{
     if (abs(x) < {small}) {{
         let x2 = x * x;
         let z = x * 0.0;
-        let t = (x * x2) * ({num} / {den});
+        let t = (x * x2) * bdiv({num}, {den});
         return x + bfma(x2, -0.5, t);
     }}
     return bxla_log(x + 1.0);
@@ -726,9 +796,11 @@ fn bxla_log1p(x: f32) -> f32 {{
 fn berfinv(x: f32) -> f32 {{
     let l = bxla_log1p(x * -x);
     let lt = l > -5.0;
-    let w = select(sqrt(-l) - 3.0, -2.5 - l, lt);
+    let w = select(bsqrt(-l) - 3.0, -2.5 - l, lt);
     let p = {poly};
-    return x * select(p, bitcast<f32>(0x7f800000u), abs(x) == 1.0);
+    // x * p as a fused multiply-add with -0: the same rounding, but opaque to compilers that
+    // would reassociate it with a constant factor applied later (normal's sqrt(2)).
+    return bfma(x, select(p, bitcast<f32>(0x7f800000u), abs(x) == 1.0), bitcast<f32>(0x80000000u));
 }}",
         sqh = k(LOG_SQRT_HALF),
         p0 = p[0],

@@ -1,7 +1,8 @@
 //! Random-number primitives: the counter-based threefry2x32 hash behind JAX's default PRNG.
 //!
 //! A key is a `u32[2]` array (JAX's raw `PRNGKey` layout). Two primitives cover what JAX builds its
-//! samplers from, with `jax_threefry_partitionable` semantics (the default since JAX 0.5):
+//! samplers from, with `jax_threefry_partitionable` semantics (the default in current JAX; checked
+//! against JAX 0.10.2):
 //!
 //! - `random_bits[shape]` / `random_split[shape]` (`Prim::RandomBits { shape, split }`): element
 //!   `i` (row-major linear index, a 64-bit counter split into `hi = i >> 32`, `lo = i & 0xffffffff`)
@@ -20,7 +21,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::host::{HostArray, HostData, strides};
+use crate::host::{HostArray, HostData};
 use crate::trace::graph::Aval;
 
 /// Threefry's key-schedule parity constant.
@@ -168,27 +169,6 @@ pub(crate) fn fold_in_cpu(key: &HostArray, data: &HostArray, out: &Aval) -> Host
     HostArray {
         shape: out.shape.clone(),
         data: HostData::U32(v),
-    }
-}
-
-/// WGSL of the counter of output element `idx[lead..lead + shape.len()]` (row-major in `shape`).
-/// Arrays on devices have fewer than 2^32 elements, so the counter's high word is 0 there.
-pub(crate) fn counter_wgsl(shape: &[usize], idx: &[String]) -> String {
-    let st = strides(shape);
-    let terms: Vec<String> = (0..shape.len())
-        .filter(|&i| shape[i] != 1)
-        .map(|i| {
-            if st[i] == 1 {
-                idx[i].clone()
-            } else {
-                format!("{} * {}u", idx[i], st[i])
-            }
-        })
-        .collect();
-    if terms.is_empty() {
-        "0u".into()
-    } else {
-        terms.join(" + ")
     }
 }
 

@@ -185,7 +185,9 @@ impl<'a> Emitter<'a> {
                 // Leading axes pick the key, the next ones count within `shape`.
                 let lead = self.g.aval(ins[0]).rank() - 1;
                 let (k0, k1) = self.key_words(ins[0], &idx[..lead]);
-                let counter = random::counter_wgsl(shape, &idx[lead..lead + shape.len()]);
+                // The counter is the row-major index within `shape`; arrays on devices have fewer
+                // than 2^32 elements, so its high word is 0.
+                let counter = layout::linear_wgsl(shape, &idx[lead..lead + shape.len()]);
                 let h = self.hash(&k0, &k1, &counter);
                 if *split {
                     format!("select({h}.x, {h}.y, {} == 1u)", idx[lead + shape.len()])
