@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::array::{Array, host_data};
-use crate::device::{Device, DeviceBuffer, Dispatch, Kernel, Runtime};
+use crate::device::{Device, DeviceBuffer, DeviceLimits, Dispatch, Kernel, Runtime};
 use crate::error::{Error, Result};
 use crate::lower::{Program, lower};
 use crate::ops::Prim;
@@ -17,7 +17,8 @@ use crate::trace::tracer::Trace;
 /// A graph with its per-device compiled programs, pipelines and constant buffers.
 pub(crate) struct Executable {
     pub(crate) graph: Graph,
-    compiled: RefCell<HashMap<u64, Rc<Compiled>>>,
+    /// By device and the limits the program was planned against.
+    compiled: RefCell<HashMap<(u64, DeviceLimits), Rc<Compiled>>>,
 }
 
 struct Compiled {
@@ -38,12 +39,14 @@ impl Executable {
         }
     }
 
-    /// Lower for `dev`, create its pipelines and upload constants: once per device.
-    fn compiled_for(&self, dev: &Device) -> Result<Rc<Compiled>> {
-        if let Some(c) = self.compiled.borrow().get(&dev.inner.id) {
+    /// Lower for `dev` (planned against `limits`, at most the device's own), create its pipelines
+    /// and upload constants: once per device and limits.
+    fn compiled_for(&self, dev: &Device, limits: &DeviceLimits) -> Result<Rc<Compiled>> {
+        let key = (dev.inner.id, *limits);
+        if let Some(c) = self.compiled.borrow().get(&key) {
             return Ok(c.clone());
         }
-        let program = lower(&self.graph, dev.limits()).map_err(|e| match e {
+        let program = lower(&self.graph, limits).map_err(|e| match e {
             // The lowering knows the limits, not the device: name it here.
             Error::OverLimit {
                 what,
@@ -77,18 +80,29 @@ impl Executable {
             kernels,
             consts,
         });
-        self.compiled.borrow_mut().insert(dev.inner.id, c.clone());
+        self.compiled.borrow_mut().insert(key, c.clone());
         Ok(c)
     }
 
     /// The program compiled for `dev` (compiling it if needed).
     pub(crate) fn program_for(&self, dev: &Device) -> Result<Program> {
-        Ok(self.compiled_for(dev)?.program.clone())
+        Ok(self.compiled_for(dev, dev.limits())?.program.clone())
     }
 
     /// Run on `dev`. Arguments not on `dev` are copied there first. Returns without waiting for the
     /// device: outputs are device arrays that are ready when read.
     pub(crate) fn run(&self, dev: &Device, args: &[Array]) -> Result<Vec<Array>> {
+        self.run_planned(dev, args, dev.limits())
+    }
+
+    /// [`Executable::run`] with the program planned against `limits` (the meet of a mesh's limits,
+    /// so that every device of a parallel call runs the same kernels and rounds alike).
+    pub(crate) fn run_planned(
+        &self,
+        dev: &Device,
+        args: &[Array],
+        limits: &DeviceLimits,
+    ) -> Result<Vec<Array>> {
         let g = &self.graph;
         if args.len() != g.inputs.len() {
             return Err(Error::Arity {
@@ -102,7 +116,7 @@ impl Executable {
             let outs = crate::reference::eval_graph(g, &hosts)?;
             return Ok(outs.into_iter().map(Array::from_host).collect());
         }
-        let c = self.compiled_for(dev)?;
+        let c = self.compiled_for(dev, limits)?;
         let p = &c.program;
         let mut slots: Vec<Option<Arc<DeviceBuffer>>> = vec![None; p.slot_bytes.len()];
         for (arg, &s) in args.iter().zip(&p.input_slots) {

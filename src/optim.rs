@@ -96,29 +96,39 @@ pub struct Adam {
     pub eps: f32,
 }
 
-/// The state of [`Adam`]: first and second moments per parameter and the step count (an f32
-/// scalar tensor, so that it can live on a device inside a compiled step).
+/// The state of [`Adam`]: first and second moments per parameter, the step count, and `b1^t`,
+/// `b2^t` (f32 scalar tensors, so that the state can live on a device inside a compiled step).
+///
+/// The powers are running products rather than `pow(b, t)`: multiplication rounds the same on
+/// every adapter while `pow` implementations differ by an ulp, which `1 - b2^t` amplifies a
+/// thousandfold — replicas of a data-parallel step on different adapters must stay bit-identical.
 #[derive(Clone)]
 pub struct AdamState {
     pub m: Vec<Tensor>,
     pub v: Vec<Tensor>,
     pub step: Tensor,
+    pub b1_pow: Tensor,
+    pub b2_pow: Tensor,
 }
 
 impl AdamState {
-    /// All state tensors in one list: `m..., v..., step` (to pass through `jit`).
+    /// All state tensors in one list: `m..., v..., step, b1_pow, b2_pow` (to pass through `jit`).
     pub fn to_vec(&self) -> Vec<Tensor> {
         let mut out = self.m.clone();
         out.extend(self.v.iter().cloned());
         out.push(self.step.clone());
+        out.push(self.b1_pow.clone());
+        out.push(self.b2_pow.clone());
         out
     }
-    /// The inverse of [`AdamState::to_vec`] for `n` parameters; None if the length is not `2n + 1`.
+    /// The inverse of [`AdamState::to_vec`] for `n` parameters; None if the length is not `2n + 3`.
     pub fn from_slice(ts: &[Tensor], n: usize) -> Option<AdamState> {
-        (ts.len() == 2 * n + 1).then(|| AdamState {
+        (ts.len() == 2 * n + 3).then(|| AdamState {
             m: ts[..n].to_vec(),
             v: ts[n..2 * n].to_vec(),
             step: ts[2 * n].clone(),
+            b1_pow: ts[2 * n + 1].clone(),
+            b2_pow: ts[2 * n + 2].clone(),
         })
     }
 }
@@ -138,6 +148,8 @@ impl Adam {
             m: params.iter().map(zeros_like).collect(),
             v: params.iter().map(zeros_like).collect(),
             step: Tensor::full(0.0f32, &[]),
+            b1_pow: Tensor::full(1.0f32, &[]),
+            b2_pow: Tensor::full(1.0f32, &[]),
         }
     }
     /// One step: new parameters and state.
@@ -148,8 +160,10 @@ impl Adam {
         state: &AdamState,
     ) -> (Vec<Tensor>, AdamState) {
         let t = &state.step + 1.0;
-        let c1 = 1.0 - Tensor::full(self.b1, &[]).pow(&t);
-        let c2 = 1.0 - Tensor::full(self.b2, &[]).pow(&t);
+        let b1_pow = &state.b1_pow * self.b1;
+        let b2_pow = &state.b2_pow * self.b2;
+        let c1 = 1.0 - &b1_pow;
+        let c2 = 1.0 - &b2_pow;
         let mut m = Vec::with_capacity(params.len());
         let mut v = Vec::with_capacity(params.len());
         let mut p = Vec::with_capacity(params.len());
@@ -163,7 +177,16 @@ impl Adam {
             m.push(m1);
             v.push(v1);
         }
-        (p, AdamState { m, v, step: t })
+        (
+            p,
+            AdamState {
+                m,
+                v,
+                step: t,
+                b1_pow,
+                b2_pow,
+            },
+        )
     }
 }
 

@@ -112,15 +112,15 @@ fn jitted_adam_step_fits_least_squares() {
     for dev in common::gpu_devices() {
         let _guard = common::device_guard(&dev);
         let step = jit(move |a: &[Tensor]| {
-            // a: w, m, v, step, x, y
+            // a: w, m, v, step, b1^t, b2^t, x, y
             let loss = |p: &[Tensor]| {
                 let r = &p[1].matmul(&p[0].reshape(&[3, 1])).reshape(&[-1]) - &p[2];
                 vec![r.square().mean_all()]
             };
-            let g = grad(loss).apply(&[a[0].clone(), a[4].clone(), a[5].clone()]);
-            let state = AdamState::from_slice(&a[1..4], 1).expect("m, v, step");
+            let g = grad(loss).apply(&[a[0].clone(), a[6].clone(), a[7].clone()]);
+            let state = AdamState::from_slice(&a[1..6], 1).expect("m, v, step, powers");
             let (p, s) = opt.update(&a[..1], &g, &state);
-            let l = loss(&[a[0].clone(), a[4].clone(), a[5].clone()]);
+            let l = loss(&[a[0].clone(), a[6].clone(), a[7].clone()]);
             let mut out = p;
             out.extend(s.to_vec());
             out.extend(l);
@@ -133,17 +133,23 @@ fn jitted_adam_step_fits_least_squares() {
         let mut m = Array::from_vec(vec![0.0f32; d], &[d]).unwrap();
         let mut v = Array::from_vec(vec![0.0f32; d], &[d]).unwrap();
         let mut t = Array::scalar(0.0f32);
+        let mut b1p = Array::scalar(1.0f32);
+        let mut b2p = Array::scalar(1.0f32);
         let mut first = None;
         let mut last = 0.0;
         for _ in 0..300 {
-            let out = step.call(&[w, m, v, t, xa.clone(), ya.clone()]).unwrap();
-            last = out[4].to_vec::<f32>().unwrap()[0];
+            let out = step
+                .call(&[w, m, v, t, b1p, b2p, xa.clone(), ya.clone()])
+                .unwrap();
+            last = out[6].to_vec::<f32>().unwrap()[0];
             first.get_or_insert(last);
-            (w, m, v, t) = (
+            (w, m, v, t, b1p, b2p) = (
                 out[0].clone(),
                 out[1].clone(),
                 out[2].clone(),
                 out[3].clone(),
+                out[4].clone(),
+                out[5].clone(),
             );
         }
         let first = first.unwrap();

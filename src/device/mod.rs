@@ -113,6 +113,32 @@ impl DeviceLimits {
         }
     }
 
+    /// The limits both `self` and `other` satisfy (the smaller of each). A parallel program is
+    /// planned against the meet of its devices' limits, so that every device runs the same kernels.
+    pub fn meet(&self, other: &DeviceLimits) -> DeviceLimits {
+        DeviceLimits {
+            max_storage_buffer_binding_size: self
+                .max_storage_buffer_binding_size
+                .min(other.max_storage_buffer_binding_size),
+            max_buffer_size: self.max_buffer_size.min(other.max_buffer_size),
+            max_storage_buffers_per_shader_stage: self
+                .max_storage_buffers_per_shader_stage
+                .min(other.max_storage_buffers_per_shader_stage),
+            max_compute_invocations_per_workgroup: self
+                .max_compute_invocations_per_workgroup
+                .min(other.max_compute_invocations_per_workgroup),
+            max_compute_workgroup_size_x: self
+                .max_compute_workgroup_size_x
+                .min(other.max_compute_workgroup_size_x),
+            max_compute_workgroups_per_dimension: self
+                .max_compute_workgroups_per_dimension
+                .min(other.max_compute_workgroups_per_dimension),
+            max_compute_workgroup_storage_size: self
+                .max_compute_workgroup_storage_size
+                .min(other.max_compute_workgroup_storage_size),
+        }
+    }
+
     /// The largest array, in bytes, that can live in one buffer on this device: the smaller of the
     /// binding limit and the buffer limit.
     pub fn max_array_bytes(&self) -> u64 {

@@ -805,11 +805,19 @@ impl ParallelExe {
         // submit, so a GL device submitted first would hold back every other device.
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(|&d| devices[d].info().backend == "gl");
+        // One plan for the whole mesh: every device runs the same kernels (same fusion, same
+        // rounding), so values that are identical in the program stay bit-identical on devices
+        // of different adapters too.
+        let limits = devices
+            .iter()
+            .map(|d| *d.limits())
+            .reduce(|a, b| a.meet(&b))
+            .expect("at least one device");
         for (s, stage) in self.plan.stages.iter().enumerate() {
             if !stage.graph.eqns.is_empty() || !stage.graph.outputs.is_empty() {
                 for &d in &order {
                     let ins: Vec<Array> = stage.inputs.iter().map(|v| env[d][v].clone()).collect();
-                    let outs = self.stages[s].run(&devices[d], &ins)?;
+                    let outs = self.stages[s].run_planned(&devices[d], &ins, &limits)?;
                     for (v, x) in stage.outputs.iter().zip(outs) {
                         env[d].insert(*v, x);
                     }
