@@ -7,7 +7,8 @@
 //!
 //! Chapters arrive with the issues that build them: today, counting the chefs (devices, forced
 //! layouts, a `pmap` roll call with `psum` and `axis_index`), jit with fusion, reductions and matmul
-//! on each device, and the row-split matmul over all devices. Debug builds (and `--quick` or
+//! on each device, the row-split matmul over all devices, the tutorial's Python demo ported line by
+//! line, and data-parallel training with pmap(grad) + pmean. Debug builds (and `--quick` or
 //! `BRIGADE_QUICK=1`) run the short versions of the multi-device chapters.
 
 use std::time::Instant;
@@ -17,11 +18,17 @@ use brigade::{Array, Device, HostArray, Result, Runtime, Tensor, jit, reference}
 // The multi-device chapters are the standalone examples themselves: `run` is shared, their
 // `main` is unused here.
 #[allow(dead_code)]
+#[path = "data_parallel_training.rs"]
+mod data_parallel_training;
+#[allow(dead_code)]
 #[path = "devices.rs"]
 mod devices;
 #[allow(dead_code)]
 #[path = "parallel_matmul.rs"]
 mod parallel_matmul;
+#[allow(dead_code)]
+#[path = "seed_demo.rs"]
+mod seed_demo;
 
 /// Deterministic, non-trivial data in [-1, 1).
 fn data(n: usize, seed: u32) -> Vec<f32> {
@@ -153,6 +160,16 @@ fn main() -> Result<()> {
         "The matrix soup: A @ B with A's rows split over every chef (examples/parallel_matmul.rs)",
     );
     all_ok &= parallel_matmul::run(quick)?;
+
+    chapter(
+        "The tutorial's demo, line by line, and what JAX-exact pmap says (examples/seed_demo.rs)",
+    );
+    all_ok &= seed_demo::run(quick)?;
+
+    chapter(
+        "Data-parallel training: pmap(grad) + pmean on handwritten digits (examples/data_parallel_training.rs)",
+    );
+    all_ok &= data_parallel_training::run(quick)?;
 
     println!(
         "\n{}",
