@@ -459,7 +459,6 @@ fn fold_into<T: Copy + Send + Sync>(
     parts: &[&[T]],
     f: impl Fn(T, T) -> T + Copy + Send + Sync,
 ) {
-    let len = out.len();
     // Chunked so each chunk of the result stays in cache while every operand is added.
     const CHUNK: usize = 16 * 1024;
     let run = |acc: &mut [T], base: usize| {
@@ -476,8 +475,8 @@ fn fold_into<T: Copy + Send + Sync>(
     };
     // Large folds use a second core: the host combine is the bandwidth-bound heart of psum.
     #[cfg(not(target_arch = "wasm32"))]
-    if len >= 1 << 20 {
-        let mid = len / 2;
+    if out.len() >= 1 << 20 {
+        let mid = out.len() / 2;
         let (lo, hi) = out.split_at_mut(mid);
         std::thread::scope(|s| {
             s.spawn(|| run(hi, mid));

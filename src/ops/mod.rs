@@ -3,16 +3,17 @@
 //!
 //! Families: [`elementwise`] (unary, binary, select, fma, cast, full, iota), [`reduce`], [`matmul`]
 //! (dot_general), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad),
-//! [`indexing`] (take) and [`random`] (threefry random bits, split, fold_in). Adding a primitive
+//! [`indexing`] (take), [`random`] (threefry random bits, split, fold_in) and [`collective`]
+//! (psum, all_gather, ppermute, …, run between the stages of a parallel program). Adding a primitive
 //! touches its family module and this registry only.
 //!
 //! Rules per primitive, and where they live:
 //! - shape/dtype rule: [`Prim::infer`], delegating to the family module;
-//! - CPU reference: [`Prim::eval_cpu`], delegating to the family module (the oracle and the `cpu`
+//! - CPU reference: `Prim::eval_cpu`, delegating to the family module (the oracle and the `cpu`
 //!   device);
 //! - WGSL lowering: index maps and expressions in the family module, assembled by `crate::wgsl`;
-//! - batching (vmap) and VJP rules: the next slot of each family module, filled by the `vmap` and
-//!   `grad` transforms (one function per family, dispatched from this registry like the rules above).
+//! - batching (vmap) rule: `Prim::batch`, a `batch` function in each family module;
+//! - VJP (reverse-mode) rule: `Prim::vjp`, a `vjp` function in each family module.
 
 pub mod collective;
 pub mod elementwise;

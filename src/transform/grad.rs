@@ -127,7 +127,7 @@ pub struct Grad<F> {
 }
 
 /// The gradient of a scalar function (JAX's `jax.grad`): `grad(f).apply(args)` returns
-/// d f(args)[0] / d args[i] for each `i` in `argnums` (default `[0]`). With `has_aux`, `f`'s other
+/// `d f(args)[0] / d args[i]` for each `i` in `argnums` (default `[0]`). With `has_aux`, `f`'s other
 /// outputs are auxiliary values returned after the gradients.
 ///
 /// ```
