@@ -81,15 +81,6 @@ fn lookup(op: &'static str, name: &str) -> Result<usize> {
     })
 }
 
-/// A failed tensor whose error also fails the trace being recorded, so that an unused result
-/// still reports it (as every other op does).
-fn fail(e: Error) -> Tensor {
-    if let Some(tr) = crate::trace::tracer::current() {
-        tr.fail(e.clone());
-    }
-    Tensor::failed(e)
-}
-
 fn collective(op: &'static str, x: Option<&Tensor>, name: &str, kind: CollectiveKind) -> Tensor {
     match lookup(op, name) {
         Ok(size) => {
@@ -103,7 +94,7 @@ fn collective(op: &'static str, x: Option<&Tensor>, name: &str, kind: Collective
                 None => Tensor::apply(prim, &[]),
             }
         }
-        Err(e) => fail(e),
+        Err(e) => Tensor::failed_here(e),
     }
 }
 
@@ -121,7 +112,7 @@ pub fn pmean(x: &Tensor, axis_name: &str) -> Tensor {
     } else {
         match lookup("pmean", axis_name) {
             Ok(n) => psum(x, axis_name).cast(crate::DType::F32) / n as f32,
-            Err(e) => fail(e),
+            Err(e) => Tensor::failed_here(e),
         }
     }
 }

@@ -313,12 +313,56 @@ where
     Ok((g, captured))
 }
 
+/// The compiled programs of a function called on arrays, by argument signature: what `jit`,
+/// `vmap(..).call` and `grad(..).call` share. The function is traced once per signature; the
+/// program is lowered and cached per device by [`Executable`].
+pub(crate) struct CompileCache {
+    map: RefCell<HashMap<Vec<Aval>, Rc<Executable>>>,
+}
+
+impl CompileCache {
+    pub(crate) fn new() -> CompileCache {
+        CompileCache {
+            map: RefCell::new(HashMap::new()),
+        }
+    }
+    /// The program of `f` for arguments like `args` (tracing it the first time).
+    pub(crate) fn executable(
+        &self,
+        label: &str,
+        f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+        args: &[Array],
+    ) -> Result<Rc<Executable>> {
+        let avals: Vec<Aval> = args.iter().map(|a| a.aval().clone()).collect();
+        if let Some(e) = self.map.borrow().get(&avals) {
+            return Ok(e.clone());
+        }
+        let g = trace_fn(label, &f, &avals)?;
+        let e = Rc::new(Executable::new(g));
+        self.map.borrow_mut().insert(avals, e.clone());
+        Ok(e)
+    }
+    /// Run `f`'s program on the explicit device, else where [`pick_device`] says.
+    pub(crate) fn call(
+        &self,
+        label: &str,
+        f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+        device: Option<&Device>,
+        args: &[Array],
+    ) -> Result<Vec<Array>> {
+        let exe = self.executable(label, f, args)?;
+        let refs: Vec<&Array> = args.iter().collect();
+        let dev = pick_device(device, &refs)?;
+        exe.run(&dev, args)
+    }
+}
+
 /// A function compiled with [`jit`]: traced once per input signature, lowered and cached per device.
 pub struct Jit<F> {
     f: F,
     label: String,
     device: Option<Device>,
-    cache: RefCell<HashMap<Vec<Aval>, Rc<Executable>>>,
+    cache: CompileCache,
 }
 
 /// Compile `f` (JAX's `jax.jit`). The first call with a given signature (shapes and dtypes) traces `f`
@@ -342,7 +386,7 @@ where
         f,
         label: "jit".into(),
         device: None,
-        cache: RefCell::new(HashMap::new()),
+        cache: CompileCache::new(),
     }
 }
 
@@ -361,32 +405,23 @@ where
         self.device = Some(device.clone());
         self
     }
-    fn executable(&self, avals: Vec<Aval>) -> Result<Rc<Executable>> {
-        if let Some(e) = self.cache.borrow().get(&avals) {
-            return Ok(e.clone());
-        }
-        let g = trace_fn(&self.label, &self.f, &avals)?;
-        let e = Rc::new(Executable::new(g));
-        self.cache.borrow_mut().insert(avals, e.clone());
-        Ok(e)
-    }
     /// The traced program for arguments of these shapes (like `jax.make_jaxpr`).
     pub fn graph(&self, args: &[Array]) -> Result<Graph> {
         Ok(self
-            .executable(args.iter().map(|a| a.aval().clone()).collect())?
+            .cache
+            .executable(&self.label, &self.f, args)?
             .graph
             .clone())
     }
     /// The compiled program (kernels, WGSL, buffer plan) for these arguments on `device`.
     pub fn program(&self, args: &[Array], device: &Device) -> Result<Program> {
-        self.executable(args.iter().map(|a| a.aval().clone()).collect())?
+        self.cache
+            .executable(&self.label, &self.f, args)?
             .program_for(device)
     }
     /// Call with concrete arrays.
     pub fn call(&self, args: &[Array]) -> Result<Vec<Array>> {
-        let exe = self.executable(args.iter().map(|a| a.aval().clone()).collect())?;
-        let refs: Vec<&Array> = args.iter().collect();
-        let dev = pick_device(self.device.as_ref(), &refs)?;
-        exe.run(&dev, args)
+        self.cache
+            .call(&self.label, &self.f, self.device.as_ref(), args)
     }
 }

@@ -145,6 +145,14 @@ impl Tensor {
             repr: Rc::new(Repr::Failed(e)),
         }
     }
+    /// A failed tensor whose error also fails the trace being recorded on this thread, so that the
+    /// error surfaces even when the tensor is never used (as every op's own errors do).
+    pub(crate) fn failed_here(e: Error) -> Tensor {
+        if let Some(tr) = crate::trace::tracer::current() {
+            tr.fail(e.clone());
+        }
+        Tensor::failed(e)
+    }
     pub(crate) fn traced(trace: Rc<Trace>, var: Var, aval: Aval) -> Tensor {
         Tensor {
             repr: Rc::new(Repr::Traced { trace, var, aval }),

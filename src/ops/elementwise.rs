@@ -892,10 +892,7 @@ pub(crate) fn batch(
     ins: &[super::Batched],
     ctx: &super::BatchCtx<'_>,
 ) -> super::Batched {
-    let full: Vec<crate::tensor::Tensor> =
-        ins.iter().map(|b| super::with_batch(b, ctx.size)).collect();
-    let refs: Vec<&crate::tensor::Tensor> = full.iter().collect();
-    (crate::tensor::Tensor::apply(prim.clone(), &refs), true)
+    super::apply_batched(prim.clone(), ins, ctx.size)
 }
 
 // ---- VJP rule -----------------------------------------------------------------------------------

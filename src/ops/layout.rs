@@ -376,7 +376,6 @@ pub(crate) fn batch(
     ctx: &super::BatchCtx<'_>,
 ) -> super::Batched {
     use super::Prim;
-    use crate::tensor::Tensor;
     let n = ctx.size;
     let front = |v: &[usize], first: usize| -> Vec<usize> {
         std::iter::once(first).chain(v.iter().copied()).collect()
@@ -420,9 +419,7 @@ pub(crate) fn batch(
         other => other.clone(),
     };
     // Concatenate may mix batched and unbatched operands; the others have one operand.
-    let full: Vec<Tensor> = ins.iter().map(|b| super::with_batch(b, n)).collect();
-    let refs: Vec<&Tensor> = full.iter().collect();
-    (Tensor::apply(shifted, &refs), true)
+    super::apply_batched(shifted, ins, n)
 }
 
 // ---- VJP rule -----------------------------------------------------------------------------------

@@ -530,6 +530,15 @@ impl Prim {
     }
 }
 
+/// Apply `prim` after giving every operand the batch axis (broadcasting unbatched ones): the rule
+/// of every primitive that does not care where the batch axis is, or whose parameters were already
+/// shifted past it.
+pub(crate) fn apply_batched(prim: Prim, ins: &[Batched], size: usize) -> Batched {
+    let full: Vec<crate::tensor::Tensor> = ins.iter().map(|b| with_batch(b, size)).collect();
+    let refs: Vec<&crate::tensor::Tensor> = full.iter().collect();
+    (crate::tensor::Tensor::apply(prim, &refs), true)
+}
+
 /// `t` with a leading batch axis of `size` (broadcast when it has none).
 pub(crate) fn with_batch((t, batched): &Batched, size: usize) -> crate::tensor::Tensor {
     if *batched {

@@ -7,14 +7,10 @@
 //! staged into any enclosing `jit`, `pmap` or `vmap` trace, and can be differentiated again
 //! (`grad(grad(f))`, Hessian-vector products).
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::rc::Rc;
-
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::exec::{Executable, TraceArg, pick_device, trace_capturing, trace_fn};
+use crate::exec::{CompileCache, TraceArg, trace_capturing};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph};
 
@@ -123,7 +119,7 @@ pub struct Grad<F> {
     has_aux: bool,
     with_value: bool,
     device: Option<crate::Device>,
-    compiled: RefCell<HashMap<Vec<Aval>, Rc<Executable>>>,
+    compiled: CompileCache,
 }
 
 /// The gradient of a scalar function (JAX's `jax.grad`): `grad(f).apply(args)` returns
@@ -149,7 +145,7 @@ where
         has_aux: false,
         with_value: false,
         device: None,
-        compiled: RefCell::new(HashMap::new()),
+        compiled: CompileCache::new(),
     }
 }
 
@@ -196,37 +192,27 @@ where
     pub fn apply(&self, args: &[Tensor]) -> Vec<Tensor> {
         match self.apply_inner(args) {
             Ok(v) => v,
-            Err(e) => {
-                if let Some(tr) = crate::trace::tracer::current() {
-                    tr.fail(e.clone());
-                }
-                vec![Tensor::failed(e)]
-            }
+            Err(e) => vec![Tensor::failed_here(e)],
         }
     }
 
     /// Call on arrays: forward and backward are compiled as one program per signature.
     pub fn call(&self, args: &[Array]) -> Result<Vec<Array>> {
-        let exe = self.executable(args)?;
-        let refs: Vec<&Array> = args.iter().collect();
-        let dev = pick_device(self.device.as_ref(), &refs)?;
-        exe.run(&dev, args)
+        self.compiled.call(
+            &self.label,
+            &|ts| self.apply(ts),
+            self.device.as_ref(),
+            args,
+        )
     }
 
-    /// The compiled program (forward and backward) for these arguments.
+    /// The compiled program for these arguments (what [`Self::call`] runs).
     pub fn graph(&self, args: &[Array]) -> Result<Graph> {
-        Ok(self.executable(args)?.graph.clone())
-    }
-
-    fn executable(&self, args: &[Array]) -> Result<Rc<Executable>> {
-        let avals: Vec<Aval> = args.iter().map(|a| a.aval().clone()).collect();
-        if let Some(e) = self.compiled.borrow().get(&avals) {
-            return Ok(e.clone());
-        }
-        let g = trace_fn(&self.label, &|ts: &[Tensor]| self.apply(ts), &avals)?;
-        let e = Rc::new(Executable::new(g));
-        self.compiled.borrow_mut().insert(avals, e.clone());
-        Ok(e)
+        Ok(self
+            .compiled
+            .executable(&self.label, &|ts| self.apply(ts), args)?
+            .graph
+            .clone())
     }
 
     fn apply_inner(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {

@@ -721,9 +721,10 @@ where
                 }
                 continue;
             }
-            let h = match x.host() {
-                Some(h) => h.clone(),
-                None => read_all(std::slice::from_ref(x)).await?.remove(0),
+            // Host data is cut in place; anything else is read back once.
+            let h: std::borrow::Cow<'_, HostArray> = match x.host() {
+                Some(h) => std::borrow::Cow::Borrowed(h),
+                None => std::borrow::Cow::Owned(read_all(std::slice::from_ref(x)).await?.remove(0)),
             };
             for (d, dev) in devices.iter().enumerate() {
                 let piece = match want {

@@ -17,7 +17,7 @@ use std::rc::Rc;
 
 use crate::array::Array;
 use crate::error::{Error, Result};
-use crate::exec::{Executable, TraceArg, pick_device, trace_capturing, trace_fn};
+use crate::exec::{CompileCache, TraceArg, trace_capturing};
 use crate::ops::{BatchCtx, Batched, move_axis, with_batch};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph};
@@ -39,7 +39,7 @@ pub struct Vmap<F> {
     /// Per-example programs by per-example signature.
     traced: RefCell<HashMap<ExampleKey, Rc<Graph>>>,
     /// Compiled batched programs by batched signature ([`Vmap::call`]).
-    compiled: RefCell<HashMap<Vec<Aval>, Rc<Executable>>>,
+    compiled: CompileCache,
 }
 
 /// Vectorize `f` over a batch axis (JAX's `jax.vmap`): every argument with `in_axes` `Some(a)` has
@@ -69,7 +69,7 @@ where
         axis_size: None,
         device: None,
         traced: RefCell::new(HashMap::new()),
-        compiled: RefCell::new(HashMap::new()),
+        compiled: CompileCache::new(),
     }
 }
 
@@ -115,38 +115,28 @@ where
     pub fn apply(&self, args: &[Tensor]) -> Vec<Tensor> {
         match self.apply_inner(args) {
             Ok(v) => v,
-            Err(e) => {
-                if let Some(tr) = crate::trace::tracer::current() {
-                    tr.fail(e.clone());
-                }
-                vec![Tensor::failed(e)]
-            }
+            Err(e) => vec![Tensor::failed_here(e)],
         }
     }
 
     /// Call on arrays: the batched program is traced and compiled once per signature (one fused
     /// program, like `jit(vmap(f))` in JAX), then run on the device.
     pub fn call(&self, args: &[Array]) -> Result<Vec<Array>> {
-        let exe = self.executable(args)?;
-        let refs: Vec<&Array> = args.iter().collect();
-        let dev = pick_device(self.device.as_ref(), &refs)?;
-        exe.run(&dev, args)
+        self.compiled.call(
+            &self.label,
+            &|ts| self.apply(ts),
+            self.device.as_ref(),
+            args,
+        )
     }
 
-    /// The batched program for these arguments (what [`Vmap::call`] compiles).
+    /// The compiled program for these arguments (what [`Self::call`] runs).
     pub fn graph(&self, args: &[Array]) -> Result<Graph> {
-        Ok(self.executable(args)?.graph.clone())
-    }
-
-    fn executable(&self, args: &[Array]) -> Result<Rc<Executable>> {
-        let avals: Vec<Aval> = args.iter().map(|a| a.aval().clone()).collect();
-        if let Some(e) = self.compiled.borrow().get(&avals) {
-            return Ok(e.clone());
-        }
-        let g = trace_fn(&self.label, &|ts: &[Tensor]| self.apply(ts), &avals)?;
-        let e = Rc::new(Executable::new(g));
-        self.compiled.borrow_mut().insert(avals, e.clone());
-        Ok(e)
+        Ok(self
+            .compiled
+            .executable(&self.label, &|ts| self.apply(ts), args)?
+            .graph
+            .clone())
     }
 
     fn apply_inner(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
