@@ -197,3 +197,25 @@ pub fn axis_index(axis_name: &str) -> Tensor {
 pub fn axis_size(axis_name: &str) -> Result<usize> {
     lookup("axis_size", axis_name)
 }
+
+/// [`psum`] over several axis names at once (JAX's `psum(x, ("i", "j"))`): the sum over every
+/// shard of every named axis, e.g. the devices of a `pmap` and the examples of a `vmap` inside it.
+pub fn psum_axes(x: &Tensor, axis_names: &[&str]) -> Tensor {
+    axis_names.iter().fold(x.clone(), |t, n| psum(&t, n))
+}
+
+/// [`pmean`] over several axis names at once: the mean over all their shards (the groups have equal
+/// sizes, so the mean of means is the mean).
+pub fn pmean_axes(x: &Tensor, axis_names: &[&str]) -> Tensor {
+    axis_names.iter().fold(x.clone(), |t, n| pmean(&t, n))
+}
+
+/// [`pmax`] over several axis names at once.
+pub fn pmax_axes(x: &Tensor, axis_names: &[&str]) -> Tensor {
+    axis_names.iter().fold(x.clone(), |t, n| pmax(&t, n))
+}
+
+/// [`pmin`] over several axis names at once.
+pub fn pmin_axes(x: &Tensor, axis_names: &[&str]) -> Tensor {
+    axis_names.iter().fold(x.clone(), |t, n| pmin(&t, n))
+}

@@ -20,7 +20,8 @@ pub mod wgsl;
 
 pub use array::{Array, ShardLayout};
 pub use collective::{
-    all_gather, all_to_all, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum, psum_scatter,
+    all_gather, all_to_all, axis_index, axis_size, pmax, pmax_axes, pmean, pmean_axes, pmin,
+    pmin_axes, ppermute, psum, psum_axes, psum_scatter,
 };
 pub use counters::{Counters, counters};
 pub use device::{Device, DeviceInfo, DeviceLimits, Runtime, init};

@@ -2019,3 +2019,55 @@ fn a_vmap_reused_outside_its_pmap_reports_the_unbound_axis() {
         other => panic!("reused vmap: expected UnboundAxis, got {other:?}"),
     }
 }
+
+/// Collectives over several axis names at once: inside pmap("i") over vmap("b"), psum over
+/// ("i", "b") sums every example of every device; pmean and pmax likewise. Checked against host
+/// loops on a Vulkan pair and on cpu devices.
+#[test]
+fn collectives_over_two_axis_names_in_pmap_of_vmap() {
+    use brigade::{pmax_axes, pmean_axes, psum_axes};
+    for layout in ["vulkan:2", "cpu:3"] {
+        let devs = devices_with(layout);
+        let n = devs.len();
+        let (b, k) = (4usize, 3usize);
+        let x = rand_f32(&[n, b, k], 91);
+        let f = pmap(|a: &[Tensor]| {
+            vmap(|e: &[Tensor]| {
+                vec![
+                    psum_axes(&e[0], &["i", "b"]),
+                    pmean_axes(&e[0], &["b", "i"]),
+                    pmax_axes(&e[0], &["i", "b"]),
+                ]
+            })
+            .axis_name("b")
+            .apply(a)
+        })
+        .axis_name("i")
+        .devices(&devs);
+        let out = f.call(std::slice::from_ref(&x)).unwrap();
+        let h = host(&x).to_f64();
+        let mut sum = vec![0.0f64; k];
+        let mut max = vec![f64::NEG_INFINITY; k];
+        for r in 0..n * b {
+            for c in 0..k {
+                sum[c] += h[r * k + c];
+                max[c] = max[c].max(h[r * k + c]);
+            }
+        }
+        let total = (n * b) as f64;
+        let tile = |v: &[f64]| -> Vec<f32> {
+            (0..n * b)
+                .flat_map(|_| v.iter().map(|&x| x as f32))
+                .collect()
+        };
+        let mean: Vec<f64> = sum.iter().map(|s| s / total).collect();
+        for (o, want, what) in [
+            (&out[0], tile(&sum), "psum over (i, b)"),
+            (&out[1], tile(&mean), "pmean over (b, i)"),
+            (&out[2], tile(&max), "pmax over (i, b)"),
+        ] {
+            assert_eq!(o.shape(), &[n, b, k], "{layout} {what}");
+            common::assert_f32s(&host(o), &want, Tol::REDUCE, &format!("{layout} {what}"));
+        }
+    }
+}
