@@ -21,6 +21,9 @@ use brigade::{Array, Device, HostArray, Result, Runtime, Tensor, jit, reference}
 #[path = "data_parallel_training.rs"]
 mod data_parallel_training;
 #[allow(dead_code)]
+#[path = "device_planning.rs"]
+mod device_planning;
+#[allow(dead_code)]
 #[path = "devices.rs"]
 mod devices;
 #[allow(dead_code)]
@@ -170,6 +173,9 @@ fn main() -> Result<()> {
         "Data-parallel training: pmap(grad) + pmean on handwritten digits (examples/data_parallel_training.rs)",
     );
     all_ok &= data_parallel_training::run(quick)?;
+
+    chapter("How many chefs does the banquet need? Device planning (examples/device_planning.rs)");
+    all_ok &= device_planning::run(quick)?;
 
     println!(
         "\n{}",

@@ -1,0 +1,87 @@
+//! Device planning: how many chefs does a banquet need? `N = ceil(B_total / b_cap)`, where `b_cap`
+//! is the most examples one device can take — from the device's real limits and the function's
+//! memory per example, measured by compiling it (`brigade::plan`).
+//!
+//! ```sh
+//! cargo run --release --example device_planning
+//! ```
+//!
+//! The check: the batched function really runs with `b_cap` examples on the device, and one more
+//! example is refused with a typed over-limit error naming the sizes (never a driver crash).
+
+use brigade::{Aval, DType, Error, Result, Tensor, jit, plan, random, vmap};
+
+/// Per example: the outer product of a feature vector with itself, then a row softmax — a layer
+/// whose memory grows with the square of the features.
+fn layer(a: &[Tensor]) -> Vec<Tensor> {
+    let n = a[0].shape()[0] as i64;
+    let v = a[0].reshape(&[n, 1]);
+    vec![v.matmul(&v.reshape(&[1, n])).softmax(-1)]
+}
+
+/// Plan, then check the cap on the device; false if the check fails.
+pub fn run(quick: bool) -> Result<bool> {
+    let dev = brigade::devices()?[0].clone();
+    let features = if quick { 256 } else { 512 };
+    let banquet = 1_000_000;
+    let p = plan(
+        layer,
+        &[Aval::new(vec![features], DType::F32)],
+        banquet,
+        &dev,
+    )?;
+    println!("device: {}", dev.info());
+    println!("plan for {banquet} examples of {features} features: {p}");
+    println!(
+        "  N = ceil(B_total / b_cap) = ceil({banquet} / {}) = {}",
+        p.batch_cap, p.devices_needed
+    );
+    if dev.is_cpu() {
+        println!("  (the cpu device has no binding limit to check)");
+        return Ok(true);
+    }
+    // The cap is real: b_cap examples run, b_cap + 1 are refused before anything is sent.
+    let batched = vmap(layer).on(&dev);
+    let fits = random::normal(&random::key(3), &[p.batch_cap, features]).to_array()?;
+    let ran = batched.call(std::slice::from_ref(&fits))?;
+    // Row sums on the device: the output fills the binding limit, reading it all back is not needed.
+    let sums = jit(|a: &[Tensor]| vec![a[0].sum(-1, false)])
+        .on(&dev)
+        .call(&ran)?[0]
+        .to_host()?;
+    let rows_ok = sums.to_f64().iter().all(|s| (s - 1.0).abs() < 1e-3);
+    println!(
+        "  {} examples ran on the device: output {:?}, every one of its {} softmax rows sums to 1 {}",
+        p.batch_cap,
+        ran[0].shape(),
+        sums.len(),
+        if rows_ok { "✓" } else { "✗" }
+    );
+    let over = random::normal(&random::key(4), &[p.batch_cap + 1, features]).to_array()?;
+    let refused = match batched.call(std::slice::from_ref(&over)) {
+        Err(e @ Error::OverLimit { .. }) => {
+            println!("  {} examples are refused ✓:\n    {e}", p.batch_cap + 1);
+            true
+        }
+        Err(e) => {
+            println!("  {} examples failed differently ✗: {e}", p.batch_cap + 1);
+            false
+        }
+        Ok(_) => {
+            println!("  {} examples ran: the cap is not tight ✗", p.batch_cap + 1);
+            false
+        }
+    };
+    Ok(rows_ok && refused)
+}
+
+fn main() -> Result<()> {
+    let quick = std::env::args().any(|a| a == "--quick")
+        || std::env::var("BRIGADE_QUICK").is_ok_and(|v| v == "1");
+    if !run(quick)? {
+        println!("\nTHE PLAN DOES NOT HOLD ✗");
+        std::process::exit(1);
+    }
+    println!("\nthe plan holds ✓");
+    Ok(())
+}
