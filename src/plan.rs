@@ -106,11 +106,10 @@ where
     let fixed = t1.saturating_sub(per * b1 as u64);
     let lfixed = l1.saturating_sub(lper * b1 as u64);
     let limit = limits.max_array_bytes();
-    let cap = if lper == 0 {
-        usize::MAX
-    } else {
-        (limit.saturating_sub(lfixed) / lper) as usize
-    };
+    let cap = limit
+        .saturating_sub(lfixed)
+        .checked_div(lper)
+        .map_or(usize::MAX, |c| c as usize);
     if cap == 0 {
         return Err(Error::OverLimit {
             device: device.name().to_string(),
