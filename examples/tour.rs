@@ -27,6 +27,9 @@ mod device_planning;
 #[path = "devices.rs"]
 mod devices;
 #[allow(dead_code)]
+#[path = "model_parallel.rs"]
+mod model_parallel;
+#[allow(dead_code)]
 #[path = "parallel_matmul.rs"]
 mod parallel_matmul;
 #[allow(dead_code)]
@@ -176,6 +179,11 @@ fn main() -> Result<()> {
 
     chapter("How many chefs does the banquet need? Device planning (examples/device_planning.rs)");
     all_ok &= device_planning::run(quick)?;
+
+    chapter(
+        "Model parallelism: one course per chef, a pipeline over microbatches (examples/model_parallel.rs)",
+    );
+    all_ok &= model_parallel::run(quick)?;
 
     println!(
         "\n{}",
