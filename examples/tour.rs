@@ -21,6 +21,9 @@ use brigade::{Array, Device, HostArray, Result, Runtime, Tensor, jit, reference}
 #[path = "data_parallel_training.rs"]
 mod data_parallel_training;
 #[allow(dead_code)]
+#[path = "debugging.rs"]
+mod debugging;
+#[allow(dead_code)]
 #[path = "device_planning.rs"]
 mod device_planning;
 #[allow(dead_code)]
@@ -184,6 +187,11 @@ fn main() -> Result<()> {
         "Model parallelism: one course per chef, a pipeline over microbatches (examples/model_parallel.rs)",
     );
     all_ok &= model_parallel::run(quick)?;
+
+    chapter(
+        "When pmap goes wrong: three common errors, their fixes, one device first (examples/debugging.rs)",
+    );
+    all_ok &= debugging::run(quick)?;
 
     println!(
         "\n{}",

@@ -95,7 +95,7 @@ pub enum Error {
     // ---- tracing ---------------------------------------------------------------------------
     /// The data of a traced value was requested inside a transformed function.
     #[error(
-        "cannot read the value of a traced tensor (shape {shape:?}, {dtype}) while tracing `{context}`: its data does not exist yet. Use `select`/`where_` for data-dependent choices, or `cond` for branches"
+        "cannot read the value of a traced tensor (shape {shape:?}, {dtype}) while tracing `{context}`: its data does not exist yet. Use `select`/`where_` for data-dependent choices (compute both sides, pick per element)"
     )]
     TracedValue {
         shape: Vec<usize>,

@@ -195,7 +195,7 @@ impl Tensor {
         }
     }
     /// The concrete array. Fails for traced tensors (their data does not exist yet: use
-    /// `select`/`where_` or `cond` for data-dependent choices) and for failed ones (their error).
+    /// `select`/`where_` for data-dependent choices) and for failed ones (their error).
     pub fn to_array(&self) -> Result<Array> {
         match &*self.repr {
             Repr::Concrete(a) => Ok(a.clone()),

@@ -450,7 +450,7 @@ fn reading_a_traced_value_inside_jit() {
         }
         other => panic!("expected TracedValue, got {other:?}"),
     }
-    assert_mentions(&e, &["[2, 3]", "select", "cond"]);
+    assert_mentions(&e, &["[2, 3]", "select", "where_"]);
     // to_vec goes through the same check.
     let e = jit_error(
         |x| {
