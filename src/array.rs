@@ -313,6 +313,13 @@ impl From<f32> for Array {
     }
 }
 
+/// A rank-0 f64 array (host-only dtype, see [`DType::F64`]).
+impl From<f64> for Array {
+    fn from(v: f64) -> Array {
+        Array::scalar(v)
+    }
+}
+
 /// Host data of several arrays (used by the CPU device path).
 pub(crate) fn host_data(a: &Array) -> Result<HostArray> {
     match &a.inner.storage {

@@ -52,7 +52,7 @@ fn host_bytes(data: &HostData) -> std::borrow::Cow<'_, [u8]> {
         HostData::F32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
         HostData::I32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
         HostData::U32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
-        HostData::Bool(_) => Cow::Owned(data.to_bytes()),
+        HostData::Bool(_) | HostData::F64(_) => Cow::Owned(data.to_bytes()),
     }
 }
 

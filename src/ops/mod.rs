@@ -193,7 +193,7 @@ impl Prim {
             .shape
             .iter()
             .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .and_then(|n| n.checked_mul(4))
+            .and_then(|n| n.checked_mul(out.dtype.size_bytes()))
             .is_none()
         {
             return Err(Error::BadShapeArg {
