@@ -242,6 +242,12 @@ impl Array {
                 Array::from_host(host_data(self)?)
             });
         }
+        if self.dtype() == DType::F64 {
+            return Err(crate::error::f64_on_gpu(
+                "uploading to a GPU device",
+                self.shape(),
+            ));
+        }
         let buf = match self.host() {
             Some(h) => device.upload(&h.data)?,
             None => device.upload(&host_data(self)?.data)?,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::array::{Array, host_data};
 use crate::device::{Device, DeviceBuffer, DeviceLimits, Dispatch, Kernel, Runtime};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::lower::{Program, lower};
 use crate::ops::Prim;
@@ -197,7 +198,14 @@ thread_local! {
 pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Array> {
     let avals: Vec<&Aval> = args.iter().map(|a| a.aval()).collect();
     let out_aval = prim.infer(&avals)?;
-    let dev = pick_device(None, args)?;
+    // f64 is host-only: an op on host data that involves f64 runs on the reference interpreter
+    // instead of waking a device that would refuse it.
+    let f64_op = out_aval.dtype == DType::F64 || avals.iter().any(|a| a.dtype == DType::F64);
+    let dev = if f64_op && args.iter().all(|a| a.host().is_some()) {
+        None
+    } else {
+        Some(pick_device(None, args)?)
+    };
     let key = format!("{prim:?}|{avals:?}");
     let exe = EAGER.with(|c| c.borrow().get(&key).cloned());
     let exe = match exe {
@@ -217,6 +225,14 @@ pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Array> {
             EAGER.with(|c| c.borrow_mut().insert(key, e.clone()));
             e
         }
+    };
+    let Some(dev) = dev else {
+        let hosts = args
+            .iter()
+            .map(|a| host_data(a))
+            .collect::<Result<Vec<_>>>()?;
+        let mut outs = crate::reference::eval_graph(&exe.graph, &hosts)?;
+        return Ok(Array::from_host(outs.remove(0)));
     };
     let owned: Vec<Array> = args.iter().map(|a| (*a).clone()).collect();
     Ok(exe.run(&dev, &owned)?.remove(0))

@@ -9,6 +9,7 @@
 pub mod stages;
 
 use crate::device::DeviceLimits;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::HostArray;
 use crate::ops::{DotDims, Prim};
@@ -366,6 +367,7 @@ fn plan_steps(
 pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
     graph.check()?;
     refuse_collectives(graph)?;
+    refuse_f64(graph)?;
     let max_inputs = (limits.max_storage_buffers_per_shader_stage as usize)
         .saturating_sub(1)
         .max(2);
@@ -590,6 +592,23 @@ fn pick_cut(g: &Graph, producers: &[Option<usize>], mat: &[bool], root: Var) -> 
         }
     }
     best.map(|(_, v)| v)
+}
+
+/// WGSL has no f64: a program with an f64 value (argument, constant or intermediate) cannot be
+/// compiled for a GPU device. Names the first such value's shape and the fix.
+fn refuse_f64(g: &Graph) -> Result<()> {
+    let vars = g
+        .inputs
+        .iter()
+        .chain(g.consts.iter().map(|(v, _)| v))
+        .chain(g.eqns.iter().map(|e| &e.out));
+    match vars.map(|v| g.aval(*v)).find(|a| a.dtype == DType::F64) {
+        Some(a) => Err(crate::error::f64_on_gpu(
+            "running on a GPU device",
+            &a.shape,
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Collectives need the other devices: only the parallel executor runs them, between stages
