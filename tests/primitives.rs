@@ -2368,7 +2368,10 @@ fn f64_casts_to_and_from_every_dtype() {
     // From every dtype to f64: exact.
     for from in DTYPES {
         let input = cast_input(from);
-        let got = on_cpu(|t: &[Tensor]| vec![t[0].cast(DType::F64)], &[input.clone()]);
+        let got = on_cpu(
+            |t: &[Tensor]| vec![t[0].cast(DType::F64)],
+            std::slice::from_ref(&input),
+        );
         let want: Vec<f64> = host(&input).to_f64();
         assert_eq!(f64_vals(&got[0]), want, "{from} -> f64");
     }
