@@ -63,7 +63,7 @@ impl Device {
     /// Errors as [`Device::alloc`] (an array over the binding limit is [`Error::OverLimit`]);
     /// f64 data is [`Error::BadDType`] (WGSL has no f64).
     pub fn upload(&self, data: &HostData) -> Result<Arc<DeviceBuffer>> {
-        if data.dtype() == DType::F64 {
+        if data.dtype() == DType::F64 && !self.is_cpu() {
             return Err(crate::error::f64_on_gpu(
                 "uploading to a GPU device",
                 &[data.len()],
@@ -99,13 +99,13 @@ impl Device {
     /// Overwrite the start of `buf` with `data` (`queue.write_buffer`; ordered before work submitted
     /// later). Counts [`crate::Counters::bytes_uploaded`].
     pub fn write(&self, buf: &DeviceBuffer, data: &HostData) -> Result<()> {
+        let gpu = self.gpu("write")?;
         if data.dtype() == DType::F64 {
             return Err(crate::error::f64_on_gpu(
                 "writing to a GPU device",
                 &[data.len()],
             ));
         }
-        let gpu = self.gpu("write")?;
         self.check_owner(buf, "write")?;
         if data.is_empty() {
             return Ok(());
