@@ -450,7 +450,7 @@ fn reading_a_traced_value_inside_jit() {
         }
         other => panic!("expected TracedValue, got {other:?}"),
     }
-    assert_mentions(&e, &["[2, 3]", "select", "where_"]);
+    assert_mentions(&e, &["[2, 3]", "cond", "select", "where_"]);
     // to_vec goes through the same check.
     let e = jit_error(
         |x| {
@@ -771,11 +771,8 @@ fn a_malformed_hand_built_graph_is_an_error_not_a_panic() {
     let b = g.new_var(f32v(&[2]));
     let c = g.new_var(f32v(&[2]));
     g.inputs = vec![a];
-    g.eqns.push(Eqn {
-        prim: Prim::Binary(BinaryOp::Add),
-        inputs: vec![a, b],
-        out: c,
-    });
+    g.eqns
+        .push(Eqn::new(Prim::Binary(BinaryOp::Add), vec![a, b], c));
     g.outputs = vec![c];
     let x = brigade::HostArray::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
     let e = brigade::reference::eval_graph(&g, std::slice::from_ref(&x)).unwrap_err();
@@ -785,11 +782,8 @@ fn a_malformed_hand_built_graph_is_an_error_not_a_panic() {
     let a = g.new_var(f32v(&[2]));
     let c = g.new_var(f32v(&[3]));
     g.inputs = vec![a];
-    g.eqns.push(Eqn {
-        prim: Prim::Binary(BinaryOp::Mul),
-        inputs: vec![a, a],
-        out: c,
-    });
+    g.eqns
+        .push(Eqn::new(Prim::Binary(BinaryOp::Mul), vec![a, a], c));
     g.outputs = vec![c];
     let e = brigade::reference::eval_graph(&g, std::slice::from_ref(&x)).unwrap_err();
     assert!(e.to_string().contains("declared f32[3]"), "{e}");

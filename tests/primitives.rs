@@ -947,7 +947,7 @@ fn full_and_iota_primitives_on_the_device() {
             let iota_b = g.new_var(Aval::new(shape.clone(), DType::Bool));
             let push = |g: &mut Graph, prim: Prim, inputs: Vec<brigade::Var>, out: brigade::Var| {
                 g.eqns
-                    .push(brigade::trace::graph::Eqn { prim, inputs, out })
+                    .push(brigade::trace::graph::Eqn::new(prim, inputs, out))
             };
             push(
                 &mut g,

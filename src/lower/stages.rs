@@ -57,6 +57,10 @@ impl StagePlan {
 
 /// Cut `g` into stages at its collectives. A graph without collectives gives one stage.
 pub fn split_stages(g: &Graph) -> StagePlan {
+    // Branches of a cond run inline (both computed, one selected): their collectives are the
+    // program's own.
+    let inlined = crate::ops::control::inline_conds(g);
+    let g = &inlined;
     let n = g.avals.len();
     let producers = g.producers();
     let mut level = vec![0usize; n];
@@ -68,20 +72,25 @@ pub fn split_stages(g: &Graph) -> StagePlan {
     let mut axis_index = Vec::new();
     for e in &g.eqns {
         let top = e.inputs.iter().map(|v| level[v.idx()]).max().unwrap_or(0);
+        for x in &e.extra_outs {
+            level[x.idx()] = top;
+        }
         level[e.out.idx()] = match &e.prim {
             Prim::Collective(c) if c.kind == CollectiveKind::AxisIndex => {
                 axis_index.push((e.out, c.axis_name.clone()));
                 0
             }
             Prim::Collective(_) => top + 1,
-            _ if e.inputs.is_empty() => {
+            _ if e.inputs.is_empty() && !e.prim.is_control_flow() => {
                 free[e.out.idx()] = true;
                 0
             }
             _ => top,
         };
     }
-    let is_ordinary = |e: &Eqn| !matches!(e.prim, Prim::Collective(_)) && !e.inputs.is_empty();
+    let is_ordinary = |e: &Eqn| {
+        !matches!(e.prim, Prim::Collective(_)) && (!e.inputs.is_empty() || e.prim.is_control_flow())
+    };
     let last = g.eqns.iter().map(|e| level[e.out.idx()]).max().unwrap_or(0);
     // The last stage each variable is needed in (by an equation, a collective, or as an output).
     let mut needed_after = vec![None::<usize>; n];
@@ -122,15 +131,24 @@ pub fn split_stages(g: &Graph) -> StagePlan {
             .filter(|e| is_ordinary(e) && level[e.out.idx()] == s)
         {
             let ins: Vec<Var> = e.inputs.iter().map(|&v| b.bring(v)).collect();
-            let out = b.sg.new_var(g.aval(e.out).clone());
-            b.map.insert(e.out, out);
+            let outs: Vec<Var> = e
+                .outs()
+                .map(|o| {
+                    let m = b.sg.new_var(g.aval(o).clone());
+                    b.map.insert(o, m);
+                    m
+                })
+                .collect();
             b.sg.eqns.push(Eqn {
                 prim: e.prim.clone(),
                 inputs: ins,
-                out,
+                out: outs[0],
+                extra_outs: outs[1..].to_vec(),
             });
-            if needed_after[e.out.idx()].is_some_and(|t| t > s) {
-                outputs.push(e.out);
+            for o in e.outs() {
+                if needed_after[o.idx()].is_some_and(|t| t > s) {
+                    outputs.push(o);
+                }
             }
         }
         // Free values read by the next exchange (`psum(1.0)`) are materialized by this stage,
@@ -220,6 +238,7 @@ impl Builder<'_> {
                     prim: c.g.eqns[p].prim.clone(),
                     inputs: vec![],
                     out: m,
+                    extra_outs: Vec::new(),
                 });
             }
         } else {

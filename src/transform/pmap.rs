@@ -74,6 +74,10 @@ struct Key {
 /// varies between devices.
 struct ParallelExe {
     graph: Graph,
+    /// The prints of the program (their values are kept to the end of the run).
+    prints: Vec<crate::debug::PrintSpec>,
+    /// How a device's axis index is shown in its printed lines (`i` for axis name "i").
+    axis_label: String,
     plan: StagePlan,
     stages: Vec<Executable>,
     out_layouts: Vec<ShardLayout>,
@@ -620,7 +624,9 @@ where
                 .axis_name
                 .as_ref()
                 .map(|name| crate::collective::AxisBinding::new(name, key.shards));
-            trace_args(&self.label, &self.f, &targs)?
+            // A cond's branches run inline on devices (see `ops::control`): their collectives
+            // are the program's own.
+            crate::ops::control::inline_conds(&trace_args(&self.label, &self.f, &targs)?)
         };
         // Which traced inputs are mapped, in graph-input order.
         let input_mapped: Vec<bool> = (0..args.len())
@@ -678,7 +684,10 @@ where
                 }
             });
         }
-        let plan = split_stages(&graph);
+        // Prints are taken out of the program; their values stay in each device's environment
+        // to the end of the run (outputs of the last stage).
+        let (run_graph, prints) = crate::debug::strip_prints(&graph);
+        let plan = split_stages(&run_graph);
         let stages = plan
             .stages
             .iter()
@@ -686,6 +695,8 @@ where
             .collect();
         Ok(ParallelExe {
             graph,
+            prints,
+            axis_label: self.axis_name.clone().unwrap_or_else(|| "shard".into()),
             plan,
             stages,
             out_layouts,
@@ -761,7 +772,7 @@ fn varying_reasons(g: &Graph, input_mapped: &[bool], input_arg: &[usize]) -> Vec
         }
     }
     for e in &g.eqns {
-        why[e.out.idx()] = match &e.prim {
+        let reason = match &e.prim {
             Prim::Collective(c) if c.result_is_invariant() => None,
             Prim::Collective(c) if c.kind == CollectiveKind::AxisIndex => {
                 Some("it depends on axis_index".into())
@@ -772,6 +783,9 @@ fn varying_reasons(g: &Graph, input_mapped: &[bool], input_arg: &[usize]) -> Vec
             )),
             _ => e.inputs.iter().find_map(|v| why[v.idx()].clone()),
         };
+        for o in e.outs() {
+            why[o.idx()] = reason.clone();
+        }
     }
     why
 }
@@ -834,6 +848,9 @@ impl ParallelExe {
                 }
             }
         }
+        if !self.prints.is_empty() {
+            self.print(devices, &env).await;
+        }
         Ok((0..n)
             .map(|d| {
                 self.graph
@@ -843,6 +860,29 @@ impl ParallelExe {
                     .collect()
             })
             .collect())
+    }
+
+    /// Read every device's printed values (all reads issued at once) and print them, one block of
+    /// lines per device in device order, tagged with the device and its axis index.
+    async fn print(&self, devices: &[Device], env: &[HashMap<Var, Array>]) {
+        let vars: Vec<Var> = self.prints.iter().flat_map(|p| p.vars.clone()).collect();
+        let arrays: Vec<Array> = env
+            .iter()
+            .flat_map(|e| vars.iter().map(|v| e[v].clone()))
+            .collect();
+        let lines = match crate::array::read_all(&arrays).await {
+            Ok(values) => values
+                .chunks(vars.len().max(1))
+                .zip(devices)
+                .enumerate()
+                .flat_map(|(d, (vals, dev))| {
+                    let tag = format!("{} {}={d}", crate::debug::device_tag(dev), self.axis_label);
+                    crate::debug::lines(&tag, &self.prints, vals)
+                })
+                .collect(),
+            Err(e) => vec![format!("debug_print: cannot read the printed values: {e}")],
+        };
+        crate::debug::emit(lines);
     }
 }
 
