@@ -23,6 +23,9 @@ use crate::ops::{CollectiveKind, Prim};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph, Var};
 
+/// A traced function behind a box (what [`Parallel::vmap`] maps).
+pub type BoxedFn = Box<dyn Fn(&[Tensor]) -> Vec<Tensor>>;
+
 /// Which reading of "parallel map" a [`Parallel`] follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ParallelMode {
@@ -195,6 +198,120 @@ where
         self.static_argnums = nums.to_vec();
         self
     }
+    /// `vmap(pmap(f))` (JAX's `jax.vmap(jax.pmap(f))`): vectorize this parallel map over one more
+    /// axis, `in_axes` per argument (`None`: shared by every example) and `out_axes` per output
+    /// (one entry for all; `None`: an output that does not vary over the examples). The result is
+    /// `[pmap(f)(x_b) for each example b]` stacked at `out_axes`, computed as one parallel call:
+    /// each device runs `vmap(f)` on its share of every example (the map and the batch axes
+    /// swapped, as JAX's batching rule of `pmap` does), so collectives over the device axis combine
+    /// the devices example by example. With `axis_name`, collectives may also name the batch axis.
+    ///
+    /// ```
+    /// use brigade::{pmap, psum, Array, Tensor};
+    /// let n = brigade::devices()?.len().min(2);
+    /// // 3 examples of an n-device sum: x[b, d, :] -> psum over d, per example.
+    /// let sums = pmap(|a: &[Tensor]| vec![psum(&a[0], "i")])
+    ///     .axis_name("i")
+    ///     .vmap(&[Some(0)], &[Some(0)], None);
+    /// let x = Array::from_vec((0..3 * n * 2).map(|v| v as f32).collect::<Vec<f32>>(), &[3, n, 2])?;
+    /// let y = sums.call(&[x])?;
+    /// assert_eq!(y[0].shape(), &[3, n, 2]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn vmap(
+        self,
+        in_axes: &[Option<usize>],
+        out_axes: &[Option<usize>],
+        axis_name: Option<&str>,
+    ) -> Parallel<BoxedFn>
+    where
+        F: 'static,
+    {
+        let split = self.mode == ParallelMode::Split;
+        let n_args = in_axes.len();
+        let map_in: Vec<Option<usize>> = match &self.in_axes {
+            Some(a) => a.clone(),
+            None => vec![Some(0); n_args],
+        };
+        // Per argument: the device axis in the full array, and the batch axis in a device's part.
+        let (outer_in, inner_in): (Vec<Option<usize>>, Vec<Option<usize>>) =
+            if map_in.len() == n_args {
+                in_axes
+                    .iter()
+                    .zip(&map_in)
+                    .enumerate()
+                    .map(|(i, (&va, &pa))| {
+                        if self.static_argnums.contains(&i) {
+                            return (pa, None);
+                        }
+                        match (va, pa) {
+                            (va, None) => (None, va),
+                            (None, pa) => (pa, None),
+                            (Some(va), Some(pa)) => {
+                                let full = if pa >= va { pa + 1 } else { pa };
+                                let inner = if !split && va > full { va - 1 } else { va };
+                                (Some(full), Some(inner))
+                            }
+                        }
+                    })
+                    .unzip()
+            } else {
+                // The arity error is reported by the call (with both counts).
+                (map_in.clone(), in_axes.to_vec())
+            };
+        // Per output (one entry for all when both lists have one): where the device axis and the
+        // batch axis go.
+        let map_out = self.out_axes.clone().unwrap_or_else(|| vec![Some(0)]);
+        let vm_out = if out_axes.is_empty() {
+            vec![Some(0)]
+        } else {
+            out_axes.to_vec()
+        };
+        let k = map_out.len().max(vm_out.len());
+        let pick = |v: &[Option<usize>], j: usize| {
+            if v.len() == 1 {
+                v[0]
+            } else {
+                v.get(j).copied().flatten()
+            }
+        };
+        let (outer_out, inner_out): (Vec<Option<usize>>, Vec<Option<usize>>) = (0..k)
+            .map(|j| match (pick(&vm_out, j), pick(&map_out, j)) {
+                (vo, None) => (None, vo),
+                (None, po) => (po, None),
+                (Some(vo), Some(po)) => {
+                    let full = if po >= vo { po + 1 } else { po };
+                    let inner = if !split && vo > full { vo - 1 } else { vo };
+                    (Some(full), Some(inner))
+                }
+            })
+            .unzip();
+        let f = self.f;
+        let name = axis_name.map(str::to_string);
+        let body = move |xs: &[Tensor]| {
+            let mut v = crate::transform::vmap::vmap(&f)
+                .in_axes(&inner_in)
+                .out_axes(&inner_out);
+            if let Some(n) = &name {
+                v = v.axis_name(n);
+            }
+            v.apply(xs)
+        };
+        Parallel {
+            f: Box::new(body),
+            mode: self.mode,
+            label: format!("vmap({})", self.label),
+            axis_name: self.axis_name,
+            in_axes: Some(outer_in),
+            out_axes: Some(outer_out),
+            axis_size: self.axis_size,
+            devices: self.devices,
+            static_argnums: self.static_argnums,
+            cache: RefCell::new(HashMap::new()),
+            emulated: RefCell::new(HashMap::new()),
+        }
+    }
+
     /// Name used in messages and kernel labels.
     pub fn named(mut self, label: &str) -> Self {
         self.label = label.to_string();
