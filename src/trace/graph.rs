@@ -225,8 +225,16 @@ impl Graph {
 
 impl fmt::Display for Graph {
     /// Prints the program like a jaxpr:
-    /// `{ lambda c0:f32[] ; a:f32[4,3] b:f32[3] . let c:f32[4,3] = broadcast_in_dim[...] b ... in (d) }`
+    /// `{ lambda c0:f32[] ; a:f32[4,3] b:f32[3] . let c:f32[4,3] = broadcast_in_dim[...] b ... in (d) }`;
+    /// the branches of a `cond` and the body of a `scan` follow their equation, indented.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_indented(f, 0)
+    }
+}
+
+impl Graph {
+    fn write_indented(&self, f: &mut fmt::Formatter<'_>, depth: usize) -> fmt::Result {
+        let pad = "    ".repeat(depth);
         let name = |v: Var| var_name(v.0);
         let consts: Vec<String> = self
             .consts
@@ -250,10 +258,30 @@ impl fmt::Display for Graph {
                 .outs()
                 .map(|v| format!("{}:{}", name(v), self.aval(v)))
                 .collect();
-            writeln!(f, "    {} = {} {}", outs.join(" "), e.prim, args.join(" "))?;
+            writeln!(
+                f,
+                "{pad}    {} = {} {}",
+                outs.join(" "),
+                e.prim,
+                args.join(" ")
+            )?;
+            let subs: Vec<(String, &Graph)> = match &e.prim {
+                Prim::Cond { branches } => branches
+                    .iter()
+                    .enumerate()
+                    .map(|(j, b)| (format!("branch {j}"), &**b))
+                    .collect(),
+                Prim::Scan(p) => vec![("body".to_string(), &*p.body)],
+                _ => Vec::new(),
+            };
+            for (label, g) in subs {
+                write!(f, "{pad}        {label}: ")?;
+                g.write_indented(f, depth + 2)?;
+                writeln!(f)?;
+            }
         }
         let outs: Vec<String> = self.outputs.iter().map(|v| name(*v)).collect();
-        write!(f, "  in ({}) }}", outs.join(", "))
+        write!(f, "{pad}  in ({}) }}", outs.join(", "))
     }
 }
 
