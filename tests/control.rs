@@ -747,7 +747,7 @@ fn fori_loop_gradient_and_grad_of_grad() {
 }
 
 #[test]
-fn scan_inside_pmap_runs_per_device_and_refuses_collectives_in_the_body() {
+fn scan_inside_pmap_runs_per_device() {
     let f = |a: &[Tensor]| {
         let (c, _) = scan(
             |c: &[Tensor], x: &[Tensor]| (vec![&c[0] * 0.5 + &x[0]], vec![]),
@@ -773,26 +773,142 @@ fn scan_inside_pmap_runs_per_device_and_refuses_collectives_in_the_body() {
         want.extend(c.iter().map(|&v| v as f32));
     }
     assert_f32s(&host(&got[0]), &want, Tol::ARITH, "per-device scans");
-    // A psum inside the loop body needs a host exchange per iteration: a typed error.
-    let g = |a: &[Tensor]| {
+}
+
+#[test]
+fn collectives_inside_a_loop_body_under_pmap() {
+    // c <- psum(0.5 c + x_i) over the devices, ys = c * axis_index, iterated in reverse: the loop is
+    // driven from the host, each iteration a parallel run of the body.
+    let f = |a: &[Tensor]| {
+        let (c, ys) = scan_with(
+            |c: &[Tensor], x: &[Tensor]| {
+                let next = psum(&(&c[0] * 0.5 + &x[0]), "i");
+                let who = brigade::axis_index("i").cast(DType::F32);
+                (vec![next.clone()], vec![&next * &who])
+            },
+            &[Tensor::zeros(&[2], DType::F32)],
+            &[a[0].clone()],
+            ScanOptions {
+                length: None,
+                reverse: true,
+            },
+        );
+        vec![c[0].clone(), ys[0].clone()]
+    };
+    let (n, len) = (3, 4);
+    let x = f32s(n * len * 2, 102, -1.0, 1.0);
+    // Host: every device holds the same carry after each psum.
+    let mut c = [0f64; 2];
+    let mut ys = vec![[0f64; 2]; len];
+    for i in (0..len).rev() {
+        for j in 0..2 {
+            c[j] = (0..n)
+                .map(|d| c[j] * 0.5 + x[(d * len + i) * 2 + j] as f64)
+                .sum();
+        }
+        ys[i] = c;
+    }
+    let want_c: Vec<f32> = (0..n).flat_map(|_| c.iter().map(|&v| v as f32)).collect();
+    let want_y: Vec<f32> = (0..n)
+        .flat_map(|d| {
+            let ys = &ys;
+            (0..len).flat_map(move |i| ys[i].iter().map(move |&v| (v * d as f64) as f32))
+        })
+        .collect();
+    for layout in ["vulkan:3", "vulkan:2,gl:1", "cpu:3"] {
+        let devs = devices_with(layout);
+        let got = pmap(f)
+            .axis_name("i")
+            .devices(&devs)
+            .call(&[arr(x.clone(), &[n, len, 2])])
+            .unwrap();
+        assert_f32s(
+            &host(&got[0]),
+            &want_c,
+            Tol::REDUCE,
+            &format!("carry on {layout}"),
+        );
+        assert_f32s(
+            &host(&got[1]),
+            &want_y,
+            Tol::REDUCE,
+            &format!("ys on {layout}"),
+        );
+    }
+    // On one device (jit), the same loop is a typed error: no parallel axis named "i".
+    let e = jit(|a: &[Tensor]| {
         let (c, _) = scan(
             |c: &[Tensor], x: &[Tensor]| (vec![psum(&(&c[0] + &x[0]), "i")], vec![]),
             &[Tensor::zeros(&[2], DType::F32)],
             &[a[0].clone()],
         );
-        vec![c[0].clone()]
+        c
+    })
+    .call(&[arr(x, &[n * len, 2])])
+    .unwrap_err();
+    assert!(matches!(e, Error::UnboundAxis { .. }), "{e:?}");
+}
+
+#[test]
+fn data_parallel_training_loop_inside_pmap() {
+    // 15 steps of gradient descent on a linear regression inside fori_loop, each device on its own
+    // rows, gradients averaged with pmean in the loop body: the parameters agree on every device
+    // and equal full-batch gradient descent computed on the host.
+    let f = |a: &[Tensor]| {
+        let (x, y) = (a[1].clone(), a[2].clone());
+        let loss = move |p: &[Tensor]| vec![(&x.matmul(&p[0]) - &y).square().mean_all()];
+        fori_loop(
+            0,
+            15,
+            |_, w| {
+                let g = brigade::pmean(&grad(&loss).apply(w)[0], "i");
+                vec![&w[0] - &(&g * 0.2)]
+            },
+            &a[..1],
+        )
     };
-    let e = pmap(g)
+    let (n, m, k) = (2, 8, 3);
+    let xs = f32s(n * m * k, 103, -1.0, 1.0);
+    let true_w = [0.5f64, -1.0, 2.0];
+    let ys: Vec<f32> = xs
+        .chunks(k)
+        .map(|r| {
+            r.iter()
+                .zip(true_w)
+                .map(|(a, b)| *a as f64 * b)
+                .sum::<f64>() as f32
+        })
+        .collect();
+    let mut w = [0f64; 3];
+    for _ in 0..15 {
+        let mut g = [0f64; 3];
+        for (r, &yv) in xs.chunks(k).zip(&ys) {
+            let e: f64 = r.iter().zip(&w).map(|(a, b)| *a as f64 * b).sum::<f64>() - yv as f64;
+            for j in 0..k {
+                g[j] += 2.0 * e * r[j] as f64 / (n * m) as f64;
+            }
+        }
+        for j in 0..k {
+            w[j] -= 0.2 * g[j];
+        }
+    }
+    let want: Vec<f32> = (0..n).flat_map(|_| w.iter().map(|&v| v as f32)).collect();
+    let devs = devices_with("vulkan:2");
+    let p = pmap(f)
         .axis_name("i")
-        .devices(&devs)
-        .call(&[arr(x, &[3, 4, 2])])
-        .unwrap_err();
-    assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
-    let msg = e.to_string();
-    assert!(
-        msg.contains("scan") && msg.contains("psum") && msg.contains("move"),
-        "{msg}"
-    );
+        .in_axes(&[None, Some(0), Some(0)])
+        .devices(&devs);
+    let args = [
+        arr(vec![0.0; 3], &[3, 1]),
+        arr(xs.clone(), &[n, m, k]),
+        arr(ys.clone(), &[n, m, 1]),
+    ];
+    let got = host(&p.call(&args).unwrap()[0]);
+    assert_f32s(&got, &want, Tol::REDUCE, "trained weights on both devices");
+    let per = got.to_vec::<f32>().unwrap();
+    assert_eq!(per[..3], per[3..], "identical parameters on every device");
+    let em = p.emulate(&gpu_devices()[0], &args).unwrap();
+    assert_f32s(&host(&em[0]), &want, Tol::REDUCE, "emulated on one device");
 }
 
 // ---- errors ---------------------------------------------------------------------------------------

@@ -887,7 +887,7 @@ pub(crate) fn refuse_collectives(g: &Graph) -> Result<()> {
                     return Err(Error::Unsupported {
                         op: c.name(),
                         detail: format!(
-                            "a collective over axis '{}' inside a scan / fori_loop body: devices exchange values only between the stages of a parallel program, not inside a compiled loop yet; move the collective out of the loop (or vmap the loop with that axis name)",
+                            "a collective over axis '{}' inside a scan / fori_loop body on one device: such a loop runs only inside pmap/shard_map, which drive it from the host iteration by iteration",
                             c.axis_name
                         ),
                     });
@@ -900,7 +900,7 @@ pub(crate) fn refuse_collectives(g: &Graph) -> Result<()> {
 }
 
 /// The first collective in `g` or its sub-programs.
-fn first_collective(g: &Graph) -> Option<&crate::ops::Collective> {
+pub(crate) fn first_collective(g: &Graph) -> Option<&crate::ops::Collective> {
     g.eqns.iter().find_map(|e| match &e.prim {
         Prim::Collective(c) => Some(c),
         Prim::Cond { branches } => branches.iter().find_map(|b| first_collective(b)),

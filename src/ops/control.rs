@@ -11,7 +11,8 @@
 //!   device of a parallel program runs the same kernels (as JAX does for `cond` under `vmap`). A
 //!   `scan` becomes a loop in the program's schedule (`crate::lower`): the body's kernels run once
 //!   per iteration, with buffer copies moving the carry and slicing `xs` / stacking `ys`, all in one
-//!   submission;
+//!   submission. Under `pmap`, a scan whose body holds collectives is cut out of the stages like a
+//!   collective and driven from the host (`lower::stages::HostLoop`);
 //! - batching ([`batch_cond`], [`batch_scan`]): an unbatched index keeps the `cond` (branches
 //!   batched); a batched index computes every branch and selects per example. A scan's carry is
 //!   batched where the body makes it so (a fixed point);

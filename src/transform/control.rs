@@ -11,7 +11,8 @@
 //! host to read a predicate, and all devices of a parallel program run the same kernels); the CPU
 //! reference runs only the chosen branch. Branches must therefore be free of side effects — they
 //! are, since brigade programs are pure. A `scan` runs its body's kernels once per iteration in
-//! one submission, moving the carry with buffer copies.
+//! one submission, moving the carry with buffer copies; under `pmap`, a scan whose body holds
+//! collectives is driven from the host, each iteration a parallel run of the body.
 
 use std::cell::Cell;
 use std::sync::Arc;

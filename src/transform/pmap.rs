@@ -73,10 +73,19 @@ struct Key {
     statics: Vec<(usize, Aval, Vec<u32>)>,
 }
 
+/// A host loop's bookkeeping program: operand signature and kind (0 slice, 1 stack).
+type LoopKernelKey = (Vec<Aval>, usize);
+
 /// A traced parallel program: the per-device graph, its stages compiled per device, and what
 /// varies between devices.
 struct ParallelExe {
     graph: Graph,
+    /// Per host-driven loop of the plan (`plan.loops`, flattened in order): its body as a parallel
+    /// program of its own.
+    loop_bodies: Vec<Rc<ParallelExe>>,
+    /// Per loop, the slicing program of each `xs` (`take` at a traced index) and the stacking
+    /// program of its `ys`, by signature.
+    loop_kernels: RefCell<HashMap<LoopKernelKey, Rc<Executable>>>,
     /// The prints of the program (their values are kept to the end of the run).
     prints: Vec<crate::debug::PrintSpec>,
     /// How a device's axis index is shown in its printed lines (`i` for axis name "i").
@@ -801,25 +810,8 @@ where
                 }
             });
         }
-        // Prints are taken out of the program; their values stay in each device's environment
-        // to the end of the run (outputs of the last stage).
-        let (run_graph, prints) = crate::debug::strip_prints(&graph);
-        let plan = split_stages(&run_graph);
-        let stages = plan
-            .stages
-            .iter()
-            .map(|s| Executable::new(s.graph.clone()))
-            .collect();
-        Ok(ParallelExe {
-            graph,
-            prints,
-            axis_label: self.axis_name.clone().unwrap_or_else(|| "shard".into()),
-            plan,
-            stages,
-            out_layouts,
-            index_arrays: RefCell::new(HashMap::new()),
-            scratch: RefCell::new(Vec::new()),
-        })
+        let axis_label = self.axis_name.clone().unwrap_or_else(|| "shard".into());
+        Ok(ParallelExe::build(graph, axis_label, out_layouts))
     }
 
     // ---- arguments ---------------------------------------------------------------------------------
@@ -908,6 +900,132 @@ fn varying_reasons(g: &Graph, input_mapped: &[bool], input_arg: &[usize]) -> Vec
 }
 
 impl ParallelExe {
+    /// Cut `graph` into stages and compile them (and the bodies of host-driven loops).
+    fn build(graph: Graph, axis_label: String, out_layouts: Vec<ShardLayout>) -> ParallelExe {
+        // Prints are taken out of the program; their values stay in each device's environment
+        // to the end of the run (outputs of the last stage).
+        let (run_graph, prints) = crate::debug::strip_prints(&graph);
+        let plan = split_stages(&run_graph);
+        let stages = plan
+            .stages
+            .iter()
+            .map(|s| Executable::new(s.graph.clone()))
+            .collect();
+        let loop_bodies = plan
+            .loops
+            .iter()
+            .flatten()
+            .map(|l| {
+                Rc::new(ParallelExe::build(
+                    (*l.params.body).clone(),
+                    axis_label.clone(),
+                    Vec::new(),
+                ))
+            })
+            .collect();
+        ParallelExe {
+            graph,
+            loop_bodies,
+            loop_kernels: RefCell::new(HashMap::new()),
+            prints,
+            axis_label,
+            plan,
+            stages,
+            out_layouts,
+            index_arrays: RefCell::new(HashMap::new()),
+            scratch: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// A small program for a loop's bookkeeping (slicing `xs`, stacking `ys`), cached by signature.
+    fn loop_kernel(
+        &self,
+        avals: Vec<Aval>,
+        kind: usize,
+        f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+    ) -> Result<Rc<Executable>> {
+        let key = (avals, kind);
+        if let Some(e) = self.loop_kernels.borrow().get(&key) {
+            return Ok(e.clone());
+        }
+        let g = crate::exec::trace_fn("scan (host loop)", &f, &key.0)?;
+        let e = Rc::new(Executable::new(g));
+        self.loop_kernels.borrow_mut().insert(key, e.clone());
+        Ok(e)
+    }
+
+    /// Run a scan whose body holds collectives: iteration by iteration, each a parallel run of
+    /// the body on every device (slices of `xs` taken on the devices, `ys` stacked at the end).
+    async fn run_loop(
+        &self,
+        devices: &[Device],
+        body: &ParallelExe,
+        l: &crate::lower::stages::HostLoop,
+        ins: Vec<Vec<Array>>,
+        limits: &crate::DeviceLimits,
+    ) -> Result<Vec<Vec<Array>>> {
+        let p = &l.params;
+        let (nc, nk) = (p.n_consts, p.n_carry);
+        let n = devices.len();
+        let mut carry: Vec<Vec<Array>> = ins.iter().map(|a| a[nc..nc + nk].to_vec()).collect();
+        let mut ys: Vec<Vec<Vec<Array>>> = vec![vec![Vec::with_capacity(p.length); p.n_ys()]; n];
+        for k in 0..p.length {
+            let i = if p.reverse { p.length - 1 - k } else { k };
+            let index = Array::scalar(i as i32);
+            let mut args = Vec::with_capacity(n);
+            for (d, dev) in devices.iter().enumerate() {
+                let mut a = ins[d][..nc].to_vec();
+                a.extend(carry[d].iter().cloned());
+                for x in &ins[d][nc + nk..] {
+                    let slice = self.loop_kernel(
+                        vec![x.aval().clone(), index.aval().clone()],
+                        0,
+                        &|t: &[Tensor]| vec![t[0].take(&t[1], 0)],
+                    )?;
+                    a.extend(slice.run_planned(dev, &[x.clone(), index.clone()], limits)?);
+                }
+                args.push(a);
+            }
+            let outs = Box::pin(body.run(devices, args)).await?;
+            for (d, mut o) in outs.into_iter().enumerate() {
+                let y = o.split_off(nk);
+                carry[d] = o;
+                for (j, y) in y.into_iter().enumerate() {
+                    ys[d][j].push(y);
+                }
+            }
+        }
+        let mut result = Vec::with_capacity(n);
+        for (d, dev) in devices.iter().enumerate() {
+            let mut r = std::mem::take(&mut carry[d]);
+            for y in std::mem::take(&mut ys[d]) {
+                let mut y = y;
+                if p.reverse {
+                    y.reverse();
+                }
+                let avals: Vec<Aval> = y.iter().map(|a| a.aval().clone()).collect();
+                if avals.is_empty() {
+                    // A zero-length loop: an empty stack.
+                    let a = p.body.aval(p.body.outputs[r.len()]).clone();
+                    let mut shape = vec![0];
+                    shape.extend_from_slice(&a.shape);
+                    r.push(Array::from_host(crate::HostArray::full(
+                        crate::Scalar::F32(0.0).cast(a.dtype),
+                        &shape,
+                    )));
+                    continue;
+                }
+                let stack = self.loop_kernel(avals, 1, &|t: &[Tensor]| {
+                    let refs: Vec<&Tensor> = t.iter().collect();
+                    vec![Tensor::stack(&refs, 0)]
+                })?;
+                r.extend(stack.run_planned(dev, &y, limits)?);
+            }
+            result.push(r);
+        }
+        Ok(result)
+    }
+
     /// Run every stage on every device; collectives in between. Returns each device's outputs.
     async fn run(&self, devices: &[Device], args: Vec<Vec<Array>>) -> Result<Vec<Vec<Array>>> {
         let n = devices.len();
@@ -945,6 +1063,7 @@ impl ParallelExe {
             .map(|d| *d.limits())
             .reduce(|a, b| a.meet(&b))
             .expect("at least one device");
+        let mut next_loop = 0;
         for (s, stage) in self.plan.stages.iter().enumerate() {
             if !stage.graph.eqns.is_empty() || !stage.graph.outputs.is_empty() {
                 for &d in &order {
@@ -956,12 +1075,24 @@ impl ParallelExe {
                 }
             }
             let exchange = &self.plan.exchanges[s];
-            if exchange.is_empty() {
-                continue;
+            if !exchange.is_empty() {
+                for (v, arrays) in self.exchange(devices, &env, exchange).await? {
+                    for (d, a) in arrays.into_iter().enumerate() {
+                        env[d].insert(v, a);
+                    }
+                }
             }
-            for (v, arrays) in self.exchange(devices, &env, exchange).await? {
-                for (d, a) in arrays.into_iter().enumerate() {
-                    env[d].insert(v, a);
+            for l in &self.plan.loops[s] {
+                let body = self.loop_bodies[next_loop].clone();
+                next_loop += 1;
+                let ins: Vec<Vec<Array>> = (0..n)
+                    .map(|d| l.inputs.iter().map(|v| env[d][v].clone()).collect())
+                    .collect();
+                let outs = self.run_loop(devices, &body, l, ins, &limits).await?;
+                for (d, o) in outs.into_iter().enumerate() {
+                    for (v, a) in l.outs.iter().zip(o) {
+                        env[d].insert(*v, a);
+                    }
                 }
             }
         }
