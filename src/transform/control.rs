@@ -256,18 +256,48 @@ where
     F: Fn(&Tensor, &[Tensor]) -> Vec<Tensor>,
 {
     let length = (i64::from(upper) - i64::from(lower)).max(0) as usize;
-    let mut carry = vec![Tensor::scalar(lower)];
+    // A body that never reads the counter does not carry it (one kernel less per iteration).
+    let uses_counter = match counter_used(&body, init) {
+        Ok(u) => u,
+        Err(e) => return failed(e, init.len()),
+    };
+    let mut carry = Vec::with_capacity(init.len() + 1);
+    if uses_counter {
+        carry.push(Tensor::scalar(lower));
+    }
     carry.extend_from_slice(init);
+    let skip = usize::from(uses_counter);
     let step = |c: &[Tensor], _: &[Tensor]| {
-        let i = &c[0];
-        let mut next = vec![i + &Tensor::scalar(1i32)];
-        next.extend(body(i, &c[1..]));
+        let mut next = Vec::with_capacity(c.len());
+        let vals = if uses_counter {
+            let i = &c[0];
+            next.push(i + &Tensor::scalar(1i32));
+            body(i, &c[1..])
+        } else {
+            body(&Tensor::scalar(lower), c)
+        };
+        next.extend(vals);
         (next, Vec::new())
     };
     match scan_impl("fori_loop", &step, &carry, &[], Some(length), false) {
-        Ok((mut c, _)) => c.split_off(1),
+        Ok((mut c, _)) => c.split_off(skip),
         Err(e) => failed(e, init.len()),
     }
+}
+
+/// Does `body` read its loop counter? (Traced once on abstract values to find out.)
+fn counter_used<F>(body: &F, init: &[Tensor]) -> Result<bool>
+where
+    F: Fn(&Tensor, &[Tensor]) -> Vec<Tensor>,
+{
+    if let Some(e) = init.iter().find_map(|t| t.error()) {
+        return Err(e.clone());
+    }
+    let mut args = vec![TraceArg::Abstract(Aval::new(vec![], crate::DType::I32))];
+    args.extend(init.iter().map(|t| TraceArg::Abstract(aval(t))));
+    let f = |ts: &[Tensor]| body(&ts[0], &ts[1..]);
+    let (g, _) = trace_capturing("fori_loop", &f, &args)?;
+    Ok(g.use_counts()[g.inputs[0].idx()] > 0)
 }
 
 /// Trace `f(carry, x)` on one slice, check the carry, and apply the `scan` primitive to
