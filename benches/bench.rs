@@ -1,7 +1,8 @@
 //! brigade benchmark harness: prints a table per device.
 //!
 //! `cargo bench --bench bench` measures: matmul GFLOP/s at 256, 512, 1024, 2048; fused elementwise and
-//! reduction GB/s; upload and readback GB/s; the per-call overhead of a tiny jitted function.
+//! reduction GB/s; upload and readback GB/s; the per-call overhead of a tiny jitted function; the
+//! per-step cost of a compiled `fori_loop` against a host loop of jitted calls.
 //! Under `cargo test` (no `--bench` argument) it runs every measurement once at tiny sizes, as a smoke
 //! test that the harness itself works. Set `BRIGADE_DEVICES` to pick devices (e.g. `vulkan:1`).
 //! Timings on shared machines vary: compare ratios measured in one run.
@@ -10,13 +11,15 @@ mod common;
 
 use common::{data, time};
 
-use brigade::{Array, Device, Result, Runtime, Tensor, jit};
+use brigade::{Array, Device, Result, Runtime, Tensor, fori_loop, jit};
 
 struct Sizes {
     matmul: Vec<usize>,
     elems: usize,
     transfer: usize,
     reps: usize,
+    loop_iters: usize,
+    loop_elems: usize,
 }
 
 fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
@@ -134,6 +137,29 @@ fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
         "| tiny jitted call + readback | 4 f32 | {:.1} µs / call | |",
         t.as_secs_f64() * 1e6
     );
+    // A loop compiled into one program (fori_loop: the body's kernel per iteration, the carry
+    // moved by buffer copies, one submission) against the same steps as a host loop of calls.
+    let iters = s.loop_iters;
+    let x = Array::from_vec(data(s.loop_elems, 9), &[s.loop_elems])?.to_device(dev)?;
+    let step = |v: &Tensor| v * 0.999 + 0.001;
+    let looped =
+        jit(|a: &[Tensor]| fori_loop(0, iters as i32, |_, v| vec![step(&v[0])], a)).on(dev);
+    let t_loop = time(s.reps, || wait(looped.call(std::slice::from_ref(&x))?))?;
+    let one = jit(|a: &[Tensor]| vec![step(&a[0])]).on(dev);
+    let t_host = time(s.reps, || {
+        let mut v = x.clone();
+        for _ in 0..iters {
+            v = one.call(std::slice::from_ref(&v))?.remove(0);
+        }
+        wait(vec![v])
+    })?;
+    println!(
+        "| fori_loop, {iters} steps (one program) | {} f32 | {:.1} µs / step | {:.2}× faster than a host loop of calls ({:.1} µs / step) |",
+        s.loop_elems,
+        t_loop.as_secs_f64() * 1e6 / iters as f64,
+        t_host.as_secs_f64() / t_loop.as_secs_f64(),
+        t_host.as_secs_f64() * 1e6 / iters as f64
+    );
     Ok(())
 }
 
@@ -145,6 +171,8 @@ fn main() -> Result<()> {
             elems: 1 << 24,
             transfer: 16 << 20,
             reps: 5,
+            loop_iters: 1000,
+            loop_elems: 1 << 10,
         }
     } else {
         Sizes {
@@ -152,6 +180,8 @@ fn main() -> Result<()> {
             elems: 1 << 12,
             transfer: 1 << 12,
             reps: 1,
+            loop_iters: 10,
+            loop_elems: 64,
         }
     };
     let rt = pollster::block_on(Runtime::new())?;

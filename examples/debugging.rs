@@ -8,14 +8,20 @@
 //!
 //! 1. The batch does not divide over the devices: a typed error names the sizes, the device counts
 //!    that work and the padded size; padding fixes it.
-//! 2. A host `if` on a traced value: reading a traced value is an error that says to use
-//!    `select`/`where_`; the data-dependent choice written with `where_` runs.
+//! 2. A host `if` on a traced value: reading a traced value is an error that says to use `cond`
+//!    (or `select`/`where_` per element); the same choice written with `cond` runs, each device
+//!    taking its own branch.
 //! 3. One random key on every device: identical noise everywhere; split keys give each device its
 //!    own.
-//! 4. Fallback: `Parallel::emulate` runs the pmap-ed function on one device (vmap over the same
+//! 4. `debug_print` inside the pmap-ed function: every device reports its own values, tagged with
+//!    its device and axis index, in device order (the tutorial's walkie-talkie per chef).
+//! 5. Fallback: `Parallel::emulate` runs the pmap-ed function on one device (vmap over the same
 //!    axis name) with the same results.
 
-use brigade::{Array, Error, Result, Tensor, pmap, psum, random, shard_map};
+use brigade::{
+    Array, Error, Result, Tensor, capture_debug_prints, cond, debug_print, pmap, psum, random,
+    shard_map,
+};
 
 /// Every scenario; false if one does not behave as described.
 pub fn run(_quick: bool) -> Result<bool> {
@@ -90,10 +96,10 @@ pub fn run(_quick: bool) -> Result<bool> {
             false
         }
     };
-    // The fix: a data-dependent choice is a select, computed on the device.
+    // The fix (the tutorial's `lax.cond`): the choice is staged into the program.
     let selecty = pmap(|a: &[Tensor]| {
         let positive = a[0].sum_all().gt(&Tensor::scalar(0.0f32));
-        vec![positive.broadcast_to(a[0].shape()).where_(&a[0], &-&a[0])]
+        cond(&positive, |x| vec![x[0].clone()], |x| vec![-&x[0]], &a[..1])
     });
     let got = selecty.call(std::slice::from_ref(&x))?[0].to_vec::<f32>()?;
     let xs = x.to_vec::<f32>()?;
@@ -106,7 +112,7 @@ pub fn run(_quick: bool) -> Result<bool> {
         .collect();
     let select_ok = got == want;
     println!(
-        "   fix: where_(sum > 0, x, -x) per device gives {got:?} {}",
+        "   fix: cond(sum > 0, x, -x) per device gives {got:?} {}",
         if select_ok { "✓" } else { "✗" }
     );
     ok &= traced_hit && select_ok;
@@ -139,8 +145,38 @@ pub fn run(_quick: bool) -> Result<bool> {
     );
     ok &= all_same && distinct;
 
-    // 4. Fall back to one device.
-    println!("4. run it on one device first (the single-device fallback)");
+    // 4. Print from inside the parallel program.
+    println!("4. debug_print on every device");
+    let talk = pmap(|a: &[Tensor]| {
+        let mine = a[0].sum_all();
+        debug_print(
+            "my rows sum to {}, all rows to {}",
+            &[&mine, &psum(&mine, "i")],
+        );
+        vec![mine]
+    })
+    .axis_name("i")
+    .devices(&devices);
+    let (res, lines) = capture_debug_prints(|| talk.call(std::slice::from_ref(&x)));
+    res?;
+    for l in &lines {
+        println!("   {l}");
+    }
+    let sums: Vec<f32> = xs.chunks(3).map(|r| r.iter().sum()).collect();
+    let total: f32 = sums.iter().sum();
+    let in_order = lines.len() == n
+        && lines.iter().enumerate().all(|(d, l)| {
+            l.starts_with(&format!("[{}:{d} i={d}]", devices[d].info().backend))
+                && l.ends_with(&format!("my rows sum to {}, all rows to {total}", sums[d]))
+        });
+    println!(
+        "   one line per device, in device order, with each device's own sum {}",
+        if in_order { "✓" } else { "✗" }
+    );
+    ok &= in_order;
+
+    // 5. Fall back to one device.
+    println!("5. run it on one device first (the single-device fallback)");
     let program = pmap(|a: &[Tensor]| vec![&a[0] - &psum(&a[0], "i") / n as f32])
         .axis_name("i")
         .devices(&devices);

@@ -95,7 +95,7 @@ pub enum Error {
     // ---- tracing ---------------------------------------------------------------------------
     /// The data of a traced value was requested inside a transformed function.
     #[error(
-        "cannot read the value of a traced tensor (shape {shape:?}, {dtype}) while tracing `{context}`: its data does not exist yet. Use `select`/`where_` for data-dependent choices (compute both sides, pick per element)"
+        "cannot read the value of a traced tensor (shape {shape:?}, {dtype}) while tracing `{context}`: its data does not exist yet. Use `cond` (or `switch`) to choose between branches on a traced predicate, `select`/`where_` to pick per element, and `fori_loop`/`scan` for loops"
     )]
     TracedValue {
         shape: Vec<usize>,
@@ -258,6 +258,28 @@ pub enum Error {
     #[error("{op}: {detail}")]
     NotDifferentiable { op: &'static str, detail: String },
 
+    // ---- control flow --------------------------------------------------------------------------
+    /// The branches of a `cond` / `switch` do not return the same outputs.
+    #[error(
+        "{op}: branch {branch} returns {got} but branch 0 returns {want}: every branch must return the same number of outputs, each with the same shape and dtype (pad, reshape or cast inside the branch so that they agree)"
+    )]
+    BranchMismatch {
+        op: &'static str,
+        branch: usize,
+        want: String,
+        got: String,
+    },
+
+    /// A loop body (`scan`, `fori_loop`) returns a carry unlike the one it receives.
+    #[error(
+        "{op}: the body receives the carry {want} but returns {got}: a loop carry keeps its shapes and dtypes from one iteration to the next (cast or reshape inside the body, or stack growing values as scan outputs instead)"
+    )]
+    CarryMismatch {
+        op: &'static str,
+        want: String,
+        got: String,
+    },
+
     // ---- compilation -------------------------------------------------------------------------
     /// A generated shader failed naga validation or pipeline creation.
     #[error("shader `{kernel}` failed to compile: {message}\n---- WGSL ----\n{wgsl}")]
@@ -298,6 +320,8 @@ impl Error {
                 | Error::BadCollective { .. }
                 | Error::BadParallelArg { .. }
                 | Error::NotDifferentiable { .. }
+                | Error::BranchMismatch { .. }
+                | Error::CarryMismatch { .. }
         )
     }
 }

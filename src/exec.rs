@@ -6,10 +6,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::array::{Array, host_data};
-use crate::device::{Device, DeviceBuffer, DeviceLimits, Dispatch, Kernel, Runtime};
+use crate::device::{
+    BufferCopy, Command, Device, DeviceBuffer, DeviceLimits, Dispatch, Kernel, Runtime,
+};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::lower::{Program, lower};
+use crate::lower::{Op, Program, lower};
 use crate::ops::Prim;
 use crate::tensor::{Repr, Tensor};
 use crate::trace::graph::{Aval, Eqn, Graph};
@@ -17,7 +19,11 @@ use crate::trace::tracer::Trace;
 
 /// A graph with its per-device compiled programs, pipelines and constant buffers.
 pub(crate) struct Executable {
+    /// The program as traced (prints included).
     pub(crate) graph: Graph,
+    /// What runs: `graph` without its prints, the printed values as extra outputs.
+    run_graph: Graph,
+    prints: Vec<crate::debug::PrintSpec>,
     /// By device and the limits the program was planned against.
     compiled: RefCell<HashMap<(u64, DeviceLimits), Rc<Compiled>>>,
 }
@@ -34,8 +40,11 @@ pub(crate) fn same_device(a: &Device, b: &Device) -> bool {
 
 impl Executable {
     pub(crate) fn new(graph: Graph) -> Executable {
+        let (run_graph, prints) = crate::debug::strip_prints(&graph);
         Executable {
             graph,
+            run_graph,
+            prints,
             compiled: RefCell::new(HashMap::new()),
         }
     }
@@ -47,7 +56,7 @@ impl Executable {
         if let Some(c) = self.compiled.borrow().get(&key) {
             return Ok(c.clone());
         }
-        let program = lower(&self.graph, limits).map_err(|e| match e {
+        let program = lower(&self.run_graph, limits).map_err(|e| match e {
             // The lowering knows the limits, not the device: name it here.
             Error::OverLimit {
                 what,
@@ -104,7 +113,37 @@ impl Executable {
         args: &[Array],
         limits: &DeviceLimits,
     ) -> Result<Vec<Array>> {
-        let g = &self.graph;
+        let mut outs = self.run_unprinted(dev, args, limits)?;
+        if self.prints.is_empty() {
+            return Ok(outs);
+        }
+        // Printed values come after the outputs: read them (this waits for the device) and print.
+        let printed = outs.split_off(self.graph.outputs.len());
+        let lines = match printed
+            .iter()
+            .map(crate::array::host_data)
+            .collect::<Result<Vec<_>>>()
+        {
+            Ok(values) => {
+                crate::debug::lines(&crate::debug::device_tag(dev), &self.prints, &values)
+            }
+            Err(e) => vec![format!(
+                "[{}] debug_print: cannot read the values: {e}",
+                crate::debug::device_tag(dev)
+            )],
+        };
+        crate::debug::emit(lines);
+        Ok(outs)
+    }
+
+    /// Run the program, returning its outputs followed by the values its prints read.
+    fn run_unprinted(
+        &self,
+        dev: &Device,
+        args: &[Array],
+        limits: &DeviceLimits,
+    ) -> Result<Vec<Array>> {
+        let g = &self.run_graph;
         if args.len() != g.inputs.len() {
             return Err(Error::Arity {
                 what: "compiled function".into(),
@@ -156,9 +195,12 @@ impl Executable {
                 workgroups: l.workgroups,
             })
             .collect();
-        if !dispatches.is_empty() {
+        let buf = |s: usize| &**slots[s].as_ref().expect("every slot is filled");
+        let mut commands = Vec::new();
+        flatten(&p.schedule, 0, &buf, &mut commands);
+        if !commands.is_empty() {
             // Submit and return: outputs are ready when read (reads wait on the queue).
-            dev.submit_only(&dispatches)?;
+            dev.submit_commands(&dispatches, &commands)?;
         }
         Ok(p.output_slots
             .iter()
@@ -171,6 +213,47 @@ impl Executable {
                 )
             })
             .collect())
+    }
+}
+
+/// The device commands of a schedule, loops unrolled (`i`: the enclosing loop's iteration).
+fn flatten<'a>(
+    ops: &[Op],
+    i: usize,
+    buf: &dyn Fn(usize) -> &'a DeviceBuffer,
+    out: &mut Vec<Command<'a>>,
+) {
+    for op in ops {
+        match op {
+            Op::Launch(l) => out.push(Command::Dispatch(*l)),
+            Op::Copy {
+                src,
+                src_at,
+                dst,
+                dst_at,
+                bytes,
+            } => {
+                if *bytes > 0 {
+                    out.push(Command::Copy(BufferCopy {
+                        src: buf(*src),
+                        src_offset: src_at.at(i),
+                        dst: buf(*dst),
+                        dst_offset: dst_at.at(i),
+                        size: *bytes,
+                    }))
+                }
+            }
+            Op::Loop {
+                count,
+                reverse,
+                body,
+            } => {
+                for k in 0..*count {
+                    let it = if *reverse { count - 1 - k } else { k };
+                    flatten(body, it, buf, out);
+                }
+            }
+        }
     }
 }
 
@@ -192,50 +275,63 @@ pub(crate) fn pick_device(explicit: Option<&Device>, args: &[&Array]) -> Result<
 
 thread_local! {
     static EAGER: RefCell<HashMap<String, Rc<Executable>>> = RefCell::new(HashMap::new());
+    /// The cpu device eager f64 ops on host data run on (see [`eager`]).
+    static HOST: Device = Device::new_cpu(0, 0);
 }
 
-/// Run one primitive on concrete arrays (an op outside `jit`), cached by primitive and shapes.
-pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Array> {
+/// Run one primitive on concrete arrays (an op outside `jit`), cached by primitive and shapes
+/// (control flow, whose sub-programs are traced afresh at every call, is not cached).
+pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Vec<Array>> {
     let avals: Vec<&Aval> = args.iter().map(|a| a.aval()).collect();
-    let out_aval = prim.infer(&avals)?;
-    // f64 is host-only: an op on host data that involves f64 runs on the reference interpreter
-    // instead of waking a device that would refuse it.
-    let f64_op = out_aval.dtype == DType::F64 || avals.iter().any(|a| a.dtype == DType::F64);
+    let out_avals = prim.infer_outs(&avals)?;
+    // f64 is host-only: an op on host data that involves f64 runs on a host cpu device (the
+    // reference interpreter) instead of the default device, which would refuse it.
+    let f64_op = out_avals
+        .iter()
+        .chain(avals.iter().copied())
+        .any(|a| a.dtype == DType::F64);
     let dev = if f64_op && args.iter().all(|a| a.host().is_some()) {
-        None
+        HOST.with(Device::clone)
     } else {
-        Some(pick_device(None, args)?)
+        pick_device(None, args)?
     };
-    let key = format!("{prim:?}|{avals:?}");
-    let exe = EAGER.with(|c| c.borrow().get(&key).cloned());
-    let exe = match exe {
+    let cacheable = !prim.is_control_flow();
+    let key = if cacheable {
+        format!("{prim:?}|{avals:?}")
+    } else {
+        String::new()
+    };
+    let cached = if cacheable {
+        EAGER.with(|c| c.borrow().get(&key).cloned())
+    } else {
+        None
+    };
+    let exe = match cached {
         Some(e) => e,
         None => {
             let mut g = Graph::default();
             let ins: Vec<_> = avals.iter().map(|a| g.new_var((*a).clone())).collect();
             g.inputs = ins.clone();
-            let out = g.new_var(out_aval);
+            let outs: Vec<_> = out_avals.into_iter().map(|a| g.new_var(a)).collect();
+            let Some((&out, extra)) = outs.split_first() else {
+                return Ok(Vec::new());
+            };
             g.eqns.push(Eqn {
                 prim,
                 inputs: ins,
                 out,
+                extra_outs: extra.to_vec(),
             });
-            g.outputs = vec![out];
+            g.outputs = outs;
             let e = Rc::new(Executable::new(g));
-            EAGER.with(|c| c.borrow_mut().insert(key, e.clone()));
+            if cacheable {
+                EAGER.with(|c| c.borrow_mut().insert(key, e.clone()));
+            }
             e
         }
     };
-    let Some(dev) = dev else {
-        let hosts = args
-            .iter()
-            .map(|a| host_data(a))
-            .collect::<Result<Vec<_>>>()?;
-        let mut outs = crate::reference::eval_graph(&exe.graph, &hosts)?;
-        return Ok(Array::from_host(outs.remove(0)));
-    };
     let owned: Vec<Array> = args.iter().map(|a| (*a).clone()).collect();
-    Ok(exe.run(&dev, &owned)?.remove(0))
+    exe.run(&dev, &owned)
 }
 
 /// Trace `f` on abstract inputs into a graph.

@@ -3,6 +3,7 @@
 pub mod array;
 pub mod collective;
 pub mod counters;
+pub mod debug;
 pub mod device;
 pub mod dtype;
 pub mod error;
@@ -25,6 +26,7 @@ pub use collective::{
     pmin_axes, ppermute, psum, psum_axes, psum_scatter,
 };
 pub use counters::{Counters, counters};
+pub use debug::{capture_debug_prints, debug_print};
 pub use device::{Device, DeviceInfo, DeviceLimits, Runtime, init};
 pub use dtype::{DType, Scalar};
 pub use error::{Error, Result};
@@ -33,6 +35,7 @@ pub use host::{Element, HostArray, HostData};
 pub use plan::{Plan, plan};
 pub use tensor::{Axes, Tensor, select};
 pub use trace::graph::{Aval, Graph, Var};
+pub use transform::control::{Branch, ScanOptions, cond, fori_loop, scan, scan_with, switch};
 pub use transform::grad::{Grad, Vjp, grad, value_and_grad, vjp};
 pub use transform::pmap::{Parallel, ParallelMode, pmap, shard_map};
 pub use transform::vmap::{Vmap, vmap};

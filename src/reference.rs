@@ -48,8 +48,11 @@ pub fn eval_graph(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>>
                     .expect("graph is topologically ordered")
             })
             .collect();
-        let out = e.prim.eval_cpu(&ins, graph.aval(e.out));
-        env[e.out.idx()] = Some(out);
+        let avals: Vec<_> = e.outs().map(|o| graph.aval(o).clone()).collect();
+        let outs = e.prim.eval_cpu_multi(&ins, &avals)?;
+        for (o, x) in e.outs().zip(outs) {
+            env[o.idx()] = Some(x);
+        }
     }
     Ok(graph
         .outputs

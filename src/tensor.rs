@@ -259,13 +259,30 @@ impl Tensor {
 
     /// Apply a primitive: record it when any input is traced, run it eagerly otherwise.
     pub(crate) fn apply(prim: Prim, inputs: &[&Tensor]) -> Tensor {
+        Tensor::apply_multi(prim, inputs)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| {
+                Tensor::failed(Error::Arity {
+                    what: "primitive results".into(),
+                    expected: 1,
+                    got: 0,
+                })
+            })
+    }
+
+    /// [`Tensor::apply`] for primitives with several results (control flow): one tensor per
+    /// result (failed ones, as many as the primitive declares, when it fails).
+    pub(crate) fn apply_multi(prim: Prim, inputs: &[&Tensor]) -> Vec<Tensor> {
+        let n = prim.result_count();
+        let fail = |e: Error| vec![Tensor::failed(e); n.max(1)];
         // The trace to record into: the innermost one among the inputs'. Values of enclosing
         // (outer, still active) traces are captured into it as extra inputs, as JAX does with
         // tracers a transformed function closes over.
         let mut trace: Option<&Rc<Trace>> = None;
         for t in inputs {
             match &*t.repr {
-                Repr::Failed(e) => return Tensor::failed(e.clone()),
+                Repr::Failed(e) => return fail(e.clone()),
                 Repr::Traced { trace: tr, .. } => {
                     if let Some(prev) = trace {
                         if prev.id != tr.id {
@@ -280,7 +297,7 @@ impl Tensor {
                                 _ => {
                                     let e = Error::TraceMismatch { op: prim.name() };
                                     tr.fail(e.clone());
-                                    return Tensor::failed(e);
+                                    return fail(e);
                                 }
                             }
                         }
@@ -311,17 +328,20 @@ impl Tensor {
                             Ok(v) => vars.push(v),
                             Err(e) => {
                                 tr.fail(e.clone());
-                                return Tensor::failed(e);
+                                return fail(e);
                             }
                         },
                         Repr::Failed(_) => unreachable!("handled above"),
                     }
                 }
                 match tr.push(prim, vars) {
-                    Ok((var, aval)) => Tensor::traced(tr, var, aval),
+                    Ok(outs) => outs
+                        .into_iter()
+                        .map(|(var, aval)| Tensor::traced(tr.clone(), var, aval))
+                        .collect(),
                     Err(e) => {
                         tr.fail(e.clone());
-                        Tensor::failed(e)
+                        fail(e)
                     }
                 }
             }
@@ -334,8 +354,8 @@ impl Tensor {
                     })
                     .collect();
                 match crate::exec::eager(prim, &arrays) {
-                    Ok(a) => a.into(),
-                    Err(e) => Tensor::failed(e),
+                    Ok(outs) => outs.into_iter().map(Tensor::from).collect(),
+                    Err(e) => fail(e),
                 }
             }
         }

@@ -450,7 +450,7 @@ fn reading_a_traced_value_inside_jit() {
         }
         other => panic!("expected TracedValue, got {other:?}"),
     }
-    assert_mentions(&e, &["[2, 3]", "select", "where_"]);
+    assert_mentions(&e, &["[2, 3]", "cond", "select", "where_"]);
     // to_vec goes through the same check.
     let e = jit_error(
         |x| {
@@ -771,11 +771,8 @@ fn a_malformed_hand_built_graph_is_an_error_not_a_panic() {
     let b = g.new_var(f32v(&[2]));
     let c = g.new_var(f32v(&[2]));
     g.inputs = vec![a];
-    g.eqns.push(Eqn {
-        prim: Prim::Binary(BinaryOp::Add),
-        inputs: vec![a, b],
-        out: c,
-    });
+    g.eqns
+        .push(Eqn::new(Prim::Binary(BinaryOp::Add), vec![a, b], c));
     g.outputs = vec![c];
     let x = brigade::HostArray::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
     let e = brigade::reference::eval_graph(&g, std::slice::from_ref(&x)).unwrap_err();
@@ -785,11 +782,8 @@ fn a_malformed_hand_built_graph_is_an_error_not_a_panic() {
     let a = g.new_var(f32v(&[2]));
     let c = g.new_var(f32v(&[3]));
     g.inputs = vec![a];
-    g.eqns.push(Eqn {
-        prim: Prim::Binary(BinaryOp::Mul),
-        inputs: vec![a, a],
-        out: c,
-    });
+    g.eqns
+        .push(Eqn::new(Prim::Binary(BinaryOp::Mul), vec![a, a], c));
     g.outputs = vec![c];
     let e = brigade::reference::eval_graph(&g, std::slice::from_ref(&x)).unwrap_err();
     assert!(e.to_string().contains("declared f32[3]"), "{e}");
@@ -853,8 +847,45 @@ fn f64_values_in_a_gpu_program_are_a_bad_dtype() {
         "running on a GPU device",
         &[2, 3],
     );
-    // The fix the message names works: the same program on the cpu device.
+    // Inside control flow: a loop body and a cond branch holding an f64 intermediate.
+    let looped = |a: &[Tensor]| {
+        brigade::fori_loop(
+            0,
+            3,
+            |_, v| vec![v[0].cast(DType::F64).sin().cast(DType::F32)],
+            &a[..1],
+        )
+    };
+    assert_f64_refused(
+        &jit_error(looped, std::slice::from_ref(&x)),
+        "running on a GPU device",
+        &[2, 3],
+    );
+    let branched = |a: &[Tensor]| {
+        brigade::cond(
+            &a[0].sum_all().gt(&Tensor::scalar(0.0f32)),
+            |b| vec![b[0].cast(DType::F64).exp().cast(DType::F32)],
+            |b| vec![b[0].clone()],
+            &a[..1],
+        )
+    };
+    assert_f64_refused(
+        &jit_error(branched, std::slice::from_ref(&x)),
+        "running on a GPU device",
+        &[2, 3],
+    );
     let cpu = devices_with("cpu:1")[0].clone();
+    let got = jit(looped).on(&cpu).call(std::slice::from_ref(&x)).unwrap()[0]
+        .to_vec::<f32>()
+        .unwrap();
+    let want: Vec<f32> = x
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|&v| (0..3).fold(v, |v, _| (v as f64).sin() as f32))
+        .collect();
+    assert_eq!(got, want, "the loop with an f64 body on the cpu device");
+    // The fix the message names works: the same program on the cpu device.
     let got = jit(f).on(&cpu).call(&[x]).unwrap()[0]
         .to_vec::<f32>()
         .unwrap();

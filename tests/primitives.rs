@@ -967,7 +967,7 @@ fn full_and_iota_primitives_on_the_device() {
             let iota_b = g.new_var(Aval::new(shape.clone(), DType::Bool));
             let push = |g: &mut Graph, prim: Prim, inputs: Vec<brigade::Var>, out: brigade::Var| {
                 g.eqns
-                    .push(brigade::trace::graph::Eqn { prim, inputs, out })
+                    .push(brigade::trace::graph::Eqn::new(prim, inputs, out))
             };
             push(
                 &mut g,
@@ -2442,11 +2442,7 @@ fn eval_prim_f64(prim: Prim, inputs: &[&[f64]]) -> Vec<f64> {
         .collect();
     let out = g.new_var(Aval::new(vec![n], DType::F64));
     g.inputs = ins.clone();
-    g.eqns.push(brigade::trace::graph::Eqn {
-        prim,
-        inputs: ins,
-        out,
-    });
+    g.eqns.push(brigade::trace::graph::Eqn::new(prim, ins, out));
     g.outputs = vec![out];
     let hosts: Vec<HostArray> = inputs
         .iter()
@@ -2469,11 +2465,11 @@ fn f64_erf_inv_and_fma_in_the_reference() {
     let i = g.new_var(Aval::new(vec![y.len()], DType::F32));
     let o = g.new_var(Aval::new(vec![y.len()], DType::F32));
     g.inputs = vec![i];
-    g.eqns.push(brigade::trace::graph::Eqn {
-        prim: Prim::Unary(UnaryOp::ErfInv),
-        inputs: vec![i],
-        out: o,
-    });
+    g.eqns.push(brigade::trace::graph::Eqn::new(
+        Prim::Unary(UnaryOp::ErfInv),
+        vec![i],
+        o,
+    ));
     g.outputs = vec![o];
     let x32 = brigade::reference::eval_graph(
         &g,

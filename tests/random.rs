@@ -668,11 +668,7 @@ fn fma_is_one_rounding_on_every_device() {
         .collect();
     let out = g.new_var(Aval::new(vec![n], DType::F32));
     g.inputs = ins.clone();
-    g.eqns.push(Eqn {
-        prim: Prim::Fma,
-        inputs: ins,
-        out,
-    });
+    g.eqns.push(Eqn::new(Prim::Fma, ins, out));
     g.outputs = vec![out];
     let hosts: Vec<HostArray> = [a.clone(), b.clone(), c.clone()]
         .into_iter()

@@ -22,179 +22,14 @@ mod common;
 use brigade::ops::DotDims;
 use brigade::{
     Array, DType, Device, Error, HostArray, HostData, Tensor, all_gather, all_to_all, axis_index,
-    axis_size, counters, jit, pmap, pmax, pmean, pmin, ppermute, psum, psum_scatter, reference,
-    select, vmap,
+    axis_size, counters, jit, pmap, pmax, pmean, pmin, ppermute, psum, psum_scatter, select,
+    shard_map, vmap,
 };
+use common::batching::{batch_size, check_vmap, expected};
 use common::{
     Tol, assert_close, device_guard, device_of, devices_with, gpu_devices, host, rand_bool,
     rand_f32, rand_i32, rand_pos, rand_u32,
 };
-
-// ---- host helpers -------------------------------------------------------------------------------
-
-/// Entry `i` along `axis` of `h`, that axis removed.
-fn index_axis(h: &HostArray, axis: usize, i: usize) -> HostArray {
-    let n = h.shape[axis];
-    assert!(i < n, "index {i} outside axis {axis} of {:?}", h.shape);
-    let outer: usize = h.shape[..axis].iter().product();
-    let inner: usize = h.shape[axis + 1..].iter().product();
-    let mut vals = Vec::with_capacity(outer * inner);
-    for o in 0..outer {
-        for k in 0..inner {
-            vals.push(h.data.get((o * n + i) * inner + k));
-        }
-    }
-    let mut shape = h.shape.clone();
-    shape.remove(axis);
-    HostArray::new(shape, HostData::from_scalars(h.dtype(), vals)).unwrap()
-}
-
-/// Equally shaped arrays stacked along a new axis at `axis`.
-fn stack(parts: &[HostArray], axis: usize) -> HostArray {
-    let shape = parts[0].shape.clone();
-    for p in parts {
-        assert_eq!(p.shape, shape, "stacking arrays of different shapes");
-    }
-    let outer: usize = shape[..axis].iter().product();
-    let inner: usize = shape[axis..].iter().product();
-    let mut vals = Vec::with_capacity(outer * inner * parts.len());
-    for o in 0..outer {
-        for p in parts {
-            for k in 0..inner {
-                vals.push(p.data.get(o * inner + k));
-            }
-        }
-    }
-    let mut out_shape = shape;
-    out_shape.insert(axis, parts.len());
-    HostArray::new(out_shape, HostData::from_scalars(parts[0].dtype(), vals)).unwrap()
-}
-
-fn to_array(h: &HostArray) -> Array {
-    Array::from_host_array(h.clone()).unwrap()
-}
-
-/// The mapped size of `args` under `in_axes` (they must agree).
-fn batch_size(args: &[HostArray], in_axes: &[Option<usize>]) -> usize {
-    let sizes: Vec<usize> = args
-        .iter()
-        .zip(in_axes)
-        .filter_map(|(h, a)| a.map(|a| h.shape[a]))
-        .collect();
-    assert!(!sizes.is_empty(), "the test maps no argument");
-    assert!(
-        sizes.iter().all(|&s| s == sizes[0]),
-        "mapped sizes {sizes:?}"
-    );
-    sizes[0]
-}
-
-/// One out axis per output (a single entry applies to all).
-fn per_output(out_axes: &[Option<usize>], n: usize) -> Vec<Option<usize>> {
-    if out_axes.len() == 1 {
-        vec![out_axes[0]; n]
-    } else {
-        assert_eq!(out_axes.len(), n, "out_axes entries");
-        out_axes.to_vec()
-    }
-}
-
-/// The expected batched outputs: `f` traced unbatched (jit) on each example and evaluated by the
-/// CPU reference interpreter, the results stacked along their out axis (an out axis None requires
-/// all examples to agree and returns that value once).
-fn expected<F>(
-    f: &F,
-    args: &[Array],
-    in_axes: &[Option<usize>],
-    out_axes: &[Option<usize>],
-) -> Vec<HostArray>
-where
-    F: Fn(&[Tensor]) -> Vec<Tensor>,
-{
-    let hosts: Vec<HostArray> = args.iter().map(host).collect();
-    let b = batch_size(&hosts, in_axes);
-    let mut per: Vec<Vec<HostArray>> = Vec::with_capacity(b);
-    for i in 0..b {
-        let ex: Vec<HostArray> = hosts
-            .iter()
-            .zip(in_axes)
-            .map(|(h, a)| match a {
-                Some(a) => index_axis(h, *a, i),
-                None => h.clone(),
-            })
-            .collect();
-        let ex_arrays: Vec<Array> = ex.iter().map(to_array).collect();
-        let g = jit(f)
-            .graph(&ex_arrays)
-            .unwrap_or_else(|e| panic!("tracing example {i} unbatched: {e}"));
-        per.push(
-            reference::eval_graph(&g, &ex)
-                .unwrap_or_else(|e| panic!("reference of example {i}: {e}\n{g}")),
-        );
-    }
-    let n = per[0].len();
-    per_output(out_axes, n)
-        .into_iter()
-        .enumerate()
-        .map(|(k, ax)| {
-            let parts: Vec<HostArray> = per.iter().map(|o| o[k].clone()).collect();
-            match ax {
-                Some(a) => stack(&parts, a),
-                None => {
-                    for (i, p) in parts.iter().enumerate() {
-                        assert_close(
-                            p,
-                            &parts[0],
-                            Tol::EXACT,
-                            &format!("output {k}, example {i}"),
-                        );
-                    }
-                    parts[0].clone()
-                }
-            }
-        })
-        .collect()
-}
-
-/// Run `vmap(f)` with these axes on every GPU device and compare every output with [`expected`].
-/// Returns the expected outputs.
-fn check_vmap<F>(
-    what: &str,
-    f: F,
-    in_axes: &[Option<usize>],
-    out_axes: &[Option<usize>],
-    args: &[Array],
-    tol: Tol,
-) -> Vec<HostArray>
-where
-    F: Fn(&[Tensor]) -> Vec<Tensor>,
-{
-    let want = expected(&f, args, in_axes, out_axes);
-    let shapes: Vec<String> = args
-        .iter()
-        .map(|a| format!("{}{:?}", a.dtype(), a.shape()))
-        .collect();
-    for dev in gpu_devices() {
-        let _guard = device_guard(&dev);
-        let v = vmap(&f).in_axes(in_axes).out_axes(out_axes).on(&dev);
-        let outs = v
-            .call(args)
-            .unwrap_or_else(|e| panic!("{what} on {}: vmap call failed: {e}", dev.name()));
-        assert_eq!(outs.len(), want.len(), "{what}: number of outputs");
-        for (k, (o, w)) in outs.iter().zip(&want).enumerate() {
-            assert_close(
-                &host(o),
-                w,
-                tol,
-                &format!(
-                    "{what} on {}: output {k} (args {shapes:?}, in_axes {in_axes:?}, out_axes {out_axes:?})",
-                    dev.name()
-                ),
-            );
-        }
-    }
-    want
-}
 
 /// "vmap emulates pmap": `f` with its batch axis named "b" under `vmap` on every GPU device must
 /// give the values of `f` under `pmap` with axis name "b" on `pmap_devices` (one per example).
@@ -2070,4 +1905,197 @@ fn collectives_over_two_axis_names_in_pmap_of_vmap() {
             common::assert_f32s(&host(o), &want, Tol::REDUCE, &format!("{layout} {what}"));
         }
     }
+}
+
+// ---- vmap of pmap --------------------------------------------------------------------------------
+
+/// `x[..]` of a row-major `shape` at `idx`.
+fn elem(x: &[f32], shape: &[usize], idx: &[usize]) -> f32 {
+    x[at(shape, idx)]
+}
+
+#[test]
+fn vmap_of_pmap_maps_every_example_over_the_devices() {
+    // f: x - pmean(x over devices) + axis_index, per example. Oracle: host loops (f64 mean), and
+    // one pmap call per example (the same kernels and fold order: equal bits).
+    let f = |a: &[Tensor]| {
+        let i = axis_index("i").cast(DType::F32);
+        vec![&(&a[0] - &pmean(&a[0], "i")) + &i]
+    };
+    let (b, k) = (3, 4);
+    for layout in ["vulkan:2", "vulkan:1,gl:1", "cpu:3"] {
+        let devs = devices_with(layout);
+        let n = devs.len();
+        let xv: Vec<f32> = (0..b * n * k)
+            .map(|v| ((v * 7) % 11) as f32 - 5.0)
+            .collect();
+        let x = Array::from_vec(xv.clone(), &[b, n, k]).unwrap();
+        let vp = pmap(f)
+            .axis_name("i")
+            .devices(&devs)
+            .vmap(&[Some(0)], &[Some(0)], None);
+        let got = host(&vp.call(std::slice::from_ref(&x)).unwrap()[0]);
+        assert_eq!(got.shape, vec![b, n, k], "{layout}");
+        let mut want = Vec::new();
+        for e in 0..b {
+            for d in 0..n {
+                for j in 0..k {
+                    let mean: f64 = (0..n)
+                        .map(|dd| elem(&xv, &[b, n, k], &[e, dd, j]) as f64)
+                        .sum::<f64>()
+                        / n as f64;
+                    want.push((elem(&xv, &[b, n, k], &[e, d, j]) as f64 - mean + d as f64) as f32);
+                }
+            }
+        }
+        assert_close(
+            &got,
+            &HostArray::from_vec(want, &[b, n, k]).unwrap(),
+            Tol::ARITH,
+            &format!("vmap(pmap) on {layout} vs host"),
+        );
+        // One pmap per example gives the same bits.
+        let p = pmap(f).axis_name("i").devices(&devs);
+        let per: Vec<f32> = (0..b)
+            .flat_map(|e| {
+                let xe = Array::from_vec(xv[e * n * k..(e + 1) * n * k].to_vec(), &[n, k]).unwrap();
+                host(&p.call(&[xe]).unwrap()[0]).to_vec::<f32>().unwrap()
+            })
+            .collect();
+        assert_eq!(
+            got.to_vec::<f32>().unwrap(),
+            per,
+            "{layout}: vs one pmap per example"
+        );
+    }
+}
+
+#[test]
+fn vmap_of_pmap_with_other_axes_broadcasts_and_split_mode() {
+    let devs = devices_with("vulkan:2");
+    let n = 2;
+    // The batch on axis 1 of x, the devices on axis 0; w shared by every example and device;
+    // outputs with the batch axis last.
+    let f = |a: &[Tensor]| vec![psum(&(&a[0] * &a[1]), "i")];
+    let (b, k) = (3, 4);
+    let xv: Vec<f32> = (0..n * b * k).map(|v| (v % 5) as f32 - 2.0).collect();
+    let wv: Vec<f32> = (0..k).map(|v| v as f32 + 0.5).collect();
+    let vp = pmap(f)
+        .axis_name("i")
+        .in_axes(&[Some(0), None])
+        .devices(&devs)
+        .vmap(&[Some(1), None], &[Some(2)], None);
+    let got = host(
+        &vp.call(&[
+            Array::from_vec(xv.clone(), &[n, b, k]).unwrap(),
+            Array::from_vec(wv.clone(), &[k]).unwrap(),
+        ])
+        .unwrap()[0],
+    );
+    // pmap's output [n, k] (device axis 0), the batch at 2: [n, k, b]; psum is equal on devices.
+    assert_eq!(got.shape, vec![n, k, b]);
+    let mut want = Vec::new();
+    for _d in 0..n {
+        for (j, w) in wv.iter().enumerate() {
+            for e in 0..b {
+                let s: f64 = (0..n)
+                    .map(|dd| (elem(&xv, &[n, b, k], &[dd, e, j]) * w) as f64)
+                    .sum();
+                want.push(s as f32);
+            }
+        }
+    }
+    assert_close(
+        &got,
+        &HostArray::from_vec(want, &[n, k, b]).unwrap(),
+        Tol::ARITH,
+        "vmap over axis 1 of pmap over axis 0",
+    );
+    // Split mode: every example's rows cut into blocks; the block sums summed over devices.
+    let g = |a: &[Tensor]| vec![psum(&a[0].sum(0i64, false), "i")];
+    let rows = 6;
+    let yv: Vec<f32> = (0..b * rows * 2).map(|v| (v % 7) as f32).collect();
+    let vs = shard_map(g)
+        .axis_name("i")
+        .out_axes(&[None])
+        .devices(&devs)
+        .vmap(&[Some(0)], &[Some(0)], None);
+    let got = host(
+        &vs.call(&[Array::from_vec(yv.clone(), &[b, rows, 2]).unwrap()])
+            .unwrap()[0],
+    );
+    let want: Vec<f32> = (0..b)
+        .flat_map(|e| {
+            let yv = &yv;
+            (0..2).map(move |c| (0..rows).map(|r| yv[(e * rows + r) * 2 + c]).sum::<f32>())
+        })
+        .collect();
+    assert_eq!(got.shape, vec![b, 2]);
+    assert_eq!(got.to_vec::<f32>().unwrap(), want, "split mode per example");
+    // One vmap entry for two arguments: the vmap's arity error.
+    let e = pmap(f)
+        .axis_name("i")
+        .in_axes(&[Some(0), None])
+        .devices(&devs)
+        .vmap(&[Some(1)], &[Some(0)], None)
+        .call(&[
+            Array::from_vec(xv.clone(), &[n, b, k]).unwrap(),
+            Array::from_vec(wv.clone(), &[k]).unwrap(),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::BadParallelArg { op: "vmap", .. })
+            && e.to_string().contains("1 entries but 2 arguments"),
+        "{e}"
+    );
+}
+
+#[test]
+fn vmap_of_pmap_collectives_over_both_axis_names() {
+    use brigade::psum_axes;
+    let devs = devices_with("vulkan:2");
+    let n = 2;
+    let (b, k) = (3, 2);
+    // psum over the devices and the examples at once; the batch axis named "b".
+    let f = |a: &[Tensor]| vec![psum_axes(&a[0], &["i", "b"]), psum(&a[0], "b")];
+    let xv: Vec<f32> = (0..b * n * k).map(|v| v as f32 * 0.5).collect();
+    let vp = pmap(f)
+        .axis_name("i")
+        .devices(&devs)
+        .vmap(&[Some(0)], &[Some(0)], Some("b"));
+    let got = vp
+        .call(&[Array::from_vec(xv.clone(), &[b, n, k]).unwrap()])
+        .unwrap();
+    let all: Vec<f64> = (0..k)
+        .map(|j| {
+            (0..b)
+                .flat_map(|e| (0..n).map(move |d| (e, d)))
+                .map(|(e, d)| elem(&xv, &[b, n, k], &[e, d, j]) as f64)
+                .sum()
+        })
+        .collect();
+    let want_all: Vec<f32> = (0..b * n)
+        .flat_map(|_| all.iter().map(|&v| v as f32))
+        .collect();
+    assert_eq!(
+        host(&got[0]).to_vec::<f32>().unwrap(),
+        want_all,
+        "psum over (i, b)"
+    );
+    let want_b: Vec<f32> = (0..b)
+        .flat_map(|_| {
+            (0..n).flat_map(move |d| {
+                (0..k).map(move |j| {
+                    (0..b)
+                        .map(|e| (e * n * k + d * k + j) as f32 * 0.5)
+                        .sum::<f32>()
+                })
+            })
+        })
+        .collect();
+    assert_eq!(
+        host(&got[1]).to_vec::<f32>().unwrap(),
+        want_b,
+        "psum over b"
+    );
 }

@@ -144,6 +144,24 @@ pub struct Dispatch<'a> {
     pub workgroups: [u32; 3],
 }
 
+/// One step of [`Device::submit_commands`].
+pub enum Command<'a> {
+    /// Run `dispatches[i]`.
+    Dispatch(usize),
+    /// Copy bytes between two buffers of the device.
+    Copy(BufferCopy<'a>),
+}
+
+/// A buffer-to-buffer copy: `size` bytes from `src` at `src_offset` to `dst` at `dst_offset`
+/// (offsets and size multiples of 4).
+pub struct BufferCopy<'a> {
+    pub src: &'a DeviceBuffer,
+    pub src_offset: u64,
+    pub dst: &'a DeviceBuffer,
+    pub dst_offset: u64,
+    pub size: u64,
+}
+
 impl Device {
     pub(crate) fn from_inner(inner: Arc<DeviceInner>) -> Device {
         Device { inner }
@@ -496,9 +514,27 @@ impl Device {
     /// Like [`Device::run`] but returns right after the submit, without waiting: submit to every
     /// device first, then wait on each ([`Device::wait`], or a download), so devices work at once.
     pub fn submit_only(&self, dispatches: &[Dispatch<'_>]) -> Result<()> {
+        let order: Vec<Command<'_>> = (0..dispatches.len()).map(Command::Dispatch).collect();
+        self.submit_commands(dispatches, &order)
+    }
+
+    /// Like [`Device::submit_only`], running `commands` in order: dispatches (by index into
+    /// `dispatches`, each may run many times with one bind group) and buffer-to-buffer copies, all
+    /// in one submission. A compiled loop (`scan`) runs this way: the body's dispatches once per
+    /// iteration, copies moving the carry and the per-iteration slices.
+    ///
+    /// Errors as [`Device::submit_only`], and [`Error::Wgpu`] for a copy outside a buffer, not a
+    /// multiple of 4 bytes, within one buffer, or with a buffer of another device.
+    pub fn submit_commands(
+        &self,
+        dispatches: &[Dispatch<'_>],
+        commands: &[Command<'_>],
+    ) -> Result<()> {
         let gpu = self.gpu("run")?;
         let max_wg = self.inner.info.limits.max_compute_workgroups_per_dimension;
         let mut live: Vec<&Dispatch<'_>> = Vec::with_capacity(dispatches.len());
+        // Position of each dispatch among the live ones (None: skipped, a zero workgroup count).
+        let mut live_of: Vec<Option<usize>> = Vec::with_capacity(dispatches.len());
         for (i, d) in dispatches.iter().enumerate() {
             let k = d.kernel;
             if k.device_id != self.inner.id {
@@ -549,11 +585,32 @@ impl Device {
                 });
             }
             if d.workgroups.contains(&0) {
+                live_of.push(None);
                 continue;
             }
+            live_of.push(Some(live.len()));
             live.push(d);
         }
-        if live.is_empty() {
+        for (i, c) in commands.iter().enumerate() {
+            match c {
+                Command::Dispatch(d) if *d >= dispatches.len() => {
+                    return Err(Error::Wgpu {
+                        device: self.inner.label.clone(),
+                        message: format!(
+                            "command {i} runs dispatch {d} but only {} were given",
+                            dispatches.len()
+                        ),
+                    });
+                }
+                Command::Copy(c) => self.check_copy(i, c)?,
+                _ => {}
+            }
+        }
+        let runs = |c: &Command<'_>| match c {
+            Command::Dispatch(d) => live_of[*d].is_some(),
+            Command::Copy(c) => c.size > 0,
+        };
+        if !commands.iter().any(runs) {
             return Ok(());
         }
         let ((), err) = gpu.capture(|| {
@@ -585,16 +642,35 @@ impl Device {
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                     label: Some("brigade run"),
                 });
-            {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: None,
-                    timestamp_writes: None,
-                });
-                for (d, g) in live.iter().zip(&groups) {
-                    pass.set_pipeline(&d.kernel.pipeline);
-                    pass.set_bind_group(0, g, &[]);
-                    let [x, y, z] = d.workgroups;
-                    pass.dispatch_workgroups(x, y, z);
+            // Runs of dispatches share one compute pass; copies go between passes.
+            let mut i = 0;
+            while i < commands.len() {
+                if let Command::Dispatch(_) = commands[i] {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: None,
+                    });
+                    while let Some(Command::Dispatch(d)) = commands.get(i) {
+                        if let Some(k) = live_of[*d] {
+                            let d = live[k];
+                            pass.set_pipeline(&d.kernel.pipeline);
+                            pass.set_bind_group(0, &groups[k], &[]);
+                            let [x, y, z] = d.workgroups;
+                            pass.dispatch_workgroups(x, y, z);
+                        }
+                        i += 1;
+                    }
+                } else if let Command::Copy(c) = &commands[i] {
+                    if c.size > 0 {
+                        enc.copy_buffer_to_buffer(
+                            &c.src.buffer,
+                            c.src_offset,
+                            &c.dst.buffer,
+                            c.dst_offset,
+                            c.size,
+                        );
+                    }
+                    i += 1;
                 }
             }
             gpu.queue.submit([enc.finish()]);
@@ -605,11 +681,49 @@ impl Device {
                 format!("running {} dispatches ({})", live.len(), names.join(", "))
             }));
         }
-        let n = live.len() as u64;
+        let n = commands
+            .iter()
+            .filter(|c| matches!(c, Command::Dispatch(d) if live_of[*d].is_some()))
+            .count() as u64;
         bump(|c| {
             c.dispatches += n;
             c.submits += 1;
         });
+        Ok(())
+    }
+
+    fn check_copy(&self, i: usize, c: &BufferCopy<'_>) -> Result<()> {
+        let bad = |why: String| Error::Wgpu {
+            device: self.inner.label.clone(),
+            message: format!("command {i} (a buffer copy): {why}"),
+        };
+        if c.src.owner.id != self.inner.id || c.dst.owner.id != self.inner.id {
+            return Err(bad("a buffer lives on another device".into()));
+        }
+        if std::ptr::eq(c.src, c.dst) {
+            return Err(bad("source and destination are the same buffer".into()));
+        }
+        if [c.src_offset, c.dst_offset, c.size]
+            .iter()
+            .any(|x| x % wgpu::COPY_BUFFER_ALIGNMENT != 0)
+        {
+            return Err(bad(format!(
+                "offsets {} / {} and size {} must be multiples of {}",
+                c.src_offset,
+                c.dst_offset,
+                c.size,
+                wgpu::COPY_BUFFER_ALIGNMENT
+            )));
+        }
+        let end = |o: u64| o.checked_add(c.size);
+        if end(c.src_offset).is_none_or(|e| e > c.src.capacity)
+            || end(c.dst_offset).is_none_or(|e| e > c.dst.capacity)
+        {
+            return Err(bad(format!(
+                "{} bytes at {} of a {}-byte buffer into {} of a {}-byte buffer do not fit",
+                c.size, c.src_offset, c.src.capacity, c.dst_offset, c.dst.capacity
+            )));
+        }
         Ok(())
     }
 

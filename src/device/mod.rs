@@ -56,7 +56,7 @@ mod transfer;
 
 use std::fmt;
 
-pub use gpu::{Device, Dispatch};
+pub use gpu::{BufferCopy, Command, Device, Dispatch};
 pub use kernel::{Kernel, KernelBinding, validate_wgsl};
 pub use layout::{BackendKind, DeviceLayout};
 pub use pool::{DeviceBuffer, PoolStats, bucket_size};

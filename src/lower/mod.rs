@@ -25,10 +25,48 @@ pub struct Launch {
     pub slots: Vec<usize>,
 }
 
-/// A graph compiled for one device: kernels in order over numbered buffer slots.
+/// Where a copy of the schedule reads or writes: byte `base + stride * i`, `i` the iteration of
+/// the innermost enclosing [`Op::Loop`] (0 outside loops).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct At {
+    pub base: u64,
+    pub stride: u64,
+}
+
+impl At {
+    pub const ZERO: At = At { base: 0, stride: 0 };
+    pub fn at(self, i: usize) -> u64 {
+        self.base + self.stride * i as u64
+    }
+}
+
+/// One step of a program's schedule.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Run `launches[i]`.
+    Launch(usize),
+    /// Copy `bytes` between two slots.
+    Copy {
+        src: usize,
+        src_at: At,
+        dst: usize,
+        dst_at: At,
+        bytes: u64,
+    },
+    /// Run `body` `count` times, iterations numbered `0..count` (or backwards with `reverse`).
+    Loop {
+        count: usize,
+        reverse: bool,
+        body: Vec<Op>,
+    },
+}
+
+/// A graph compiled for one device: kernels over numbered buffer slots, run in the order of the
+/// schedule (straight-line programs: every launch once, in order).
 #[derive(Clone, Debug)]
 pub struct Program {
     pub launches: Vec<Launch>,
+    pub schedule: Vec<Op>,
     /// Byte size of every slot.
     pub slot_bytes: Vec<u64>,
     pub input_slots: Vec<usize>,
@@ -94,6 +132,7 @@ pub fn canonicalize_dots(g: &Graph) -> Graph {
             }),
             inputs: vec![a, bb],
             out: c,
+            extra_outs: Vec::new(),
         });
         out.eqns.push(Eqn {
             prim: Prim::Reshape {
@@ -101,6 +140,7 @@ pub fn canonicalize_dots(g: &Graph) -> Graph {
             },
             inputs: vec![c],
             out: e.out,
+            extra_outs: Vec::new(),
         });
     }
     out
@@ -119,6 +159,7 @@ fn push_unary(
         prim,
         inputs: vec![input],
         out: v,
+        extra_outs: Vec::new(),
     });
     v
 }
@@ -181,6 +222,7 @@ fn split_wide_concats(g: &Graph, max_inputs: usize) -> Graph {
                     prim: Prim::Concatenate { axis },
                     inputs: chunk.to_vec(),
                     out: v,
+                    extra_outs: Vec::new(),
                 });
                 next.push(v);
             }
@@ -190,6 +232,7 @@ fn split_wide_concats(g: &Graph, max_inputs: usize) -> Graph {
             prim: e.prim.clone(),
             inputs: parts,
             out: e.out,
+            extra_outs: Vec::new(),
         });
     }
     out
@@ -215,6 +258,12 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
         mat[v.idx()] = true;
     }
     for e in &g.eqns {
+        if let Prim::Scan(_) = e.prim {
+            // The loop copies whole buffers in and out.
+            for v in e.inputs.iter().copied().chain(e.outs()) {
+                mat[v.idx()] = true;
+            }
+        }
         if !e.prim.is_fusable() {
             mat[e.out.idx()] = true;
             // Matmul kernels read plain row-major operands.
@@ -286,6 +335,30 @@ enum Step {
         input: Var,
         out: Var,
     },
+    /// A `scan` (equation `eqn` of the graph): its body lowered on its own, run as a loop.
+    Scan {
+        eqn: usize,
+    },
+}
+
+impl Step {
+    /// The variables the step reads.
+    fn reads(&self, g: &Graph) -> Vec<Var> {
+        match self {
+            Step::Kernel { src, .. } | Step::TwoPass { first: src, .. } => src.inputs.clone(),
+            Step::Alias { input, .. } => vec![*input],
+            Step::Scan { eqn } => g.eqns[*eqn].inputs.clone(),
+        }
+    }
+    /// The variables the step defines.
+    fn writes(&self, g: &Graph) -> Vec<Var> {
+        match self {
+            Step::Kernel { out, .. } | Step::TwoPass { out, .. } | Step::Alias { out, .. } => {
+                vec![*out]
+            }
+            Step::Scan { eqn } => g.eqns[*eqn].outs().collect(),
+        }
+    }
 }
 
 fn plan_steps(
@@ -295,12 +368,13 @@ fn plan_steps(
     max_wg: u32,
 ) -> Result<Vec<Step>> {
     let mut steps = Vec::new();
-    for e in &g.eqns {
+    for (i, e) in g.eqns.iter().enumerate() {
         if !mat[e.out.idx()] {
             continue;
         }
         let aval = g.aval(e.out);
         match &e.prim {
+            Prim::Scan(_) => steps.push(Step::Scan { eqn: i }),
             Prim::Reshape { .. } if mat[e.inputs[0].idx()] => steps.push(Step::Alias {
                 input: e.inputs[0],
                 out: e.out,
@@ -368,6 +442,7 @@ pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
     graph.check()?;
     refuse_collectives(graph)?;
     refuse_f64(graph)?;
+    let graph = &crate::ops::control::inline_conds(graph);
     let max_inputs = (limits.max_storage_buffers_per_shader_stage as usize)
         .saturating_sub(1)
         .max(2);
@@ -418,84 +493,116 @@ pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
     // Last step reading each variable.
     let mut last_use = vec![usize::MAX; g.avals.len()];
     for (i, s) in steps.iter().enumerate() {
-        let reads: Vec<Var> = match s {
-            Step::Kernel { src, .. } | Step::TwoPass { first: src, .. } => src.inputs.clone(),
-            Step::Alias { input, .. } => vec![*input],
-        };
-        for v in reads {
+        for v in s.reads(&g) {
             last_use[v.idx()] = i;
         }
     }
     let is_out = |v: Var| g.outputs.contains(&v);
     let mut free: Vec<usize> = Vec::new();
     let mut launches = Vec::new();
+    let mut schedule = Vec::new();
+    let mut const_slots: Vec<(usize, HostArray)> = Vec::new();
     let mut holders: Vec<Vec<Var>> = Vec::new(); // variables sharing each slot
     for (i, s) in steps.iter().enumerate() {
-        let out = match s {
-            Step::Kernel { out, .. } | Step::TwoPass { out, .. } | Step::Alias { out, .. } => *out,
-        };
-        let slot = if let Step::Alias { input, .. } = s {
-            slot_of[input.idx()].expect("materialized input has a slot")
-        } else {
-            let b = bytes(out);
-            match free.iter().position(|&f| slot_bytes[f] == b) {
-                Some(p) if !is_out(out) => free.swap_remove(p),
-                _ => new_slot(&mut slot_bytes, b),
+        for out in s.writes(&g) {
+            let slot = if let Step::Alias { input, .. } = s {
+                slot_of[input.idx()].expect("materialized input has a slot")
+            } else {
+                let b = bytes(out);
+                match free.iter().position(|&f| slot_bytes[f] == b) {
+                    Some(p) if !is_out(out) => free.swap_remove(p),
+                    _ => new_slot(&mut slot_bytes, b),
+                }
+            };
+            slot_of[out.idx()] = Some(slot);
+            if holders.len() < slot_bytes.len() {
+                holders.resize(slot_bytes.len(), Vec::new());
             }
-        };
-        slot_of[out.idx()] = Some(slot);
-        if holders.len() < slot_bytes.len() {
-            holders.resize(slot_bytes.len(), Vec::new());
+            holders[slot].push(out);
         }
-        holders[slot].push(out);
+        let slot_of_var = |v: Var| slot_of[v.idx()].expect("inputs are computed before use");
         let ins = |src: &KernelSrc| {
             src.inputs
                 .iter()
-                .map(|v| slot_of[v.idx()].expect("inputs are computed before use"))
+                .map(|v| slot_of_var(*v))
                 .collect::<Vec<usize>>()
         };
+        let launch = |l: Launch, launches: &mut Vec<Launch>, schedule: &mut Vec<Op>| {
+            schedule.push(Op::Launch(launches.len()));
+            launches.push(l);
+        };
         match s {
-            Step::Kernel { src, .. } => {
+            Step::Kernel { src, out } => {
                 let mut slots = ins(src);
-                slots.push(slot);
-                launches.push(Launch {
-                    label: src.label.clone(),
-                    wgsl: src.wgsl.clone(),
-                    workgroups: src.workgroups,
-                    slots,
-                });
+                slots.push(slot_of_var(*out));
+                launch(
+                    Launch {
+                        label: src.label.clone(),
+                        wgsl: src.wgsl.clone(),
+                        workgroups: src.workgroups,
+                        slots,
+                    },
+                    &mut launches,
+                    &mut schedule,
+                );
             }
             Step::TwoPass {
                 first,
                 second,
                 temp_bytes,
-                ..
+                out,
             } => {
                 let temp = new_slot(&mut slot_bytes, *temp_bytes);
                 let mut slots = ins(first);
                 slots.push(temp);
-                launches.push(Launch {
-                    label: first.label.clone(),
-                    wgsl: first.wgsl.clone(),
-                    workgroups: first.workgroups,
-                    slots,
-                });
-                launches.push(Launch {
-                    label: second.label.clone(),
-                    wgsl: second.wgsl.clone(),
-                    workgroups: second.workgroups,
-                    slots: vec![temp, slot],
-                });
+                launch(
+                    Launch {
+                        label: first.label.clone(),
+                        wgsl: first.wgsl.clone(),
+                        workgroups: first.workgroups,
+                        slots,
+                    },
+                    &mut launches,
+                    &mut schedule,
+                );
+                launch(
+                    Launch {
+                        label: second.label.clone(),
+                        wgsl: second.wgsl.clone(),
+                        workgroups: second.workgroups,
+                        slots: vec![temp, slot_of_var(*out)],
+                    },
+                    &mut launches,
+                    &mut schedule,
+                );
                 free.push(temp);
             }
             Step::Alias { .. } => {}
+            Step::Scan { eqn } => {
+                let e = &g.eqns[*eqn];
+                let Prim::Scan(p) = &e.prim else {
+                    unreachable!("scan steps come from scan equations")
+                };
+                let ins: Vec<usize> = e.inputs.iter().map(|v| slot_of_var(*v)).collect();
+                let outs: Vec<usize> = e.outs().map(slot_of_var).collect();
+                let in_avals: Vec<&Aval> = e.inputs.iter().map(|v| g.aval(*v)).collect();
+                lower_scan(
+                    p,
+                    &ins,
+                    &outs,
+                    &in_avals,
+                    limits,
+                    &mut Embed {
+                        launches: &mut launches,
+                        slot_bytes: &mut slot_bytes,
+                        const_slots: &mut const_slots,
+                        schedule: &mut schedule,
+                    },
+                )?;
+            }
         }
         // Release slots whose every holder is dead after this step (never inputs, consts or outputs).
-        let reads: Vec<Var> = match s {
-            Step::Kernel { src, .. } | Step::TwoPass { first: src, .. } => src.inputs.clone(),
-            Step::Alias { input, .. } => vec![*input],
-        };
-        for v in reads {
+        for v in s.reads(&g) {
             let Some(sl) = slot_of[v.idx()] else { continue };
             let dead = holders.get(sl).is_some_and(|h| {
                 !h.is_empty() && h.iter().all(|&x| last_use[x.idx()] <= i && !is_out(x))
@@ -510,11 +617,11 @@ pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
         .iter()
         .map(|v| slot_of[v.idx()].expect("input slot"))
         .collect();
-    let const_slots = g
-        .consts
-        .iter()
-        .map(|(v, h)| (slot_of[v.idx()].expect("const slot"), h.clone()))
-        .collect();
+    const_slots.extend(
+        g.consts
+            .iter()
+            .map(|(v, h)| (slot_of[v.idx()].expect("const slot"), h.clone())),
+    );
     let output_slots = g
         .outputs
         .iter()
@@ -523,12 +630,180 @@ pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
     let output_avals = g.outputs.iter().map(|v| g.aval(*v).clone()).collect();
     Ok(Program {
         launches,
+        schedule,
         slot_bytes,
         input_slots,
         const_slots,
         output_slots,
         output_avals,
     })
+}
+
+/// Where a loop body's program is appended in its parent's.
+struct Embed<'a> {
+    launches: &'a mut Vec<Launch>,
+    slot_bytes: &'a mut Vec<u64>,
+    const_slots: &'a mut Vec<(usize, HostArray)>,
+    schedule: &'a mut Vec<Op>,
+}
+
+/// Lower a `scan` whose operands live in slots `ins` and results go to slots `outs`: the body is
+/// lowered on its own and appended (its slots renumbered after the parent's; its constants read
+/// straight from the operands' slots), then scheduled as a loop:
+/// copy the initial carry in; per iteration copy slice `i` of each `xs` in, run the body, copy each
+/// `y` to slice `i` of its stacked result and the new carry over the old; finally copy the carry out.
+fn lower_scan(
+    p: &crate::ops::control::ScanParams,
+    ins: &[usize],
+    outs: &[usize],
+    in_avals: &[&Aval],
+    limits: &DeviceLimits,
+    to: &mut Embed<'_>,
+) -> Result<()> {
+    let (nc, nk) = (p.n_consts, p.n_carry);
+    let body = lower(&fresh_outputs(&p.body), limits)?;
+    // Renumber the body's slots: constants alias the parent's operands, the rest are new.
+    let mut map = vec![usize::MAX; body.slot_bytes.len()];
+    for (k, &s) in body.input_slots[..nc].iter().enumerate() {
+        map[s] = ins[k];
+    }
+    for (s, m) in map.iter_mut().enumerate() {
+        if *m == usize::MAX {
+            to.slot_bytes.push(body.slot_bytes[s]);
+            *m = to.slot_bytes.len() - 1;
+        }
+    }
+    let base = to.launches.len();
+    to.launches.extend(body.launches.iter().map(|l| Launch {
+        slots: l.slots.iter().map(|&s| map[s]).collect(),
+        ..l.clone()
+    }));
+    to.const_slots
+        .extend(body.const_slots.iter().map(|(s, h)| (map[*s], h.clone())));
+    let copy = |src: usize, src_at: At, dst: usize, dst_at: At, bytes: u64| Op::Copy {
+        src,
+        src_at,
+        dst,
+        dst_at,
+        bytes,
+    };
+    let body_in: Vec<usize> = body.input_slots.iter().map(|&s| map[s]).collect();
+    let body_out: Vec<usize> = body.output_slots.iter().map(|&s| map[s]).collect();
+    let carry_bytes: Vec<u64> = (0..nk)
+        .map(|k| in_avals[nc + k].size_bytes() as u64)
+        .collect();
+    for k in 0..nk {
+        to.schedule.push(copy(
+            ins[nc + k],
+            At::ZERO,
+            body_in[nc + k],
+            At::ZERO,
+            carry_bytes[k],
+        ));
+    }
+    let mut iter = Vec::new();
+    for (j, a) in in_avals[nc + nk..].iter().enumerate() {
+        let slice = (a.size_bytes() / p.length.max(1)) as u64;
+        let at = At {
+            base: 0,
+            stride: slice,
+        };
+        iter.push(copy(
+            ins[nc + nk + j],
+            at,
+            body_in[nc + nk + j],
+            At::ZERO,
+            slice,
+        ));
+    }
+    iter.extend(remap_schedule(&body.schedule, base, &map));
+    for (j, a) in body.output_avals[nk..].iter().enumerate() {
+        let slice = a.size_bytes() as u64;
+        let at = At {
+            base: 0,
+            stride: slice,
+        };
+        iter.push(copy(body_out[nk + j], At::ZERO, outs[nk + j], at, slice));
+    }
+    for k in 0..nk {
+        iter.push(copy(
+            body_out[k],
+            At::ZERO,
+            body_in[nc + k],
+            At::ZERO,
+            carry_bytes[k],
+        ));
+    }
+    to.schedule.push(Op::Loop {
+        count: p.length,
+        reverse: p.reverse,
+        body: iter,
+    });
+    for k in 0..nk {
+        to.schedule.push(copy(
+            body_in[nc + k],
+            At::ZERO,
+            outs[k],
+            At::ZERO,
+            carry_bytes[k],
+        ));
+    }
+    Ok(())
+}
+
+/// A body's schedule with launches offset by `base` and slots renumbered by `map`.
+fn remap_schedule(ops: &[Op], base: usize, map: &[usize]) -> Vec<Op> {
+    ops.iter()
+        .map(|op| match op {
+            Op::Launch(i) => Op::Launch(base + i),
+            Op::Copy {
+                src,
+                src_at,
+                dst,
+                dst_at,
+                bytes,
+            } => Op::Copy {
+                src: map[*src],
+                src_at: *src_at,
+                dst: map[*dst],
+                dst_at: *dst_at,
+                bytes: *bytes,
+            },
+            Op::Loop {
+                count,
+                reverse,
+                body,
+            } => Op::Loop {
+                count: *count,
+                reverse: *reverse,
+                body: remap_schedule(body, base, map),
+            },
+        })
+        .collect()
+}
+
+/// `g` with every output in a buffer of its own: an output that is an input, a constant, a
+/// repeat of an earlier output or a reshape (which shares its operand's buffer) is copied by an
+/// identity conversion. A loop body needs this: its outputs are copied over its inputs.
+fn fresh_outputs(g: &Graph) -> Graph {
+    let mut g = g.clone();
+    let producers = g.producers();
+    let mut seen = Vec::new();
+    for k in 0..g.outputs.len() {
+        let v = g.outputs[k];
+        let shared = match producers[v.idx()] {
+            None => true,
+            Some(p) => matches!(g.eqns[p].prim, Prim::Reshape { .. }),
+        };
+        if shared || seen.contains(&v) {
+            let aval = g.aval(v).clone();
+            let nv = g.new_var(aval.clone());
+            g.eqns.push(Eqn::new(Prim::Cast(aval.dtype), vec![v], nv));
+            g.outputs[k] = nv;
+        }
+        seen.push(g.outputs[k]);
+    }
+    g
 }
 
 /// Refuse arrays that can never fit: kernels index with 32-bit integers and each buffer must fit
@@ -594,37 +869,70 @@ fn pick_cut(g: &Graph, producers: &[Option<usize>], mat: &[bool], root: Var) -> 
     best.map(|(_, v)| v)
 }
 
-/// WGSL has no f64: a program with an f64 value (argument, constant or intermediate) cannot be
-/// compiled for a GPU device. Names the first such value's shape and the fix.
+/// WGSL has no f64: a program with an f64 value (argument, constant or intermediate, in cond
+/// branches and scan bodies too) cannot be compiled for a GPU device. Names the first such value's
+/// shape and the fix.
 fn refuse_f64(g: &Graph) -> Result<()> {
     let vars = g
         .inputs
         .iter()
-        .chain(g.consts.iter().map(|(v, _)| v))
-        .chain(g.eqns.iter().map(|e| &e.out));
-    match vars.map(|v| g.aval(*v)).find(|a| a.dtype == DType::F64) {
-        Some(a) => Err(crate::error::f64_on_gpu(
+        .copied()
+        .chain(g.consts.iter().map(|(v, _)| *v))
+        .chain(g.eqns.iter().flat_map(|e| e.outs()));
+    if let Some(a) = vars.map(|v| g.aval(v)).find(|a| a.dtype == DType::F64) {
+        return Err(crate::error::f64_on_gpu(
             "running on a GPU device",
             &a.shape,
-        )),
-        None => Ok(()),
+        ));
     }
+    for e in &g.eqns {
+        match &e.prim {
+            Prim::Cond { branches } => branches.iter().try_for_each(|b| refuse_f64(b))?,
+            Prim::Scan(p) => refuse_f64(&p.body)?,
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Collectives need the other devices: only the parallel executor runs them, between stages
 /// ([`stages::split_stages`]). A single-device program containing one is a usage error.
 pub(crate) fn refuse_collectives(g: &Graph) -> Result<()> {
-    match g.eqns.iter().find_map(|e| match &e.prim {
-        Prim::Collective(c) => Some(c),
-        _ => None,
-    }) {
-        Some(c) => Err(Error::Unsupported {
-            op: c.name(),
-            detail: format!(
-                "on one device: a collective over axis '{}' runs only inside pmap/shard_map, which cut the program into stages at it",
-                c.axis_name
-            ),
-        }),
-        None => Ok(()),
+    for e in &g.eqns {
+        match &e.prim {
+            Prim::Collective(c) => {
+                return Err(Error::Unsupported {
+                    op: c.name(),
+                    detail: format!(
+                        "on one device: a collective over axis '{}' runs only inside pmap/shard_map, which cut the program into stages at it",
+                        c.axis_name
+                    ),
+                });
+            }
+            Prim::Cond { branches } => branches.iter().try_for_each(|b| refuse_collectives(b))?,
+            Prim::Scan(p) => {
+                if let Some(c) = first_collective(&p.body) {
+                    return Err(Error::Unsupported {
+                        op: c.name(),
+                        detail: format!(
+                            "a collective over axis '{}' inside a scan / fori_loop body on one device: such a loop runs only inside pmap/shard_map, which drive it from the host iteration by iteration",
+                            c.axis_name
+                        ),
+                    });
+                }
+            }
+            _ => {}
+        }
     }
+    Ok(())
+}
+
+/// The first collective in `g` or its sub-programs.
+pub(crate) fn first_collective(g: &Graph) -> Option<&crate::ops::Collective> {
+    g.eqns.iter().find_map(|e| match &e.prim {
+        Prim::Collective(c) => Some(c),
+        Prim::Cond { branches } => branches.iter().find_map(|b| first_collective(b)),
+        Prim::Scan(p) => first_collective(&p.body),
+        _ => None,
+    })
 }

@@ -9,6 +9,9 @@
 //! exchange `s` (after stage `s`) holds the collectives of level `s + 1`. So independent collectives
 //! (the gradients of every parameter, say) share one exchange: one round trip for all of them.
 //!
+//! A `scan` whose body holds collectives is cut out like a collective (a [`HostLoop`] after
+//! exchange `s`): the executor runs it iteration by iteration, each a parallel program of its own.
+//!
 //! Values cross from stage to stage in device buffers (the per-device environment of the executor);
 //! constants and zero-input equations (`full`, `iota`) are re-emitted in every stage that needs them
 //! instead of being carried. `axis_index` needs no communication: the executor gives each device
@@ -38,12 +41,24 @@ pub struct Exchange {
     pub out: Var,
 }
 
+/// A `scan` whose body holds collectives: the executor drives it from the host, one iteration
+/// at a time, each a parallel program of its own (stages and exchanges of the body).
+#[derive(Clone, Debug)]
+pub struct HostLoop {
+    pub params: crate::ops::control::ScanParams,
+    /// Operands (`consts ++ init ++ xs`) and results (`carry ++ ys`) in the original graph.
+    pub inputs: Vec<Var>,
+    pub outs: Vec<Var>,
+}
+
 /// A parallel program: stages and, after each, the collectives to perform.
 #[derive(Clone, Debug)]
 pub struct StagePlan {
     pub stages: Vec<Stage>,
     /// `exchanges[s]` runs after `stages[s]` (empty for the last stage).
     pub exchanges: Vec<Vec<Exchange>>,
+    /// `loops[s]` run after `exchanges[s]`, beside them (they need the same values).
+    pub loops: Vec<Vec<HostLoop>>,
     /// Variables holding `axis_index(name)`, filled per device by the executor.
     pub axis_index: Vec<(Var, String)>,
 }
@@ -57,6 +72,10 @@ impl StagePlan {
 
 /// Cut `g` into stages at its collectives. A graph without collectives gives one stage.
 pub fn split_stages(g: &Graph) -> StagePlan {
+    // Branches of a cond run inline (both computed, one selected): their collectives are the
+    // program's own.
+    let inlined = crate::ops::control::inline_conds(g);
+    let g = &inlined;
     let n = g.avals.len();
     let producers = g.producers();
     let mut level = vec![0usize; n];
@@ -66,22 +85,36 @@ pub fn split_stages(g: &Graph) -> StagePlan {
         free[v.idx()] = true;
     }
     let mut axis_index = Vec::new();
+    // A loop with collectives in its body is cut out like a collective.
+    let host_loop = |e: &Eqn| match &e.prim {
+        Prim::Scan(p) => crate::lower::first_collective(&p.body).is_some(),
+        _ => false,
+    };
     for e in &g.eqns {
         let top = e.inputs.iter().map(|v| level[v.idx()]).max().unwrap_or(0);
+        let top_out = if host_loop(e) { top + 1 } else { top };
+        for x in &e.extra_outs {
+            level[x.idx()] = top_out;
+        }
         level[e.out.idx()] = match &e.prim {
+            _ if host_loop(e) => top + 1,
             Prim::Collective(c) if c.kind == CollectiveKind::AxisIndex => {
                 axis_index.push((e.out, c.axis_name.clone()));
                 0
             }
             Prim::Collective(_) => top + 1,
-            _ if e.inputs.is_empty() => {
+            _ if e.inputs.is_empty() && !e.prim.is_control_flow() => {
                 free[e.out.idx()] = true;
                 0
             }
             _ => top,
         };
     }
-    let is_ordinary = |e: &Eqn| !matches!(e.prim, Prim::Collective(_)) && !e.inputs.is_empty();
+    let is_ordinary = |e: &Eqn| {
+        !matches!(e.prim, Prim::Collective(_))
+            && !host_loop(e)
+            && (!e.inputs.is_empty() || e.prim.is_control_flow())
+    };
     let last = g.eqns.iter().map(|e| level[e.out.idx()]).max().unwrap_or(0);
     // The last stage each variable is needed in (by an equation, a collective, or as an output).
     let mut needed_after = vec![None::<usize>; n];
@@ -108,6 +141,7 @@ pub fn split_stages(g: &Graph) -> StagePlan {
 
     let mut stages = Vec::with_capacity(last + 1);
     let mut exchanges = Vec::with_capacity(last + 1);
+    let mut loops = Vec::with_capacity(last + 1);
     for s in 0..=last {
         let mut b = Builder {
             ctx: &ctx,
@@ -122,15 +156,24 @@ pub fn split_stages(g: &Graph) -> StagePlan {
             .filter(|e| is_ordinary(e) && level[e.out.idx()] == s)
         {
             let ins: Vec<Var> = e.inputs.iter().map(|&v| b.bring(v)).collect();
-            let out = b.sg.new_var(g.aval(e.out).clone());
-            b.map.insert(e.out, out);
+            let outs: Vec<Var> = e
+                .outs()
+                .map(|o| {
+                    let m = b.sg.new_var(g.aval(o).clone());
+                    b.map.insert(o, m);
+                    m
+                })
+                .collect();
             b.sg.eqns.push(Eqn {
                 prim: e.prim.clone(),
                 inputs: ins,
-                out,
+                out: outs[0],
+                extra_outs: outs[1..].to_vec(),
             });
-            if needed_after[e.out.idx()].is_some_and(|t| t > s) {
-                outputs.push(e.out);
+            for o in e.outs() {
+                if needed_after[o.idx()].is_some_and(|t| t > s) {
+                    outputs.push(o);
+                }
             }
         }
         // Free values read by the next exchange (`psum(1.0)`) are materialized by this stage,
@@ -138,7 +181,10 @@ pub fn split_stages(g: &Graph) -> StagePlan {
         let mut materialize: Vec<Var> = g
             .eqns
             .iter()
-            .filter(|e| matches!(e.prim, Prim::Collective(_)) && level[e.out.idx()] == s + 1)
+            .filter(|e| {
+                (matches!(e.prim, Prim::Collective(_)) || host_loop(e))
+                    && level[e.out.idx()] == s + 1
+            })
             .flat_map(|e| e.inputs.iter().copied())
             .collect();
         if s == last {
@@ -179,10 +225,25 @@ pub fn split_stages(g: &Graph) -> StagePlan {
                 })
                 .collect(),
         );
+        loops.push(
+            g.eqns
+                .iter()
+                .filter(|e| host_loop(e) && level[e.out.idx()] == s + 1)
+                .filter_map(|e| match &e.prim {
+                    Prim::Scan(p) => Some(HostLoop {
+                        params: p.clone(),
+                        inputs: e.inputs.clone(),
+                        outs: e.outs().collect(),
+                    }),
+                    _ => None,
+                })
+                .collect(),
+        );
     }
     StagePlan {
         stages,
         exchanges,
+        loops,
         axis_index,
     }
 }
@@ -220,6 +281,7 @@ impl Builder<'_> {
                     prim: c.g.eqns[p].prim.clone(),
                     inputs: vec![],
                     out: m,
+                    extra_outs: Vec::new(),
                 });
             }
         } else {

@@ -3,7 +3,8 @@
 //!
 //! Families: [`elementwise`] (unary, binary, select, fma, cast, full, iota), [`reduce`], [`matmul`]
 //! (dot_general), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad),
-//! [`indexing`] (take), [`random`] (threefry random bits, split, fold_in) and [`collective`]
+//! [`indexing`] (take), [`random`] (threefry random bits, split, fold_in), [`control`] (cond and
+//! scan, which hold sub-programs and have several results) and [`collective`]
 //! (psum, all_gather, ppermute, …, run between the stages of a parallel program). Adding a primitive
 //! touches its family module and this registry only.
 //!
@@ -16,6 +17,8 @@
 //! - VJP (reverse-mode) rule: `Prim::vjp`, a `vjp` function in each family module.
 
 pub mod collective;
+pub mod control;
+pub mod debug;
 pub mod elementwise;
 pub mod indexing;
 pub mod layout;
@@ -104,6 +107,18 @@ pub enum Prim {
     },
     /// `fold_in(keys u32[..., 2], data u32[...])`: new keys `u32[..., 2]`. See [`random`].
     RandomFoldIn,
+    /// `cond(index, operands...)`: the outputs of `branches[index](operands)` (a bool index picks
+    /// branch 1 when true). Several results. See [`control`].
+    Cond {
+        branches: Vec<std::sync::Arc<crate::trace::graph::Graph>>,
+    },
+    /// A loop over the leading axis of its per-iteration operands, threading a carry. Several
+    /// results. See [`control::ScanParams`].
+    Scan(control::ScanParams),
+    /// `debug_print(fmt, values...)`: a side effect; yields a token. See [`debug`].
+    DebugPrint {
+        fmt: String,
+    },
 }
 
 impl Prim {
@@ -130,6 +145,37 @@ impl Prim {
             Prim::RandomBits { split: false, .. } => "random_bits",
             Prim::RandomBits { split: true, .. } => "random_split",
             Prim::RandomFoldIn => "random_fold_in",
+            Prim::Cond { .. } => "cond",
+            Prim::Scan(_) => "scan",
+            Prim::DebugPrint { .. } => "debug_print",
+        }
+    }
+
+    /// A side effect (kept although unused; never compiled into a kernel).
+    pub fn has_effect(&self) -> bool {
+        matches!(self, Prim::DebugPrint { .. })
+    }
+
+    /// A control-flow primitive (holds sub-programs, may have several results).
+    pub fn is_control_flow(&self) -> bool {
+        matches!(self, Prim::Cond { .. } | Prim::Scan(_))
+    }
+
+    /// How many results the primitive has.
+    pub fn result_count(&self) -> usize {
+        match self {
+            Prim::Cond { branches } => branches.first().map_or(0, |b| b.outputs.len()),
+            Prim::Scan(p) => p.body.outputs.len(),
+            _ => 1,
+        }
+    }
+
+    /// Shape and dtype rule of every result (one for all but control flow).
+    pub fn infer_outs(&self, ins: &[&Aval]) -> Result<Vec<Aval>> {
+        match self {
+            Prim::Cond { branches } => control::infer_cond(branches, ins),
+            Prim::Scan(p) => control::infer_scan(p, ins),
+            _ => Ok(vec![self.infer(ins)?]),
         }
     }
 
@@ -142,6 +188,9 @@ impl Prim {
                 | Prim::ArgReduce { .. }
                 | Prim::DotGeneral(_)
                 | Prim::Collective(_)
+                | Prim::Cond { .. }
+                | Prim::Scan(_)
+                | Prim::DebugPrint { .. }
         )
     }
 
@@ -153,7 +202,10 @@ impl Prim {
                 Some(2)
             }
             Prim::Select | Prim::Fma => Some(3),
-            Prim::Concatenate { .. } => None,
+            Prim::Concatenate { .. }
+            | Prim::Cond { .. }
+            | Prim::Scan(_)
+            | Prim::DebugPrint { .. } => None,
             Prim::Collective(c) => Some(c.arity()),
             _ => Some(1),
         }
@@ -371,6 +423,17 @@ impl Prim {
             Prim::Collective(c) => c.infer(ins)?,
             Prim::RandomBits { shape, split } => random::bits_infer(ins[0], shape, *split)?,
             Prim::RandomFoldIn => random::fold_in_infer(ins[0], ins[1])?,
+            Prim::DebugPrint { .. } => debug::infer()?,
+            Prim::Cond { .. } | Prim::Scan(_) => {
+                let mut outs = self.infer_outs(ins)?;
+                if outs.len() != 1 {
+                    return Err(Error::Unsupported {
+                        op: self.name(),
+                        detail: format!("{} results where one was expected (internal)", outs.len()),
+                    });
+                }
+                outs.remove(0)
+            }
         })
     }
 
@@ -431,6 +494,27 @@ impl Prim {
             }
             Prim::RandomBits { shape, split } => random::bits_cpu(ins[0], shape, *split, out),
             Prim::RandomFoldIn => random::fold_in_cpu(ins[0], ins[1], out),
+            Prim::DebugPrint { .. } => debug::eval_cpu(),
+            Prim::Cond { .. } | Prim::Scan(_) => {
+                // Single-result uses only; `eval_cpu_multi` is the general entry.
+                match self.eval_cpu_multi(ins, std::slice::from_ref(out)) {
+                    Ok(mut v) if !v.is_empty() => v.remove(0),
+                    _ => HostArray::full(Scalar::F32(f32::NAN).cast(out.dtype), &out.shape),
+                }
+            }
+        }
+    }
+
+    /// CPU reference evaluation of every result.
+    pub(crate) fn eval_cpu_multi(
+        &self,
+        ins: &[&HostArray],
+        outs: &[Aval],
+    ) -> Result<Vec<HostArray>> {
+        match self {
+            Prim::Cond { branches } => control::eval_cond(branches, ins),
+            Prim::Scan(p) => control::eval_scan(p, ins),
+            _ => Ok(vec![self.eval_cpu(ins, &outs[0])]),
         }
     }
 }
@@ -473,6 +557,17 @@ impl fmt::Display for Prim {
             ),
             Prim::Take { axis } => write!(f, "{n}[axis={axis}]"),
             Prim::Collective(c) => write!(f, "{c}"),
+            Prim::Cond { branches } => write!(f, "{n}[branches={}]", branches.len()),
+            Prim::DebugPrint { fmt } => write!(f, "{n}[fmt={fmt:?}]"),
+            Prim::Scan(p) => write!(
+                f,
+                "{n}[length={} reverse={} consts={} carry={} body={} eqns]",
+                p.length,
+                p.reverse,
+                p.n_consts,
+                p.n_carry,
+                p.body.eqns.len()
+            ),
             Prim::RandomBits { shape, .. } => write!(f, "{n}[shape={shape:?}]"),
             _ => f.write_str(n),
         }
@@ -497,7 +592,7 @@ impl Prim {
     /// Returns the result and whether it is batched (its batch axis in front).
     pub(crate) fn batch(&self, ins: &[Batched], ctx: &BatchCtx<'_>) -> Batched {
         use crate::tensor::Tensor;
-        if !ins.iter().any(|(_, b)| *b) {
+        if !ins.iter().any(|(_, b)| *b) && !self.is_control_flow() {
             if let Prim::Collective(c) = self {
                 if Some(c.axis_name.as_str()) == ctx.axis_name {
                     // A collective over the vmapped axis of a value that does not vary along it.
@@ -526,7 +621,41 @@ impl Prim {
             Prim::Take { axis } => indexing::batch(*axis, ins, ctx),
             Prim::Collective(c) => collective::batch(c, ins, ctx),
             Prim::RandomBits { .. } | Prim::RandomFoldIn => random::batch(self, ins, ctx),
+            Prim::DebugPrint { .. } => debug::batch(self, ins, ctx),
+            Prim::Cond { .. } | Prim::Scan(_) => match self.batch_multi(ins, ctx) {
+                Ok(mut v) if !v.is_empty() => v.remove(0),
+                Ok(_) => (
+                    crate::tensor::Tensor::failed_here(Error::Unsupported {
+                        op: self.name(),
+                        detail: "no result (internal)".into(),
+                    }),
+                    false,
+                ),
+                Err(e) => (crate::tensor::Tensor::failed_here(e), false),
+            },
         }
+    }
+
+    /// Batching rule of every result (the general entry; control flow has several).
+    pub(crate) fn batch_multi(&self, ins: &[Batched], ctx: &BatchCtx<'_>) -> Result<Vec<Batched>> {
+        // Nothing batched and no collective that could name this vmap's axis: unchanged.
+        if self.is_control_flow() && ctx.axis_name.is_none() && !ins.iter().any(|(_, b)| *b) {
+            let refs: Vec<&crate::tensor::Tensor> = ins.iter().map(|(t, _)| t).collect();
+            let outs = crate::tensor::Tensor::apply_multi(self.clone(), &refs);
+            if let Some(e) = outs.iter().find_map(|t| t.error()) {
+                return Err(e.clone());
+            }
+            return Ok(outs.into_iter().map(|t| (t, false)).collect());
+        }
+        let out = match self {
+            Prim::Cond { branches } => return control::batch_cond(branches, ins, ctx),
+            Prim::Scan(p) => return control::batch_scan(p, ins, ctx),
+            _ => self.batch(ins, ctx),
+        };
+        if let Some(e) = out.0.error() {
+            return Err(e.clone());
+        }
+        Ok(vec![out])
     }
 }
 
@@ -599,6 +728,30 @@ impl Prim {
             Prim::Take { axis } => indexing::vjp(*axis, ins, ct),
             Prim::Collective(c) => collective::vjp(c, ins, out, ct),
             Prim::RandomBits { .. } | Prim::RandomFoldIn => random::vjp(ins),
+            Prim::DebugPrint { .. } => debug::vjp(ins),
+            Prim::Cond { .. } | Prim::Scan(_) => {
+                match self.vjp_multi(ins, std::slice::from_ref(out), &[Some(ct.clone())]) {
+                    Ok(v) => v,
+                    Err(e) => vec![Some(crate::tensor::Tensor::failed_here(e)); ins.len()],
+                }
+            }
+        }
+    }
+
+    /// VJP rule with every result and its cotangent (`None`: none flows); the general entry.
+    pub(crate) fn vjp_multi(
+        &self,
+        ins: &[crate::tensor::Tensor],
+        outs: &[crate::tensor::Tensor],
+        cts: &[Option<crate::tensor::Tensor>],
+    ) -> Result<Cotangents> {
+        match self {
+            Prim::Cond { branches } => control::vjp_cond(branches, ins, outs, cts),
+            Prim::Scan(p) => control::vjp_scan(p, ins, outs, cts),
+            _ => Ok(match &cts[0] {
+                Some(c) => self.vjp(ins, &outs[0], c),
+                None => vec![None; ins.len()],
+            }),
         }
     }
 }

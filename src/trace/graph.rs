@@ -45,12 +45,30 @@ impl fmt::Display for Aval {
     }
 }
 
-/// One primitive application: `out = prim(inputs...)`.
+/// One primitive application: `out = prim(inputs...)`. Control-flow primitives (`cond`, `scan`)
+/// have several results: the first is `out`, the others `extra_outs`, in order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Eqn {
     pub prim: Prim,
     pub inputs: Vec<Var>,
     pub out: Var,
+    pub extra_outs: Vec<Var>,
+}
+
+impl Eqn {
+    /// A single-result equation.
+    pub fn new(prim: Prim, inputs: Vec<Var>, out: Var) -> Eqn {
+        Eqn {
+            prim,
+            inputs,
+            out,
+            extra_outs: Vec::new(),
+        }
+    }
+    /// Every result, in order.
+    pub fn outs(&self) -> impl Iterator<Item = Var> + '_ {
+        std::iter::once(self.out).chain(self.extra_outs.iter().copied())
+    }
 }
 
 /// A traced program. Constants captured from the closure are extra inputs with known data.
@@ -61,6 +79,8 @@ pub struct Graph {
     pub consts: Vec<(Var, HostArray)>,
     pub eqns: Vec<Eqn>,
     pub outputs: Vec<Var>,
+    /// Results of side-effecting equations (`debug_print`): kept although no output reads them.
+    pub effects: Vec<Var>,
 }
 
 impl Graph {
@@ -88,7 +108,9 @@ impl Graph {
     pub fn producers(&self) -> Vec<Option<usize>> {
         let mut p = vec![None; self.avals.len()];
         for (i, e) in self.eqns.iter().enumerate() {
-            p[e.out.idx()] = Some(i);
+            for o in e.outs() {
+                p[o.idx()] = Some(i);
+            }
         }
         p
     }
@@ -135,14 +157,24 @@ impl Graph {
                 )));
             }
             let ins: Vec<&Aval> = e.inputs.iter().map(|v| self.aval(*v)).collect();
-            let out = e.prim.infer(&ins)?;
-            define(e.out, &mut defined)?;
-            if &out != self.aval(e.out) {
+            let outs = e.prim.infer_outs(&ins)?;
+            if outs.len() != 1 + e.extra_outs.len() {
                 return Err(bad(format!(
-                    "{} produces {out} but its result is declared {}",
+                    "{} has {} results but the equation declares {}",
                     e.prim,
-                    self.aval(e.out)
+                    outs.len(),
+                    1 + e.extra_outs.len()
                 )));
+            }
+            for (out, v) in outs.iter().zip(e.outs()) {
+                define(v, &mut defined)?;
+                if out != self.aval(v) {
+                    return Err(bad(format!(
+                        "{} produces {out} but its result is declared {}",
+                        e.prim,
+                        self.aval(v)
+                    )));
+                }
             }
         }
         if let Some(v) = self
@@ -164,18 +196,19 @@ impl Graph {
             consts: self.consts.clone(),
             eqns: Vec::new(),
             outputs: self.outputs.clone(),
+            effects: self.effects.clone(),
         }
     }
 
     /// Remove equations whose results are never used.
     pub fn dce(&mut self) {
         let mut live = vec![false; self.avals.len()];
-        for v in &self.outputs {
+        for v in self.outputs.iter().chain(&self.effects) {
             live[v.idx()] = true;
         }
         let mut keep = vec![false; self.eqns.len()];
         for (i, e) in self.eqns.iter().enumerate().rev() {
-            if live[e.out.idx()] {
+            if e.outs().any(|o| live[o.idx()]) {
                 keep[i] = true;
                 for v in &e.inputs {
                     live[v.idx()] = true;
@@ -192,8 +225,16 @@ impl Graph {
 
 impl fmt::Display for Graph {
     /// Prints the program like a jaxpr:
-    /// `{ lambda c0:f32[] ; a:f32[4,3] b:f32[3] . let c:f32[4,3] = broadcast_in_dim[...] b ... in (d) }`
+    /// `{ lambda c0:f32[] ; a:f32[4,3] b:f32[3] . let c:f32[4,3] = broadcast_in_dim[...] b ... in (d) }`;
+    /// the branches of a `cond` and the body of a `scan` follow their equation, indented.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_indented(f, 0)
+    }
+}
+
+impl Graph {
+    fn write_indented(&self, f: &mut fmt::Formatter<'_>, depth: usize) -> fmt::Result {
+        let pad = "    ".repeat(depth);
         let name = |v: Var| var_name(v.0);
         let consts: Vec<String> = self
             .consts
@@ -213,17 +254,34 @@ impl fmt::Display for Graph {
         )?;
         for e in &self.eqns {
             let args: Vec<String> = e.inputs.iter().map(|v| name(*v)).collect();
+            let outs: Vec<String> = e
+                .outs()
+                .map(|v| format!("{}:{}", name(v), self.aval(v)))
+                .collect();
             writeln!(
                 f,
-                "    {}:{} = {} {}",
-                name(e.out),
-                self.aval(e.out),
+                "{pad}    {} = {} {}",
+                outs.join(" "),
                 e.prim,
                 args.join(" ")
             )?;
+            let subs: Vec<(String, &Graph)> = match &e.prim {
+                Prim::Cond { branches } => branches
+                    .iter()
+                    .enumerate()
+                    .map(|(j, b)| (format!("branch {j}"), &**b))
+                    .collect(),
+                Prim::Scan(p) => vec![("body".to_string(), &*p.body)],
+                _ => Vec::new(),
+            };
+            for (label, g) in subs {
+                write!(f, "{pad}        {label}: ")?;
+                g.write_indented(f, depth + 2)?;
+                writeln!(f)?;
+            }
         }
         let outs: Vec<String> = self.outputs.iter().map(|v| name(*v)).collect();
-        write!(f, "  in ({}) }}", outs.join(", "))
+        write!(f, "{pad}  in ({}) }}", outs.join(", "))
     }
 }
 

@@ -107,6 +107,7 @@ impl Trace {
                 prim: prim.clone(),
                 inputs: vec![],
                 out: v,
+                extra_outs: Vec::new(),
             });
             st.lifted.insert(key, (v, a.clone()));
             return Ok(v);
@@ -123,6 +124,7 @@ impl Trace {
                 },
                 inputs: vec![],
                 out: v,
+                extra_outs: Vec::new(),
             });
             v
         } else {
@@ -151,13 +153,27 @@ impl Trace {
         st.captured_ids.insert((outer, var), v);
         v
     }
-    /// Append `out = prim(inputs)` after checking the shape rule.
-    pub(crate) fn push(&self, prim: Prim, inputs: Vec<Var>) -> Result<(Var, Aval)> {
+    /// Append `outs = prim(inputs)` after checking the shape rule; the results with their avals.
+    pub(crate) fn push(&self, prim: Prim, inputs: Vec<Var>) -> Result<Vec<(Var, Aval)>> {
         let mut st = self.state.borrow_mut();
         let avals: Vec<&Aval> = inputs.iter().map(|v| st.graph.aval(*v)).collect();
-        let aval = prim.infer(&avals)?;
-        let out = st.graph.new_var(aval.clone());
-        st.graph.eqns.push(Eqn { prim, inputs, out });
-        Ok((out, aval))
+        let outs = prim.infer_outs(&avals)?;
+        let vars: Vec<Var> = outs.iter().map(|a| st.graph.new_var(a.clone())).collect();
+        let Some((&out, extra)) = vars.split_first() else {
+            return Err(Error::Unsupported {
+                op: prim.name(),
+                detail: "a primitive application with no result (internal)".into(),
+            });
+        };
+        if prim.has_effect() {
+            st.graph.effects.push(out);
+        }
+        st.graph.eqns.push(Eqn {
+            prim,
+            inputs,
+            out,
+            extra_outs: extra.to_vec(),
+        });
+        Ok(vars.into_iter().zip(outs).collect())
     }
 }

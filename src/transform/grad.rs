@@ -34,13 +34,16 @@ where
         .map(|t| TraceArg::Abstract(Aval::new(t.shape().to_vec(), t.dtype())))
         .collect();
     let (graph, captured) = trace_capturing(label, f, &args)?;
+    let inputs: Vec<Tensor> = primals.iter().cloned().chain(captured).collect();
+    forward(graph, &inputs)
+}
+
+/// Run `graph` forward on `inputs` (one per graph input) by re-emitting its equations, keeping
+/// every value.
+fn forward(graph: Graph, inputs: &[Tensor]) -> Result<Linearized> {
     let mut values: Vec<Option<Tensor>> = vec![None; graph.avals.len()];
-    for (v, t) in graph
-        .inputs
-        .iter()
-        .zip(primals.iter().cloned().chain(captured))
-    {
-        values[v.idx()] = Some(t);
+    for (v, t) in graph.inputs.iter().zip(inputs) {
+        values[v.idx()] = Some(t.clone());
     }
     for (v, h) in &graph.consts {
         values[v.idx()] = Some(Tensor::from(Array::from_host(h.clone())));
@@ -56,13 +59,35 @@ where
             })
             .collect();
         let refs: Vec<&Tensor> = ins.iter().collect();
-        let out = Tensor::apply(e.prim.clone(), &refs);
-        if let Some(err) = out.error() {
+        let outs = Tensor::apply_multi(e.prim.clone(), &refs);
+        if let Some(err) = outs.iter().find_map(|t| t.error()) {
             return Err(err.clone());
         }
-        values[e.out.idx()] = Some(out);
+        for (o, t) in e.outs().zip(outs) {
+            values[o.idx()] = Some(t);
+        }
     }
     Ok(Linearized { graph, values })
+}
+
+/// The outputs of `g` applied to `inputs` (re-emitted as ordinary operations).
+pub(crate) fn graph_forward(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    Ok(forward(g.clone(), inputs)?.outputs())
+}
+
+/// Cotangents of `g`'s inputs at `primals`, given cotangents of its outputs (`None`: zero); the
+/// forward pass is recomputed. Used by the VJP rules of control flow for their sub-programs.
+pub(crate) fn graph_vjp(
+    g: &Graph,
+    primals: &[Tensor],
+    cts: &[Option<Tensor>],
+) -> Result<Vec<Option<Tensor>>> {
+    let lin = forward(g.clone(), primals)?;
+    let got = lin.backward(cts);
+    if let Some(e) = got.iter().flatten().find_map(|t| t.error()) {
+        return Err(e.clone());
+    }
+    Ok(got)
 }
 
 impl Linearized {
@@ -90,18 +115,24 @@ impl Linearized {
             }
         }
         for e in g.eqns.iter().rev() {
-            let Some(c) = ct[e.out.idx()].clone() else {
+            let cts: Vec<Option<Tensor>> = e.outs().map(|o| ct[o.idx()].clone()).collect();
+            if cts.iter().all(Option::is_none) {
                 continue;
-            };
+            }
             let ins: Vec<Tensor> = e
                 .inputs
                 .iter()
                 .map(|v| self.values[v.idx()].clone().expect("forward values kept"))
                 .collect();
-            let out = self.values[e.out.idx()]
-                .clone()
-                .expect("forward values kept");
-            for (v, ci) in e.inputs.iter().zip(e.prim.vjp(&ins, &out, &c)) {
+            let outs: Vec<Tensor> = e
+                .outs()
+                .map(|o| self.values[o.idx()].clone().expect("forward values kept"))
+                .collect();
+            let in_cts = match e.prim.vjp_multi(&ins, &outs, &cts) {
+                Ok(c) => c,
+                Err(err) => vec![Some(Tensor::failed_here(err)); ins.len()],
+            };
+            for (v, ci) in e.inputs.iter().zip(in_cts) {
                 if let Some(ci) = ci {
                     add(&mut ct[v.idx()], ci);
                 }

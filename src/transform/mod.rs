@@ -1,6 +1,8 @@
-//! Transforms of traced programs, one file each: [`pmap`] (and split mode, [`pmap::shard_map`]) and
-//! [`vmap`], reverse-mode [`grad`]. Control flow follows (issue #4).
+//! Transforms of traced programs, one file each: [`pmap`] (and split mode, [`pmap::shard_map`]),
+//! [`vmap`], reverse-mode [`grad`], and structured [`control`] flow (`cond`, `switch`, `scan`,
+//! `fori_loop`).
 
+pub mod control;
 pub mod grad;
 pub mod pmap;
 pub mod vmap;

@@ -23,6 +23,9 @@ use crate::ops::{CollectiveKind, Prim};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph, Var};
 
+/// A traced function behind a box (what [`Parallel::vmap`] maps).
+pub type BoxedFn = Box<dyn Fn(&[Tensor]) -> Vec<Tensor>>;
+
 /// Which reading of "parallel map" a [`Parallel`] follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ParallelMode {
@@ -70,10 +73,23 @@ struct Key {
     statics: Vec<(usize, Aval, Vec<u32>)>,
 }
 
+/// A host loop's bookkeeping program: operand signature and kind (0 slice, 1 stack).
+type LoopKernelKey = (Vec<Aval>, usize);
+
 /// A traced parallel program: the per-device graph, its stages compiled per device, and what
 /// varies between devices.
 struct ParallelExe {
     graph: Graph,
+    /// Per host-driven loop of the plan (`plan.loops`, flattened in order): its body as a parallel
+    /// program of its own.
+    loop_bodies: Vec<Rc<ParallelExe>>,
+    /// Per loop, the slicing program of each `xs` (`take` at a traced index) and the stacking
+    /// program of its `ys`, by signature.
+    loop_kernels: RefCell<HashMap<LoopKernelKey, Rc<Executable>>>,
+    /// The prints of the program (their values are kept to the end of the run).
+    prints: Vec<crate::debug::PrintSpec>,
+    /// How a device's axis index is shown in its printed lines (`i` for axis name "i").
+    axis_label: String,
     plan: StagePlan,
     stages: Vec<Executable>,
     out_layouts: Vec<ShardLayout>,
@@ -191,6 +207,120 @@ where
         self.static_argnums = nums.to_vec();
         self
     }
+    /// `vmap(pmap(f))` (JAX's `jax.vmap(jax.pmap(f))`): vectorize this parallel map over one more
+    /// axis, `in_axes` per argument (`None`: shared by every example) and `out_axes` per output
+    /// (one entry for all; `None`: an output that does not vary over the examples). The result is
+    /// `[pmap(f)(x_b) for each example b]` stacked at `out_axes`, computed as one parallel call:
+    /// each device runs `vmap(f)` on its share of every example (the map and the batch axes
+    /// swapped, as JAX's batching rule of `pmap` does), so collectives over the device axis combine
+    /// the devices example by example. With `axis_name`, collectives may also name the batch axis.
+    ///
+    /// ```
+    /// use brigade::{pmap, psum, Array, Tensor};
+    /// let n = brigade::devices()?.len().min(2);
+    /// // 3 examples of an n-device sum: x[b, d, :] -> psum over d, per example.
+    /// let sums = pmap(|a: &[Tensor]| vec![psum(&a[0], "i")])
+    ///     .axis_name("i")
+    ///     .vmap(&[Some(0)], &[Some(0)], None);
+    /// let x = Array::from_vec((0..3 * n * 2).map(|v| v as f32).collect::<Vec<f32>>(), &[3, n, 2])?;
+    /// let y = sums.call(&[x])?;
+    /// assert_eq!(y[0].shape(), &[3, n, 2]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn vmap(
+        self,
+        in_axes: &[Option<usize>],
+        out_axes: &[Option<usize>],
+        axis_name: Option<&str>,
+    ) -> Parallel<BoxedFn>
+    where
+        F: 'static,
+    {
+        let split = self.mode == ParallelMode::Split;
+        let n_args = in_axes.len();
+        let map_in: Vec<Option<usize>> = match &self.in_axes {
+            Some(a) => a.clone(),
+            None => vec![Some(0); n_args],
+        };
+        // Per argument: the device axis in the full array, and the batch axis in a device's part.
+        let (outer_in, inner_in): (Vec<Option<usize>>, Vec<Option<usize>>) =
+            if map_in.len() == n_args {
+                in_axes
+                    .iter()
+                    .zip(&map_in)
+                    .enumerate()
+                    .map(|(i, (&va, &pa))| {
+                        if self.static_argnums.contains(&i) {
+                            return (pa, None);
+                        }
+                        match (va, pa) {
+                            (va, None) => (None, va),
+                            (None, pa) => (pa, None),
+                            (Some(va), Some(pa)) => {
+                                let full = if pa >= va { pa + 1 } else { pa };
+                                let inner = if !split && va > full { va - 1 } else { va };
+                                (Some(full), Some(inner))
+                            }
+                        }
+                    })
+                    .unzip()
+            } else {
+                // The arity error is reported by the call (with both counts).
+                (map_in.clone(), in_axes.to_vec())
+            };
+        // Per output (one entry for all when both lists have one): where the device axis and the
+        // batch axis go.
+        let map_out = self.out_axes.clone().unwrap_or_else(|| vec![Some(0)]);
+        let vm_out = if out_axes.is_empty() {
+            vec![Some(0)]
+        } else {
+            out_axes.to_vec()
+        };
+        let k = map_out.len().max(vm_out.len());
+        let pick = |v: &[Option<usize>], j: usize| {
+            if v.len() == 1 {
+                v[0]
+            } else {
+                v.get(j).copied().flatten()
+            }
+        };
+        let (outer_out, inner_out): (Vec<Option<usize>>, Vec<Option<usize>>) = (0..k)
+            .map(|j| match (pick(&vm_out, j), pick(&map_out, j)) {
+                (vo, None) => (None, vo),
+                (None, po) => (po, None),
+                (Some(vo), Some(po)) => {
+                    let full = if po >= vo { po + 1 } else { po };
+                    let inner = if !split && vo > full { vo - 1 } else { vo };
+                    (Some(full), Some(inner))
+                }
+            })
+            .unzip();
+        let f = self.f;
+        let name = axis_name.map(str::to_string);
+        let body = move |xs: &[Tensor]| {
+            let mut v = crate::transform::vmap::vmap(&f)
+                .in_axes(&inner_in)
+                .out_axes(&inner_out);
+            if let Some(n) = &name {
+                v = v.axis_name(n);
+            }
+            v.apply(xs)
+        };
+        Parallel {
+            f: Box::new(body),
+            mode: self.mode,
+            label: format!("vmap({})", self.label),
+            axis_name: self.axis_name,
+            in_axes: Some(outer_in),
+            out_axes: Some(outer_out),
+            axis_size: self.axis_size,
+            devices: self.devices,
+            static_argnums: self.static_argnums,
+            cache: RefCell::new(HashMap::new()),
+            emulated: RefCell::new(HashMap::new()),
+        }
+    }
+
     /// Name used in messages and kernel labels.
     pub fn named(mut self, label: &str) -> Self {
         self.label = label.to_string();
@@ -620,7 +750,9 @@ where
                 .axis_name
                 .as_ref()
                 .map(|name| crate::collective::AxisBinding::new(name, key.shards));
-            trace_args(&self.label, &self.f, &targs)?
+            // A cond's branches run inline on devices (see `ops::control`): their collectives
+            // are the program's own.
+            crate::ops::control::inline_conds(&trace_args(&self.label, &self.f, &targs)?)
         };
         // Which traced inputs are mapped, in graph-input order.
         let input_mapped: Vec<bool> = (0..args.len())
@@ -678,20 +810,8 @@ where
                 }
             });
         }
-        let plan = split_stages(&graph);
-        let stages = plan
-            .stages
-            .iter()
-            .map(|s| Executable::new(s.graph.clone()))
-            .collect();
-        Ok(ParallelExe {
-            graph,
-            plan,
-            stages,
-            out_layouts,
-            index_arrays: RefCell::new(HashMap::new()),
-            scratch: RefCell::new(Vec::new()),
-        })
+        let axis_label = self.axis_name.clone().unwrap_or_else(|| "shard".into());
+        Ok(ParallelExe::build(graph, axis_label, out_layouts))
     }
 
     // ---- arguments ---------------------------------------------------------------------------------
@@ -761,7 +881,7 @@ fn varying_reasons(g: &Graph, input_mapped: &[bool], input_arg: &[usize]) -> Vec
         }
     }
     for e in &g.eqns {
-        why[e.out.idx()] = match &e.prim {
+        let reason = match &e.prim {
             Prim::Collective(c) if c.result_is_invariant() => None,
             Prim::Collective(c) if c.kind == CollectiveKind::AxisIndex => {
                 Some("it depends on axis_index".into())
@@ -772,11 +892,140 @@ fn varying_reasons(g: &Graph, input_mapped: &[bool], input_arg: &[usize]) -> Vec
             )),
             _ => e.inputs.iter().find_map(|v| why[v.idx()].clone()),
         };
+        for o in e.outs() {
+            why[o.idx()] = reason.clone();
+        }
     }
     why
 }
 
 impl ParallelExe {
+    /// Cut `graph` into stages and compile them (and the bodies of host-driven loops).
+    fn build(graph: Graph, axis_label: String, out_layouts: Vec<ShardLayout>) -> ParallelExe {
+        // Prints are taken out of the program; their values stay in each device's environment
+        // to the end of the run (outputs of the last stage).
+        let (run_graph, prints) = crate::debug::strip_prints(&graph);
+        let plan = split_stages(&run_graph);
+        let stages = plan
+            .stages
+            .iter()
+            .map(|s| Executable::new(s.graph.clone()))
+            .collect();
+        let loop_bodies = plan
+            .loops
+            .iter()
+            .flatten()
+            .map(|l| {
+                Rc::new(ParallelExe::build(
+                    (*l.params.body).clone(),
+                    axis_label.clone(),
+                    Vec::new(),
+                ))
+            })
+            .collect();
+        ParallelExe {
+            graph,
+            loop_bodies,
+            loop_kernels: RefCell::new(HashMap::new()),
+            prints,
+            axis_label,
+            plan,
+            stages,
+            out_layouts,
+            index_arrays: RefCell::new(HashMap::new()),
+            scratch: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// A small program for a loop's bookkeeping (slicing `xs`, stacking `ys`), cached by signature.
+    fn loop_kernel(
+        &self,
+        avals: Vec<Aval>,
+        kind: usize,
+        f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+    ) -> Result<Rc<Executable>> {
+        let key = (avals, kind);
+        if let Some(e) = self.loop_kernels.borrow().get(&key) {
+            return Ok(e.clone());
+        }
+        let g = crate::exec::trace_fn("scan (host loop)", &f, &key.0)?;
+        let e = Rc::new(Executable::new(g));
+        self.loop_kernels.borrow_mut().insert(key, e.clone());
+        Ok(e)
+    }
+
+    /// Run a scan whose body holds collectives: iteration by iteration, each a parallel run of
+    /// the body on every device (slices of `xs` taken on the devices, `ys` stacked at the end).
+    async fn run_loop(
+        &self,
+        devices: &[Device],
+        body: &ParallelExe,
+        l: &crate::lower::stages::HostLoop,
+        ins: Vec<Vec<Array>>,
+        limits: &crate::DeviceLimits,
+    ) -> Result<Vec<Vec<Array>>> {
+        let p = &l.params;
+        let (nc, nk) = (p.n_consts, p.n_carry);
+        let n = devices.len();
+        let mut carry: Vec<Vec<Array>> = ins.iter().map(|a| a[nc..nc + nk].to_vec()).collect();
+        let mut ys: Vec<Vec<Vec<Array>>> = vec![vec![Vec::with_capacity(p.length); p.n_ys()]; n];
+        for k in 0..p.length {
+            let i = if p.reverse { p.length - 1 - k } else { k };
+            let index = Array::scalar(i as i32);
+            let mut args = Vec::with_capacity(n);
+            for (d, dev) in devices.iter().enumerate() {
+                let mut a = ins[d][..nc].to_vec();
+                a.extend(carry[d].iter().cloned());
+                for x in &ins[d][nc + nk..] {
+                    let slice = self.loop_kernel(
+                        vec![x.aval().clone(), index.aval().clone()],
+                        0,
+                        &|t: &[Tensor]| vec![t[0].take(&t[1], 0)],
+                    )?;
+                    a.extend(slice.run_planned(dev, &[x.clone(), index.clone()], limits)?);
+                }
+                args.push(a);
+            }
+            let outs = Box::pin(body.run(devices, args)).await?;
+            for (d, mut o) in outs.into_iter().enumerate() {
+                let y = o.split_off(nk);
+                carry[d] = o;
+                for (j, y) in y.into_iter().enumerate() {
+                    ys[d][j].push(y);
+                }
+            }
+        }
+        let mut result = Vec::with_capacity(n);
+        for (d, dev) in devices.iter().enumerate() {
+            let mut r = std::mem::take(&mut carry[d]);
+            for y in std::mem::take(&mut ys[d]) {
+                let mut y = y;
+                if p.reverse {
+                    y.reverse();
+                }
+                let avals: Vec<Aval> = y.iter().map(|a| a.aval().clone()).collect();
+                if avals.is_empty() {
+                    // A zero-length loop: an empty stack.
+                    let a = p.body.aval(p.body.outputs[r.len()]).clone();
+                    let mut shape = vec![0];
+                    shape.extend_from_slice(&a.shape);
+                    r.push(Array::from_host(crate::HostArray::full(
+                        crate::Scalar::F32(0.0).cast(a.dtype),
+                        &shape,
+                    )));
+                    continue;
+                }
+                let stack = self.loop_kernel(avals, 1, &|t: &[Tensor]| {
+                    let refs: Vec<&Tensor> = t.iter().collect();
+                    vec![Tensor::stack(&refs, 0)]
+                })?;
+                r.extend(stack.run_planned(dev, &y, limits)?);
+            }
+            result.push(r);
+        }
+        Ok(result)
+    }
+
     /// Run every stage on every device; collectives in between. Returns each device's outputs.
     async fn run(&self, devices: &[Device], args: Vec<Vec<Array>>) -> Result<Vec<Vec<Array>>> {
         let n = devices.len();
@@ -814,6 +1063,7 @@ impl ParallelExe {
             .map(|d| *d.limits())
             .reduce(|a, b| a.meet(&b))
             .expect("at least one device");
+        let mut next_loop = 0;
         for (s, stage) in self.plan.stages.iter().enumerate() {
             if !stage.graph.eqns.is_empty() || !stage.graph.outputs.is_empty() {
                 for &d in &order {
@@ -825,14 +1075,29 @@ impl ParallelExe {
                 }
             }
             let exchange = &self.plan.exchanges[s];
-            if exchange.is_empty() {
-                continue;
-            }
-            for (v, arrays) in self.exchange(devices, &env, exchange).await? {
-                for (d, a) in arrays.into_iter().enumerate() {
-                    env[d].insert(v, a);
+            if !exchange.is_empty() {
+                for (v, arrays) in self.exchange(devices, &env, exchange).await? {
+                    for (d, a) in arrays.into_iter().enumerate() {
+                        env[d].insert(v, a);
+                    }
                 }
             }
+            for l in &self.plan.loops[s] {
+                let body = self.loop_bodies[next_loop].clone();
+                next_loop += 1;
+                let ins: Vec<Vec<Array>> = (0..n)
+                    .map(|d| l.inputs.iter().map(|v| env[d][v].clone()).collect())
+                    .collect();
+                let outs = self.run_loop(devices, &body, l, ins, &limits).await?;
+                for (d, o) in outs.into_iter().enumerate() {
+                    for (v, a) in l.outs.iter().zip(o) {
+                        env[d].insert(*v, a);
+                    }
+                }
+            }
+        }
+        if !self.prints.is_empty() {
+            self.print(devices, &env).await;
         }
         Ok((0..n)
             .map(|d| {
@@ -843,6 +1108,29 @@ impl ParallelExe {
                     .collect()
             })
             .collect())
+    }
+
+    /// Read every device's printed values (all reads issued at once) and print them, one block of
+    /// lines per device in device order, tagged with the device and its axis index.
+    async fn print(&self, devices: &[Device], env: &[HashMap<Var, Array>]) {
+        let vars: Vec<Var> = self.prints.iter().flat_map(|p| p.vars.clone()).collect();
+        let arrays: Vec<Array> = env
+            .iter()
+            .flat_map(|e| vars.iter().map(|v| e[v].clone()))
+            .collect();
+        let lines = match crate::array::read_all(&arrays).await {
+            Ok(values) => values
+                .chunks(vars.len().max(1))
+                .zip(devices)
+                .enumerate()
+                .flat_map(|(d, (vals, dev))| {
+                    let tag = format!("{} {}={d}", crate::debug::device_tag(dev), self.axis_label);
+                    crate::debug::lines(&tag, &self.prints, vals)
+                })
+                .collect(),
+            Err(e) => vec![format!("debug_print: cannot read the printed values: {e}")],
+        };
+        crate::debug::emit(lines);
     }
 }
 

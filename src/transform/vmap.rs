@@ -225,34 +225,14 @@ where
             size: b,
             axis_name: self.axis_name.as_deref(),
         };
-        // Re-emit the program with batching rules.
-        let mut env: Vec<Option<Batched>> = vec![None; g.avals.len()];
-        // The function's own inputs, then the enclosing traces' values it closed over (shared by
-        // every example).
-        let captured = captured.into_iter().map(|t| (t, false));
-        for (v, x) in g.inputs.iter().zip(vals.into_iter().chain(captured)) {
-            env[v.idx()] = Some(x);
-        }
-        for (v, h) in &g.consts {
-            env[v.idx()] = Some((Tensor::from(Array::from_host(h.clone())), false));
-        }
-        for e in &g.eqns {
-            let ins: Vec<Batched> = e
-                .inputs
-                .iter()
-                .map(|v| {
-                    env[v.idx()]
-                        .clone()
-                        .expect("graph is topologically ordered")
-                })
-                .collect();
-            let out = e.prim.batch(&ins, &ctx);
-            if let Some(err) = out.0.error() {
-                return Err(err.clone());
-            }
-            env[e.out.idx()] = Some(out);
-        }
-        let outs = g.outputs.len();
+        // Re-emit the program with batching rules: the function's own inputs, then the enclosing
+        // traces' values it closed over (shared by every example).
+        let ins: Vec<Batched> = vals
+            .into_iter()
+            .chain(captured.into_iter().map(|t| (t, false)))
+            .collect();
+        let results = batch_graph(&g, ins, &ctx)?;
+        let outs = results.len();
         let out_axes: Vec<Option<usize>> = match &self.out_axes {
             None => vec![Some(0); outs],
             Some(a) if a.len() == 1 => vec![a[0]; outs],
@@ -267,12 +247,11 @@ where
                 });
             }
         };
-        g.outputs
-            .iter()
+        results
+            .into_iter()
             .zip(out_axes)
             .enumerate()
-            .map(|(j, (v, ax))| {
-                let val = env[v.idx()].clone().expect("outputs are defined");
+            .map(|(j, (val, ax))| {
                 match ax {
                     None if val.1 => Err(Error::VaryingOutput {
                         op: "vmap",
@@ -319,4 +298,40 @@ where
         }
         Ok((g, captured))
     }
+}
+
+/// Re-emit `g` with every primitive replaced by its batching rule, on inputs `ins` (one per graph
+/// input, each flagged with whether it carries the batch axis in front). Returns the outputs,
+/// flagged alike. Used by [`Vmap`] and by the rules of control flow for their sub-programs.
+pub(crate) fn batch_graph(
+    g: &Graph,
+    ins: Vec<Batched>,
+    ctx: &BatchCtx<'_>,
+) -> Result<Vec<Batched>> {
+    let mut env: Vec<Option<Batched>> = vec![None; g.avals.len()];
+    for (v, x) in g.inputs.iter().zip(ins) {
+        env[v.idx()] = Some(x);
+    }
+    for (v, h) in &g.consts {
+        env[v.idx()] = Some((Tensor::from(Array::from_host(h.clone())), false));
+    }
+    for e in &g.eqns {
+        let ins: Vec<Batched> = e
+            .inputs
+            .iter()
+            .map(|v| {
+                env[v.idx()]
+                    .clone()
+                    .expect("graph is topologically ordered")
+            })
+            .collect();
+        let outs = e.prim.batch_multi(&ins, ctx)?;
+        for (o, val) in e.outs().zip(outs) {
+            env[o.idx()] = Some(val);
+        }
+    }
+    Ok(g.outputs
+        .iter()
+        .map(|v| env[v.idx()].clone().expect("outputs are defined"))
+        .collect())
 }

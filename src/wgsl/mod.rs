@@ -300,8 +300,13 @@ impl<'a> Emitter<'a> {
             Prim::Reduce { .. }
             | Prim::ArgReduce { .. }
             | Prim::DotGeneral(_)
-            | Prim::Collective(_) => {
-                unreachable!("non-fusable primitives are materialized; collectives never lowered")
+            | Prim::Collective(_)
+            | Prim::Cond { .. }
+            | Prim::Scan(_)
+            | Prim::DebugPrint { .. } => {
+                unreachable!(
+                    "non-fusable primitives are materialized; collectives and conds never lowered"
+                )
             }
         };
         let t = self.tmp("t");

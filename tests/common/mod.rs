@@ -560,3 +560,4 @@ pub const INT_BINARY_OPS: [(&str, BinaryFn); 15] = [
     ("gt", Tensor::gt),
     ("ge", Tensor::ge),
 ];
+pub mod batching;
