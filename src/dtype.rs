@@ -9,8 +9,9 @@ use std::fmt;
 /// `F64` is a host-only dtype (like JAX with `jax_enable_x64`): host arrays, the CPU reference
 /// interpreter and the `cpu` device compute it in double precision, while GPU devices refuse it
 /// with [`crate::Error::BadDType`] (WGSL has no f64): cast to f32 first, or run on the `cpu` device.
-/// Its use is exact oracles, such as finite differences of f32 gradients. `grad` differentiates
-/// f32 only.
+/// Its use is exact oracles, such as finite differences of f32 gradients. Eager ops on host f64
+/// arrays run on the host; `jit` and the transforms take `.on(cpu device)`. The VJP rules work in
+/// f64 (`vjp`), while `grad` takes f32 arguments only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
