@@ -242,6 +242,12 @@ impl Array {
                 Array::from_host(host_data(self)?)
             });
         }
+        if self.dtype() == DType::F64 {
+            return Err(crate::error::f64_on_gpu(
+                "uploading to a GPU device",
+                self.shape(),
+            ));
+        }
         let buf = match self.host() {
             Some(h) => device.upload(&h.data)?,
             None => device.upload(&host_data(self)?.data)?,
@@ -309,6 +315,13 @@ impl Array {
 
 impl From<f32> for Array {
     fn from(v: f32) -> Array {
+        Array::scalar(v)
+    }
+}
+
+/// A rank-0 f64 array (host-only dtype, see [`DType::F64`]).
+impl From<f64> for Array {
+    fn from(v: f64) -> Array {
         Array::scalar(v)
     }
 }

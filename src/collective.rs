@@ -104,10 +104,10 @@ pub fn psum(x: &Tensor, axis_name: &str) -> Tensor {
     collective("psum", Some(x), axis_name, CollectiveKind::Psum)
 }
 
-/// Mean of `x` over the shards of `axis_name` (the sum divided by the axis size, in f32). Integer
-/// operands are averaged as f32, as `psum(x) / n` does in JAX.
+/// Mean of `x` over the shards of `axis_name` (the sum divided by the axis size, in the float
+/// dtype of `x`). Integer operands are averaged as f32, as `psum(x) / n` does in JAX.
 pub fn pmean(x: &Tensor, axis_name: &str) -> Tensor {
-    if x.dtype() == crate::DType::F32 || x.error().is_some() {
+    if x.dtype().is_float() || x.error().is_some() {
         collective("pmean", Some(x), axis_name, CollectiveKind::Pmean)
     } else {
         match lookup("pmean", axis_name) {

@@ -189,6 +189,7 @@ fn format_array(h: &HostArray) -> String {
                 Scalar::I32(v) => v.to_string(),
                 Scalar::U32(v) => v.to_string(),
                 Scalar::Bool(v) => v.to_string(),
+                Scalar::F64(v) => v.to_string(),
             });
             return;
         }

@@ -326,6 +326,19 @@ impl Error {
     }
 }
 
+/// The fix named by [`Error::BadDType`] when an f64 value meets a GPU device.
+pub(crate) const F64_ON_GPU: &str = "WGSL has no f64: cast to f32 with .cast(DType::F32), or run on the cpu device (BRIGADE_DEVICES=cpu, or .on(cpu device))";
+
+/// The error for an f64 value of `shape` meeting a GPU device in `op`.
+pub(crate) fn f64_on_gpu(op: &'static str, shape: &[usize]) -> Error {
+    Error::BadDType {
+        op,
+        dtype: DType::F64,
+        hint: F64_ON_GPU,
+        shapes: vec![shape.to_vec()],
+    }
+}
+
 /// " (operand shapes [2, 3] and [3])" for messages, or nothing.
 fn shapes_note(shapes: &[Vec<usize>]) -> String {
     match shapes {

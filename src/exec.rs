@@ -9,6 +9,7 @@ use crate::array::{Array, host_data};
 use crate::device::{
     BufferCopy, Command, Device, DeviceBuffer, DeviceLimits, Dispatch, Kernel, Runtime,
 };
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::lower::{Op, Program, lower};
 use crate::ops::Prim;
@@ -274,6 +275,8 @@ pub(crate) fn pick_device(explicit: Option<&Device>, args: &[&Array]) -> Result<
 
 thread_local! {
     static EAGER: RefCell<HashMap<String, Rc<Executable>>> = RefCell::new(HashMap::new());
+    /// The cpu device eager f64 ops on host data run on (see [`eager`]).
+    static HOST: Device = Device::new_cpu(0, 0);
 }
 
 /// Run one primitive on concrete arrays (an op outside `jit`), cached by primitive and shapes
@@ -281,7 +284,17 @@ thread_local! {
 pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Vec<Array>> {
     let avals: Vec<&Aval> = args.iter().map(|a| a.aval()).collect();
     let out_avals = prim.infer_outs(&avals)?;
-    let dev = pick_device(None, args)?;
+    // f64 is host-only: an op on host data that involves f64 runs on a host cpu device (the
+    // reference interpreter) instead of the default device, which would refuse it.
+    let f64_op = out_avals
+        .iter()
+        .chain(avals.iter().copied())
+        .any(|a| a.dtype == DType::F64);
+    let dev = if f64_op && args.iter().all(|a| a.host().is_some()) {
+        HOST.with(Device::clone)
+    } else {
+        pick_device(None, args)?
+    };
     let cacheable = !prim.is_control_flow();
     let key = if cacheable {
         format!("{prim:?}|{avals:?}")

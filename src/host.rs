@@ -10,6 +10,8 @@ pub enum HostData {
     I32(Vec<i32>),
     U32(Vec<u32>),
     Bool(Vec<bool>),
+    /// Double precision: host and `cpu` device only (see [`DType::F64`]).
+    F64(Vec<f64>),
 }
 
 impl HostData {
@@ -19,6 +21,7 @@ impl HostData {
             HostData::I32(_) => DType::I32,
             HostData::U32(_) => DType::U32,
             HostData::Bool(_) => DType::Bool,
+            HostData::F64(_) => DType::F64,
         }
     }
     pub fn len(&self) -> usize {
@@ -27,6 +30,7 @@ impl HostData {
             HostData::I32(v) => v.len(),
             HostData::U32(v) => v.len(),
             HostData::Bool(v) => v.len(),
+            HostData::F64(v) => v.len(),
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -39,6 +43,7 @@ impl HostData {
             Scalar::I32(v) => HostData::I32(vec![v; n]),
             Scalar::U32(v) => HostData::U32(vec![v; n]),
             Scalar::Bool(v) => HostData::Bool(vec![v; n]),
+            Scalar::F64(v) => HostData::F64(vec![v; n]),
         }
     }
     /// Element `i` as a scalar. Panics if out of range (internal use with checked indices).
@@ -48,6 +53,7 @@ impl HostData {
             HostData::I32(v) => Scalar::I32(v[i]),
             HostData::U32(v) => Scalar::U32(v[i]),
             HostData::Bool(v) => Scalar::Bool(v[i]),
+            HostData::F64(v) => Scalar::F64(v[i]),
         }
     }
     /// Element `i` as f64 (bool: 0/1).
@@ -57,6 +63,7 @@ impl HostData {
             HostData::I32(v) => v[i] as f64,
             HostData::U32(v) => v[i] as f64,
             HostData::Bool(v) => v[i] as u8 as f64,
+            HostData::F64(v) => v[i],
         }
     }
     /// Build from scalars that all have dtype `dtype`.
@@ -103,30 +110,42 @@ impl HostData {
                 })
                 .collect(),
             ),
+            DType::F64 => HostData::F64(it.map(|s| s.as_f64()).collect()),
         }
     }
-    /// The 32-bit words stored in a device buffer (bool as 0/1 u32).
+    /// The 32-bit words stored in a device buffer (bool as 0/1 u32; f64, which no device holds,
+    /// as two words per element, low word first).
     pub fn to_words(&self) -> Vec<u32> {
         match self {
             HostData::F32(v) => bytemuck::cast_slice(v).to_vec(),
             HostData::I32(v) => bytemuck::cast_slice(v).to_vec(),
             HostData::U32(v) => v.clone(),
             HostData::Bool(v) => v.iter().map(|&b| b as u32).collect(),
+            HostData::F64(v) => v
+                .iter()
+                .flat_map(|x| {
+                    let b = x.to_bits();
+                    [b as u32, (b >> 32) as u32]
+                })
+                .collect(),
         }
     }
-    /// Raw little-endian bytes as stored on a device.
+    /// Raw little-endian bytes as stored on a device (f64: 8 bytes per element).
     pub fn to_bytes(&self) -> Vec<u8> {
         match self {
             HostData::F32(v) => bytemuck::cast_slice(v).to_vec(),
             HostData::I32(v) => bytemuck::cast_slice(v).to_vec(),
             HostData::U32(v) => bytemuck::cast_slice(v).to_vec(),
             HostData::Bool(v) => v.iter().flat_map(|&b| (b as u32).to_le_bytes()).collect(),
+            HostData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         }
     }
-    /// Rebuild from device bytes (`bytes.len()` must be a multiple of 4). One copy for the 32-bit
-    /// types (device and host share little-endian order on every target brigade builds for).
+    /// Rebuild from device bytes (`bytes.len()` must be a multiple of the element size: 4, or 8
+    /// for f64). One copy for the 32-bit types (device and host share little-endian order on every
+    /// target brigade builds for).
     pub fn from_bytes(dtype: DType, bytes: &[u8]) -> HostData {
-        let n = bytes.len() / 4 * 4;
+        let size = dtype.size_bytes();
+        let n = bytes.len() / size * size;
         let bytes = &bytes[..n];
         match dtype {
             DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(bytes)),
@@ -136,6 +155,12 @@ impl HostData {
                 bytes
                     .chunks_exact(4)
                     .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 0)
+                    .collect(),
+            ),
+            DType::F64 => HostData::F64(
+                bytes
+                    .chunks_exact(8)
+                    .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
                     .collect(),
             ),
         }
@@ -169,6 +194,7 @@ element!(f32, F32);
 element!(i32, I32);
 element!(u32, U32);
 element!(bool, Bool);
+element!(f64, F64);
 
 /// An array whose data lives in host memory.
 #[derive(Clone, Debug, PartialEq)]

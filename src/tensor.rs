@@ -365,7 +365,7 @@ impl Tensor {
 
     fn unary(&self, op: UnaryOp) -> Tensor {
         // Like jnp: transcendental ops on integers/bools compute in f32.
-        if op.float_only() && self.dtype() != DType::F32 && self.error().is_none() {
+        if op.float_only() && !self.dtype().is_float() && self.error().is_none() {
             return self.cast(DType::F32).unary(op);
         }
         Tensor::apply(Prim::Unary(op), &[self])
@@ -440,7 +440,8 @@ impl Tensor {
             Ok(s) => s,
             Err(e) => return self.fail_with(e),
         };
-        let [a, b] = Tensor::align([self, other]);
+        let [a, b] = Tensor::promote_floats([self, other]);
+        let [a, b] = Tensor::align([&a, &b]);
         let (a, b) = (a.broadcast_to(&shape), b.broadcast_to(&shape));
         Tensor::apply(Prim::Binary(op), &[&a, &b])
     }
@@ -462,16 +463,35 @@ impl Tensor {
             _ => t.clone(),
         })
     }
+    /// JAX's dtype promotion between floats of two widths, as with `jax_enable_x64`: when one
+    /// operand is f32 and another f64, the f32 ones are cast to f64. Other mixes are left alone
+    /// (the primitive reports them as a dtype mismatch).
+    pub(crate) fn promote_floats<const N: usize>(ts: [&Tensor; N]) -> [Tensor; N] {
+        let wide = ts
+            .iter()
+            .any(|t| t.dtype() == DType::F64 && t.error().is_none());
+        ts.map(|t| {
+            if wide && t.dtype() == DType::F32 && t.error().is_none() {
+                t.cast(DType::F64)
+            } else {
+                t.clone()
+            }
+        })
+    }
     /// A binary op with a scalar that takes this tensor's dtype (JAX's weak typing of literals).
     ///
     /// As in JAX, a float literal with an integer or bool tensor promotes the computation to f32
-    /// (`x_i32 / 2.0` is true division); an integer literal takes the tensor's dtype.
+    /// (`x_i32 / 2.0` is true division); an integer literal takes the tensor's dtype. With an f64
+    /// tensor, an f32 literal is widened exactly (`x_f64 * 0.1` multiplies by `0.1f32 as f64`).
     fn binary_scalar(&self, op: BinaryOp, v: f64, scalar_on_left: bool) -> Tensor {
         self.binary_literal(op, Scalar::F32(v as f32), scalar_on_left)
     }
+    /// `self * v` with `v` weakly typed: rounded to f32 for f32 tensors, exact for f64 ones.
+    pub(crate) fn mul_literal(&self, v: f64) -> Tensor {
+        self.binary_literal(BinaryOp::Mul, Scalar::F64(v), false)
+    }
     fn binary_literal(&self, op: BinaryOp, lit: Scalar, scalar_on_left: bool) -> Tensor {
-        let x = if lit.dtype() == DType::F32 && self.dtype() != DType::F32 && self.error().is_none()
-        {
+        let x = if lit.dtype().is_float() && !self.dtype().is_float() && self.error().is_none() {
             self.cast(DType::F32)
         } else {
             self.clone()
@@ -615,7 +635,7 @@ impl Tensor {
     pub fn min(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
         self.reduce(ReduceOp::Min, axes.into(), keepdims)
     }
-    /// Mean over `axes`, computed in f32 for integer inputs.
+    /// Mean over `axes`, computed in f32 for integer inputs (in f64 for f64 inputs).
     pub fn mean(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
         if let Some(e) = self.error() {
             return Tensor::failed(e.clone());
@@ -625,12 +645,13 @@ impl Tensor {
             Ok(a) => a.iter().map(|&i| self.shape()[i]).product(),
             Err(e) => return self.fail_with(e),
         };
-        let x = if self.dtype() == DType::F32 {
+        let x = if self.dtype().is_float() {
             self.clone()
         } else {
             self.cast(DType::F32)
         };
-        x.reduce(ReduceOp::Sum, axes, keepdims) * (1.0 / n as f64) as f32
+        x.reduce(ReduceOp::Sum, axes, keepdims)
+            .mul_literal(1.0 / n as f64)
     }
     pub fn mean_all(&self) -> Tensor {
         self.mean(Axes::All, false)
@@ -663,14 +684,16 @@ impl Tensor {
 
     /// `log(sum(exp(x)))` over `axes`, shifted by the max so large inputs do not overflow.
     pub fn logsumexp(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
-        if self.dtype() != DType::F32 && self.error().is_none() {
+        if !self.dtype().is_float() && self.error().is_none() {
             return self.cast(DType::F32).logsumexp(axes, keepdims);
         }
         let axes = axes.into();
         let m = self.max(axes.clone(), true);
         // A row of -inf would give -inf - -inf = NaN; shift by 0 there instead.
-        let finite = m.abs().lt(&Tensor::scalar(f32::INFINITY));
-        let m = finite.where_(&m, &Tensor::scalar(0.0f32));
+        let finite = m
+            .abs()
+            .lt(&Tensor::scalar(Scalar::F32(f32::INFINITY).cast(m.dtype())));
+        let m = finite.where_(&m, &Tensor::scalar(Scalar::F32(0.0).cast(m.dtype())));
         let s = (self - &m).exp().sum(axes.clone(), true).log() + &m;
         if keepdims {
             s
@@ -688,7 +711,7 @@ impl Tensor {
     }
     /// `x - logsumexp(x)` along `axis`.
     pub fn log_softmax(&self, axis: i64) -> Tensor {
-        if self.dtype() != DType::F32 && self.error().is_none() {
+        if !self.dtype().is_float() && self.error().is_none() {
             return self.cast(DType::F32).log_softmax(axis);
         }
         self - &self.logsumexp(axis, true)
@@ -705,6 +728,12 @@ impl Tensor {
     pub fn matmul(&self, rhs: &Tensor) -> Tensor {
         if let Some(e) = self.error().or(rhs.error()) {
             return Tensor::failed(e.clone());
+        }
+        if self.dtype() != rhs.dtype() {
+            let [a, b] = Tensor::promote_floats([self, rhs]);
+            if a.dtype() == b.dtype() {
+                return a.matmul(&b);
+            }
         }
         let (la, ra) = (self.shape().to_vec(), rhs.shape().to_vec());
         let err = |detail: String| Error::MatmulShape {
@@ -1062,6 +1091,7 @@ impl Scalar {
             Scalar::I32(_) => Scalar::I32(v as i32),
             Scalar::U32(_) => Scalar::U32(v as u32),
             Scalar::Bool(_) => Scalar::Bool(v != 0.0),
+            Scalar::F64(_) => Scalar::F64(v),
         }
     }
 }
@@ -1079,7 +1109,8 @@ pub fn select(pred: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Tensor {
         Ok(s) => s,
         Err(e) => return pred.fail_with(e),
     };
-    let [p, t, f] = Tensor::align([pred, on_true, on_false]);
+    let [t, f] = Tensor::promote_floats([on_true, on_false]);
+    let [p, t, f] = Tensor::align([pred, &t, &f]);
     let (p, t, f) = (
         p.broadcast_to(&shape),
         t.broadcast_to(&shape),

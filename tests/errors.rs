@@ -796,3 +796,126 @@ fn a_malformed_hand_built_graph_is_an_error_not_a_panic() {
     g.outputs = vec![Var(7)];
     assert!(brigade::reference::eval_graph(&g, std::slice::from_ref(&x)).is_err());
 }
+
+/// The fix every f64-on-a-GPU error names.
+const F64_FIX: [&str; 4] = [
+    "f64",
+    "WGSL has no f64",
+    ".cast(DType::F32)",
+    "BRIGADE_DEVICES=cpu",
+];
+
+fn assert_f64_refused(e: &Error, op: &str, shape: &[usize]) {
+    match e {
+        Error::BadDType {
+            op: got_op,
+            dtype: DType::F64,
+            shapes,
+            ..
+        } => {
+            assert_eq!(*got_op, op, "{e:?}");
+            assert_eq!(shapes, &vec![shape.to_vec()], "{e:?}");
+        }
+        _ => panic!("expected BadDType for f64, got {e:?}"),
+    }
+    assert_mentions(e, &F64_FIX);
+    assert_mentions(e, &[&format!("{shape:?}")]);
+}
+
+#[test]
+fn f64_values_in_a_gpu_program_are_a_bad_dtype() {
+    // An f64 stretch inside an f32 program: the lowering names the first f64 value's shape.
+    let f = |x: &[Tensor]| vec![x[0].cast(DType::F64).exp().cast(DType::F32)];
+    let x = Array::from_vec(vec![0.5f32, -1.0, 2.0, 0.25, 1.5, -0.75], &[2, 3]).unwrap();
+    assert_f64_refused(
+        &jit_error(f, std::slice::from_ref(&x)),
+        "running on a GPU device",
+        &[2, 3],
+    );
+    // An f64 argument.
+    let y = Array::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], &[4]).unwrap();
+    assert_f64_refused(
+        &jit_error(|x| vec![&x[0] * 2.0], &[y]),
+        "running on a GPU device",
+        &[4],
+    );
+    // Eagerly, on data that lives on the GPU.
+    let dev = device_of("vulkan");
+    let on_dev = x.to_device(&dev).unwrap();
+    assert_f64_refused(
+        &eager_error(|| Tensor::from(&on_dev).cast(DType::F64)),
+        "running on a GPU device",
+        &[2, 3],
+    );
+    // Inside control flow: a loop body and a cond branch holding an f64 intermediate.
+    let looped = |a: &[Tensor]| {
+        brigade::fori_loop(
+            0,
+            3,
+            |_, v| vec![v[0].cast(DType::F64).sin().cast(DType::F32)],
+            &a[..1],
+        )
+    };
+    assert_f64_refused(
+        &jit_error(looped, std::slice::from_ref(&x)),
+        "running on a GPU device",
+        &[2, 3],
+    );
+    let branched = |a: &[Tensor]| {
+        brigade::cond(
+            &a[0].sum_all().gt(&Tensor::scalar(0.0f32)),
+            |b| vec![b[0].cast(DType::F64).exp().cast(DType::F32)],
+            |b| vec![b[0].clone()],
+            &a[..1],
+        )
+    };
+    assert_f64_refused(
+        &jit_error(branched, std::slice::from_ref(&x)),
+        "running on a GPU device",
+        &[2, 3],
+    );
+    let cpu = devices_with("cpu:1")[0].clone();
+    let got = jit(looped).on(&cpu).call(std::slice::from_ref(&x)).unwrap()[0]
+        .to_vec::<f32>()
+        .unwrap();
+    let want: Vec<f32> = x
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|&v| (0..3).fold(v, |v, _| (v as f64).sin() as f32))
+        .collect();
+    assert_eq!(got, want, "the loop with an f64 body on the cpu device");
+    // The fix the message names works: the same program on the cpu device.
+    let got = jit(f).on(&cpu).call(&[x]).unwrap()[0]
+        .to_vec::<f32>()
+        .unwrap();
+    let want: Vec<f32> = [0.5f64, -1.0, 2.0, 0.25, 1.5, -0.75]
+        .iter()
+        .map(|v| v.exp() as f32)
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn uploading_f64_to_a_gpu_device_is_a_bad_dtype() {
+    let dev = device_of("vulkan");
+    let a = Array::from_vec(vec![1.5f64, -2.0, 3.25, 0.5, 8.0, -1.0], &[3, 2]).unwrap();
+    let e = match catch_unwind(AssertUnwindSafe(|| a.to_device(&dev))) {
+        Ok(Err(e)) => e,
+        Ok(Ok(on_dev)) => panic!("an f64 array was uploaded: {on_dev:?}"),
+        Err(p) => panic!("to_device PANICKED: {}", panic_message(&p)),
+    };
+    assert_f64_refused(&e, "uploading to a GPU device", &[3, 2]);
+    // The device's own upload, which sees no shape, names the element count.
+    let e = dev
+        .upload(&HostData::F64(vec![1.0, 2.0, 3.0]))
+        .map(|_| ())
+        .unwrap_err();
+    assert_f64_refused(&e, "uploading to a GPU device", &[3]);
+    // The cpu device holds f64 on the host.
+    let cpu = devices_with("cpu:1")[0].clone();
+    assert_eq!(
+        a.to_device(&cpu).unwrap().to_vec::<f64>().unwrap(),
+        vec![1.5, -2.0, 3.25, 0.5, 8.0, -1.0]
+    );
+}

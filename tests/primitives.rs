@@ -14,11 +14,15 @@
 //! - reductions, matmul, softmax: `Tol::REDUCE` (1e-4 relative + 1e-4 absolute): f32 accumulation of up
 //!   to a few hundred terms against the f64-accumulating reference. The 100 000-element sums use
 //!   positive inputs so the relative bound is meaningful.
+//!
+//! f64 is host-only (GPU devices refuse it, see tests/errors.rs): the last section runs it on the
+//! cpu device against Rust f64 arithmetic, exactly, or within 1e-14 relative for sums taken in
+//! another order.
 
 mod common;
 
 use brigade::ops::{DotDims, Prim};
-use brigade::{Array, Aval, DType, Graph, Scalar, Tensor, select};
+use brigade::{Array, Aval, DType, Graph, HostArray, Scalar, Tensor, select};
 use common::*;
 
 type UnaryFn = fn(&Tensor) -> Tensor;
@@ -695,6 +699,22 @@ fn cast_input(dt: DType) -> Array {
             ],
             &[2, 5],
         ),
+        DType::F64 => Array::from_vec(
+            vec![
+                0.0,
+                0.3,
+                1.0,
+                1.7,
+                2.5,
+                99.99,
+                65_535.9,
+                1_000_000.5,
+                7.0,
+                3.0,
+            ],
+            &[2, 5],
+        )
+        .unwrap(),
     }
 }
 
@@ -2034,4 +2054,493 @@ fn integer_inputs_to_logsumexp_and_log_softmax_compute_in_f32() {
     };
     let want = [row([1.0, -2.0, 3.0]) as f32, row([4.0, 0.0, -5.0]) as f32];
     assert_f32s(&got[0], &want, Tol::TRANS, "logsumexp of i32 rows (host)");
+}
+
+// ---- f64: the host-only dtype, on the cpu device ----------------------------------------------
+//
+// GPU devices refuse f64 (tests/errors.rs); the reference interpreter and the cpu device compute
+// it in double precision. Expected values are Rust f64 arithmetic on the same inputs, so every
+// comparison below is exact or within a few f64 ulps, far below what an f32 computation gives.
+
+/// The cpu device (the reference interpreter).
+fn cpu_dev() -> brigade::Device {
+    devices_with("cpu:1")[0].clone()
+}
+
+/// `n` f64 values in `[lo, hi)` at full double precision (62 random bits, not f32 values widened),
+/// never zero.
+fn f64s(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
+    let mut r = Lcg::new(seed);
+    (0..n)
+        .map(|_| {
+            let u = (r.next_u32() as f64 * 2f64.powi(31) + r.next_u32() as f64) / 2f64.powi(62);
+            let x = lo + (hi - lo) * u;
+            if x == 0.0 { hi / 2.0 } else { x }
+        })
+        .collect()
+}
+
+fn f64_arr(v: &[f64], shape: &[usize]) -> Array {
+    Array::from_vec(v.to_vec(), shape).unwrap()
+}
+
+/// `f` under jit on the cpu device; every output read back to the host.
+fn on_cpu(f: impl Fn(&[Tensor]) -> Vec<Tensor>, args: &[Array]) -> Vec<HostArray> {
+    brigade::jit(f)
+        .on(&cpu_dev())
+        .call(args)
+        .unwrap_or_else(|e| panic!("on the cpu device: {e}"))
+        .iter()
+        .map(host)
+        .collect()
+}
+
+fn f64_vals(h: &HostArray) -> Vec<f64> {
+    assert_eq!(h.dtype(), DType::F64, "an f64 result");
+    h.to_vec::<f64>().unwrap()
+}
+
+/// At least one value that f32 cannot hold: the computation did not round through f32.
+fn assert_not_f32(v: &[f64], what: &str) {
+    assert!(
+        v.iter().any(|&x| (x as f32) as f64 != x),
+        "{what}: every value is an f32 value ({v:?}): computed in f32?"
+    );
+}
+
+#[test]
+fn f64_unary_ops_on_the_cpu_device_match_rust_f64() {
+    type Case = (&'static str, UnaryFn, fn(f64) -> f64, f64, f64, bool);
+    let cases: [Case; 16] = [
+        ("neg", Tensor::neg, |x| -x, -3.0, 3.0, true),
+        ("abs", Tensor::abs, f64::abs, -3.0, 3.0, true),
+        ("exp", Tensor::exp, f64::exp, -3.0, 3.0, true),
+        ("log", Tensor::log, f64::ln, 0.1, 4.0, true),
+        ("sqrt", Tensor::sqrt, f64::sqrt, 0.1, 4.0, true),
+        ("rsqrt", Tensor::rsqrt, |x| 1.0 / x.sqrt(), 0.1, 4.0, true),
+        ("sin", Tensor::sin, f64::sin, -3.0, 3.0, true),
+        ("cos", Tensor::cos, f64::cos, -3.0, 3.0, true),
+        ("tanh", Tensor::tanh, f64::tanh, -3.0, 3.0, true),
+        (
+            "sigmoid",
+            Tensor::sigmoid,
+            |x| 1.0 / (1.0 + (-x).exp()),
+            -3.0,
+            3.0,
+            true,
+        ),
+        ("relu", Tensor::relu, |x| x.max(0.0), -3.0, 3.0, true),
+        ("square", Tensor::square, |x| x * x, -3.0, 3.0, true),
+        ("sign", Tensor::sign, f64::signum, -3.0, 3.0, false),
+        ("floor", Tensor::floor, f64::floor, -3.0, 3.0, false),
+        ("ceil", Tensor::ceil, f64::ceil, -3.0, 3.0, false),
+        (
+            "round",
+            Tensor::round,
+            f64::round_ties_even,
+            -3.0,
+            3.0,
+            false,
+        ),
+    ];
+    for (k, (name, op, rust, lo, hi, not_f32)) in cases.into_iter().enumerate() {
+        let x = f64s(16, 900 + k as u64, lo, hi);
+        let got = f64_vals(&on_cpu(unary(op), &[f64_arr(&x, &[4, 4])])[0]);
+        let want: Vec<f64> = x.iter().map(|&v| rust(v)).collect();
+        assert_eq!(got, want, "{name} in f64");
+        if not_f32 {
+            assert_not_f32(&got, name);
+        }
+    }
+    // Integers still go to f32 for transcendentals (like jnp); f64 stays f64.
+    let got = on_cpu(unary(Tensor::exp), &[i32_arr(&[1, 2], &[2])]);
+    assert_eq!(got[0].dtype(), DType::F32);
+}
+
+#[test]
+fn f64_binary_ops_promotion_and_literals_on_the_cpu_device() {
+    let n = 12;
+    let a = f64s(n, 920, -3.0, 3.0);
+    let mut b = f64s(n, 921, -3.0, 3.0);
+    b[..3].copy_from_slice(&a[..3]); // some equal pairs for eq/le/ge
+    let pos = f64s(n, 922, 0.2, 3.0);
+    type Bin = fn(f64, f64) -> f64;
+    let cases: [(&str, BinaryFn, Bin); 7] = [
+        ("add", |x, y| x + y, |x, y| x + y),
+        ("sub", |x, y| x - y, |x, y| x - y),
+        ("mul", |x, y| x * y, |x, y| x * y),
+        ("div", |x, y| x / y, |x, y| x / y),
+        ("max", Tensor::maximum, f64::max),
+        ("min", Tensor::minimum, f64::min),
+        ("rem", Tensor::rem, |x, y| x % y),
+    ];
+    let args = [f64_arr(&a, &[3, 4]), f64_arr(&b, &[3, 4])];
+    for (name, op, rust) in cases {
+        let got = f64_vals(&on_cpu(binary(op), &args)[0]);
+        let want: Vec<f64> = a.iter().zip(&b).map(|(&x, &y)| rust(x, y)).collect();
+        assert_eq!(got, want, "{name} in f64");
+    }
+    let got = f64_vals(
+        &on_cpu(
+            binary(Tensor::pow),
+            &[f64_arr(&pos, &[12]), f64_arr(&b, &[12])],
+        )[0],
+    );
+    let want: Vec<f64> = pos.iter().zip(&b).map(|(x, y)| x.powf(*y)).collect();
+    assert_eq!(got, want, "pow in f64");
+    assert_not_f32(&got, "pow");
+    type Cmp = fn(&f64, &f64) -> bool;
+    let cmps: [(&str, BinaryFn, Cmp); 4] = [
+        ("eq", Tensor::eq, |x, y| x == y),
+        ("lt", Tensor::lt, |x, y| x < y),
+        ("le", Tensor::le, |x, y| x <= y),
+        ("gt", Tensor::gt, |x, y| x > y),
+    ];
+    for (name, op, rust) in cmps {
+        let got = on_cpu(binary(op), &args);
+        let want: Vec<bool> = a.iter().zip(&b).map(|(x, y)| rust(x, y)).collect();
+        assert!(
+            want.contains(&true) && want.contains(&false),
+            "{name}: both outcomes"
+        );
+        assert_eq!(got[0].to_vec::<bool>().unwrap(), want, "{name} in f64");
+    }
+    // f32 op f64 -> f64 (JAX with x64): the f32 operand is widened exactly, either side, with
+    // broadcasting. A Rust literal is weakly typed: an f64 tensor keeps f64, and the f32 literal
+    // is widened exactly (0.1f32 as f64, not 0.1).
+    let c = f32s(4, 923, -3.0, 3.0);
+    let got = on_cpu(
+        |t: &[Tensor]| {
+            vec![
+                &t[0] + &t[1],
+                &t[1] * &t[0],
+                &t[1] * 0.1,
+                2.0 - &t[1],
+                t[1].gt(&Tensor::scalar(0.0f32)).where_(&t[1], &t[0]),
+            ]
+        },
+        &[f32_arr(&c, &[4]), f64_arr(&b, &[3, 4])],
+    );
+    let bc = |i: usize| c[i % 4] as f64;
+    let want_add: Vec<f64> = (0..n).map(|i| bc(i) + b[i]).collect();
+    let want_mul: Vec<f64> = (0..n).map(|i| b[i] * bc(i)).collect();
+    let want_lit: Vec<f64> = b.iter().map(|v| v * (0.1f32 as f64)).collect();
+    let want_rsub: Vec<f64> = b.iter().map(|v| 2.0 - v).collect();
+    let want_where: Vec<f64> = (0..n)
+        .map(|i| if b[i] > 0.0 { b[i] } else { bc(i) })
+        .collect();
+    assert_eq!(f64_vals(&got[0]), want_add, "f32 [4] + f64 [3, 4]");
+    assert_eq!(f64_vals(&got[1]), want_mul, "f64 [3, 4] * f32 [4]");
+    assert_eq!(f64_vals(&got[2]), want_lit, "f64 * 0.1 literal");
+    assert_eq!(f64_vals(&got[3]), want_rsub, "2.0 - f64");
+    assert_eq!(f64_vals(&got[4]), want_where, "where(.., f64, f32)");
+}
+
+#[test]
+fn f64_reductions_and_matmul_on_the_cpu_device() {
+    let shape = [3, 4, 5];
+    let x = f64s(60, 930, -2.0, 2.0);
+    let got = on_cpu(
+        |t: &[Tensor]| {
+            vec![
+                t[0].sum(2, false),
+                t[0].prod([0, 2], false),
+                t[0].max(1, false),
+                t[0].min([0, 1, 2], false),
+                t[0].mean(0, false),
+            ]
+        },
+        &[f64_arr(&x, &shape)],
+    );
+    let at = |i: usize, j: usize, k: usize| x[(i * 4 + j) * 5 + k];
+    let sum: Vec<f64> = (0..12)
+        .map(|ij| (0..5).map(|k| at(ij / 4, ij % 4, k)).sum())
+        .collect();
+    let prod: Vec<f64> = (0..4)
+        .map(|j| {
+            (0..3)
+                .flat_map(|i| (0..5).map(move |k| (i, k)))
+                .map(|(i, k)| at(i, j, k))
+                .product()
+        })
+        .collect();
+    let max: Vec<f64> = (0..15)
+        .map(|ik| {
+            (0..4)
+                .map(|j| at(ik / 5, j, ik % 5))
+                .fold(f64::MIN, f64::max)
+        })
+        .collect();
+    let min = x.iter().cloned().fold(f64::MAX, f64::min);
+    let mean: Vec<f64> = (0..20)
+        .map(|jk| (0..3).map(|i| at(i, jk / 5, jk % 5)).sum::<f64>() / 3.0)
+        .collect();
+    // Sums in another order than the interpreter's differ in the last bits only.
+    let tight = Tol::new(1e-14, 1e-15);
+    let want = |v: Vec<f64>, shape: &[usize]| HostArray::from_vec(v, shape).unwrap();
+    assert_close(&got[0], &want(sum, &[3, 4]), tight, "sum axis 2 in f64");
+    assert_close(&got[1], &want(prod, &[4]), tight, "prod axes [0, 2] in f64");
+    assert_close(
+        &got[2],
+        &want(max, &[3, 5]),
+        Tol::EXACT,
+        "max axis 1 in f64",
+    );
+    assert_close(&got[3], &want(vec![min], &[]), Tol::EXACT, "min all in f64");
+    assert_close(&got[4], &want(mean, &[4, 5]), tight, "mean axis 0 in f64");
+    assert_not_f32(&f64_vals(&got[0]), "sum");
+    // argmax/argmin tell apart values that f32 would round to one tie.
+    let close = [1.0, 1.0 + 1e-12, 0.5, -2.0, -2.0 - 1e-12, 0.0];
+    assert_eq!((close[0] as f32), (close[1] as f32), "the pair ties in f32");
+    let got = on_cpu(
+        |t: &[Tensor]| vec![t[0].argmax(1, false), t[0].argmin(1, false)],
+        &[f64_arr(&close, &[2, 3])],
+    );
+    assert_eq!(got[0].to_vec::<i32>().unwrap(), vec![1, 2]);
+    assert_eq!(got[1].to_vec::<i32>().unwrap(), vec![2, 1]);
+    // matmul, plain and batched, against the triple loop in f64.
+    let (m, k, n) = (3usize, 7usize, 4usize);
+    let a = f64s(2 * m * k, 931, -1.5, 1.5);
+    let b = f64s(k * n, 932, -1.5, 1.5);
+    let got = on_cpu(
+        |t: &[Tensor]| vec![t[0].matmul(&t[1])],
+        &[f64_arr(&a, &[2, m, k]), f64_arr(&b, &[k, n])],
+    );
+    let want: Vec<f64> = (0..2 * m * n)
+        .map(|p| {
+            let (bi, i, j) = (p / (m * n), (p / n) % m, p % n);
+            (0..k).map(|l| a[(bi * m + i) * k + l] * b[l * n + j]).sum()
+        })
+        .collect();
+    assert_close(
+        &got[0],
+        &HostArray::from_vec(want, &[2, m, n]).unwrap(),
+        tight,
+        "matmul f64",
+    );
+    assert_not_f32(&f64_vals(&got[0]), "matmul");
+}
+
+#[test]
+fn f64_layout_indexing_and_select_on_the_cpu_device() {
+    let x = f64s(6, 940, -2.0, 2.0);
+    let got = on_cpu(
+        |t: &[Tensor]| {
+            vec![
+                t[0].t(),
+                t[0].reshape(&[3, 2]).slice(&[1, 0], &[3, 2], None),
+                t[0].pad(&[0, 1], &[1, 0], 0.25f32),
+                Tensor::concatenate(&[&t[0], &t[0].neg()], 0),
+                t[0].take(&t[1], 1),
+                t[0].gt(&Tensor::scalar(0.0f64))
+                    .where_(&t[0], &t[0].square()),
+                t[0].broadcast_to(&[2, 2, 3]),
+            ]
+        },
+        &[f64_arr(&x, &[2, 3]), i32_arr(&[2, -3, 1], &[3])],
+    );
+    let at = |i: usize, j: usize| x[i * 3 + j];
+    assert_eq!(
+        f64_vals(&got[0]),
+        vec![at(0, 0), at(1, 0), at(0, 1), at(1, 1), at(0, 2), at(1, 2)]
+    );
+    assert_eq!(f64_vals(&got[1]), x[2..].to_vec());
+    let mut padded = vec![0.25; 3 * 4];
+    for i in 0..2 {
+        for j in 0..3 {
+            padded[i * 4 + j + 1] = at(i, j);
+        }
+    }
+    assert_eq!(f64_vals(&got[2]), padded);
+    let neg: Vec<f64> = x.iter().map(|v| -v).collect();
+    assert_eq!(f64_vals(&got[3]), [x.clone(), neg].concat());
+    assert_eq!(
+        f64_vals(&got[4]),
+        vec![at(0, 2), at(0, 0), at(0, 1), at(1, 2), at(1, 0), at(1, 1)]
+    );
+    let sel: Vec<f64> = x.iter().map(|&v| if v > 0.0 { v } else { v * v }).collect();
+    assert_eq!(f64_vals(&got[5]), sel);
+    assert_eq!(f64_vals(&got[6]), [x.clone(), x.clone()].concat());
+}
+
+#[test]
+fn f64_casts_to_and_from_every_dtype() {
+    // From every dtype to f64: exact.
+    for from in DTYPES {
+        let input = cast_input(from);
+        let got = on_cpu(
+            |t: &[Tensor]| vec![t[0].cast(DType::F64)],
+            std::slice::from_ref(&input),
+        );
+        let want: Vec<f64> = host(&input).to_f64();
+        assert_eq!(f64_vals(&got[0]), want, "{from} -> f64");
+    }
+    // From f64 to every dtype, with Rust's `as` (truncation toward zero, saturation, NaN -> 0)
+    // and `!= 0` for bool: convert_element_type's rules, as for f32.
+    let v = [
+        0.3,
+        -2.7,
+        1e20,
+        -1e20,
+        3e9,
+        -3e9,
+        f64::NAN,
+        -0.0,
+        1e300,
+        16_777_217.0,
+    ];
+    let got = on_cpu(
+        |t: &[Tensor]| {
+            vec![
+                t[0].cast(DType::F32),
+                t[0].cast(DType::I32),
+                t[0].cast(DType::U32),
+                t[0].cast(DType::Bool),
+            ]
+        },
+        &[f64_arr(&v, &[10])],
+    );
+    let f: Vec<u32> = got[0]
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_bits())
+        .collect();
+    let want_f: Vec<u32> = v.iter().map(|&x| (x as f32).to_bits()).collect();
+    assert_eq!(f, want_f, "f64 -> f32 (round to nearest, 1e300 -> inf)");
+    let want_i: Vec<i32> = v.iter().map(|&x| x as i32).collect();
+    assert_eq!(got[1].to_vec::<i32>().unwrap(), want_i, "f64 -> i32");
+    let want_u: Vec<u32> = v.iter().map(|&x| x as u32).collect();
+    assert_eq!(got[2].to_vec::<u32>().unwrap(), want_u, "f64 -> u32");
+    let want_b: Vec<bool> = v.iter().map(|&x| x != 0.0).collect();
+    assert_eq!(got[3].to_vec::<bool>().unwrap(), want_b, "f64 -> bool");
+    assert_eq!(
+        want_i[2..6],
+        [i32::MAX, i32::MIN, i32::MAX, i32::MIN],
+        "saturates"
+    );
+    // The value casts of the cast test's inputs also hold for f64 (0.3 stays 0.3 until f32).
+    let got = on_cpu(
+        |t: &[Tensor]| vec![t[0].cast(DType::F32)],
+        &[cast_input(DType::F64)],
+    );
+    let want: Vec<f32> = host(&cast_input(DType::F64))
+        .to_f64()
+        .iter()
+        .map(|&x| x as f32)
+        .collect();
+    assert_eq!(got[0].to_vec::<f32>().unwrap(), want);
+}
+
+/// `prim` applied to `inputs` (all f64 of one shape) by the reference interpreter.
+fn eval_prim_f64(prim: Prim, inputs: &[&[f64]]) -> Vec<f64> {
+    let n = inputs[0].len();
+    let mut g = Graph::default();
+    let ins: Vec<brigade::Var> = inputs
+        .iter()
+        .map(|_| g.new_var(Aval::new(vec![n], DType::F64)))
+        .collect();
+    let out = g.new_var(Aval::new(vec![n], DType::F64));
+    g.inputs = ins.clone();
+    g.eqns.push(brigade::trace::graph::Eqn::new(prim, ins, out));
+    g.outputs = vec![out];
+    let hosts: Vec<HostArray> = inputs
+        .iter()
+        .map(|v| HostArray::from_vec(v.to_vec(), &[n]).unwrap())
+        .collect();
+    f64_vals(&brigade::reference::eval_graph(&g, &hosts).unwrap()[0])
+}
+
+#[test]
+fn f64_erf_inv_and_fma_in_the_reference() {
+    use brigade::ops::UnaryOp;
+    let erf_inv = |y: &[f64]| eval_prim_f64(Prim::Unary(UnaryOp::ErfInv), &[y]);
+    // Over (-1, 1), the tails included.
+    let mut y = f64s(40, 950, -0.999, 0.999);
+    y.extend([0.5, -0.9, 1.0 - 1e-9, -(1.0 - 1e-13), 1e-300]);
+    let x = erf_inv(&y);
+    // The same function as the f32 erf_inv (XLA's, bit-exact with JAX): within f32 precision.
+    let y32: Vec<f32> = y.iter().map(|&v| v as f32).collect();
+    let mut g = Graph::default();
+    let i = g.new_var(Aval::new(vec![y.len()], DType::F32));
+    let o = g.new_var(Aval::new(vec![y.len()], DType::F32));
+    g.inputs = vec![i];
+    g.eqns.push(brigade::trace::graph::Eqn::new(
+        Prim::Unary(UnaryOp::ErfInv),
+        vec![i],
+        o,
+    ));
+    g.outputs = vec![o];
+    let x32 = brigade::reference::eval_graph(
+        &g,
+        &[HostArray::from_vec(y32.clone(), &[y.len()]).unwrap()],
+    )
+    .unwrap()[0]
+        .to_vec::<f32>()
+        .unwrap();
+    for k in 0..y.len() {
+        if (y[k] as f32).abs() == 1.0 || y[k].abs() > 0.9999 {
+            continue; // f32 rounds the argument to (or next to) 1: its erf_inv is of another point
+        }
+        // x32 is erf_inv of y rounded to f32: shift by the derivative times that rounding.
+        let slope = std::f64::consts::PI.sqrt() / 2.0 * (x[k] * x[k]).exp();
+        let shifted = x[k] + slope * (y32[k] as f64 - y[k]);
+        assert!(
+            (x32[k] as f64 - shifted).abs() <= 4e-7 * shifted.abs() + 1e-30,
+            "erf_inv({}) = {} in f64 but {} in f32",
+            y[k],
+            x[k],
+            x32[k]
+        );
+    }
+    // Odd, and its derivative is sqrt(pi)/2 exp(erf_inv(y)^2): central differences with h = 1e-6
+    // agree to ~1e-9 only when erf_inv is accurate to ~1e-15 (f64), not ~1e-7 (f32).
+    let neg: Vec<f64> = y.iter().map(|v| -v).collect();
+    let xn = erf_inv(&neg);
+    assert!(x.iter().zip(&xn).all(|(a, b)| *a == -*b), "erf_inv is odd");
+    let h = 1e-6;
+    let inner: Vec<f64> = y.iter().copied().filter(|v| v.abs() < 0.99).collect();
+    let up: Vec<f64> = inner.iter().map(|v| v + h).collect();
+    let down: Vec<f64> = inner.iter().map(|v| v - h).collect();
+    let (xi, xu, xd) = (erf_inv(&inner), erf_inv(&up), erf_inv(&down));
+    for k in 0..inner.len() {
+        let fd = (xu[k] - xd[k]) / (up[k] - down[k]);
+        let d = std::f64::consts::PI.sqrt() / 2.0 * (xi[k] * xi[k]).exp();
+        assert!(
+            (fd - d).abs() <= 1e-8 * d,
+            "erf_inv'({}) = {d}, central differences give {fd}",
+            inner[k]
+        );
+    }
+    // The edges.
+    let e = erf_inv(&[1.0, -1.0, 0.0, 1.5]);
+    assert_eq!(e[..3], [f64::INFINITY, f64::NEG_INFINITY, 0.0]);
+    assert!(e[3].is_nan());
+    // fma rounds once, in f64: (1 + 2^-30)(1 - 2^-30) - 1 is -2^-60 fused, 0 unfused.
+    let (a, b, c) = (1.0 + 2f64.powi(-30), 1.0 - 2f64.powi(-30), -1.0);
+    let mut av = f64s(7, 951, -2.0, 2.0);
+    let mut bv = f64s(7, 952, -2.0, 2.0);
+    let mut cv = f64s(7, 953, -2.0, 2.0);
+    av.push(a);
+    bv.push(b);
+    cv.push(c);
+    let got = eval_prim_f64(Prim::Fma, &[&av, &bv, &cv]);
+    let want: Vec<f64> = (0..8).map(|k| av[k].mul_add(bv[k], cv[k])).collect();
+    assert_eq!(got, want, "fma in f64");
+    assert_eq!(got[7], -(2f64.powi(-60)));
+    assert_eq!(a * b + c, 0.0, "unfused, the product rounds to 1");
+}
+
+#[test]
+fn eager_f64_ops_on_host_arrays_run_on_the_host() {
+    // No jit, no device named: host f64 data is computed by the reference interpreter (a GPU
+    // device would refuse it), and the result stays f64 on the host.
+    let x = f64s(5, 960, -2.0, 2.0);
+    let t = Tensor::from(f64_arr(&x, &[5]));
+    let y = (t.exp() * 2.0 + &Tensor::from(f32_arr(&[0.5], &[1]))).sum_all();
+    let a = y.to_array().unwrap();
+    assert!(a.device().is_none(), "the result lives on the host");
+    let want: f64 = x.iter().map(|v| v.exp() * 2.0 + 0.5).sum();
+    let got = a.to_vec::<f64>().unwrap()[0];
+    assert!((got - want).abs() <= 1e-15 * want.abs(), "{got} vs {want}");
 }

@@ -30,6 +30,7 @@ fn words(h: &HostArray) -> Vec<u32> {
         HostData::U32(v) => v.clone(),
         HostData::I32(v) => v.iter().map(|&x| x as u32).collect(),
         HostData::Bool(v) => v.iter().map(|&x| x as u32).collect(),
+        HostData::F64(v) => panic!("no random primitive gives f64 ({} values)", v.len()),
     }
 }
 

@@ -52,7 +52,7 @@ fn host_bytes(data: &HostData) -> std::borrow::Cow<'_, [u8]> {
         HostData::F32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
         HostData::I32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
         HostData::U32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
-        HostData::Bool(_) => Cow::Owned(data.to_bytes()),
+        HostData::Bool(_) | HostData::F64(_) => Cow::Owned(data.to_bytes()),
     }
 }
 
@@ -60,8 +60,15 @@ impl Device {
     /// Copy host data into a new buffer of `4 * data.len()` bytes (at least 4). Bool is stored as one
     /// `u32` (0 or 1) per element. Counts [`crate::Counters::bytes_uploaded`].
     ///
-    /// Errors as [`Device::alloc`] (an array over the binding limit is [`Error::OverLimit`]).
+    /// Errors as [`Device::alloc`] (an array over the binding limit is [`Error::OverLimit`]);
+    /// f64 data is [`Error::BadDType`] (WGSL has no f64).
     pub fn upload(&self, data: &HostData) -> Result<Arc<DeviceBuffer>> {
+        if data.dtype() == DType::F64 && !self.is_cpu() {
+            return Err(crate::error::f64_on_gpu(
+                "uploading to a GPU device",
+                &[data.len()],
+            ));
+        }
         let bytes = (data.len() as u64).saturating_mul(data.dtype().size_bytes() as u64);
         self.check_fits(bytes, || {
             format!(
@@ -93,6 +100,12 @@ impl Device {
     /// later). Counts [`crate::Counters::bytes_uploaded`].
     pub fn write(&self, buf: &DeviceBuffer, data: &HostData) -> Result<()> {
         let gpu = self.gpu("write")?;
+        if data.dtype() == DType::F64 {
+            return Err(crate::error::f64_on_gpu(
+                "writing to a GPU device",
+                &[data.len()],
+            ));
+        }
         self.check_owner(buf, "write")?;
         if data.is_empty() {
             return Ok(());
@@ -294,6 +307,12 @@ impl Device {
         let mut copies: Vec<(&DeviceBuffer, usize, u64, u64)> = Vec::new(); // (src, staging, offset, bytes)
         for (buf, dtype, len) in reads.iter().copied() {
             self.check_owner(buf, "download")?;
+            if dtype == DType::F64 {
+                return Err(crate::error::f64_on_gpu(
+                    "reading from a GPU device",
+                    &[len],
+                ));
+            }
             let bytes = (len as u64)
                 .checked_mul(dtype.size_bytes() as u64)
                 .filter(|&b| b <= buf.size)

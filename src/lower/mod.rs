@@ -9,6 +9,7 @@
 pub mod stages;
 
 use crate::device::DeviceLimits;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::HostArray;
 use crate::ops::{DotDims, Prim};
@@ -440,6 +441,7 @@ fn plan_steps(
 pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
     graph.check()?;
     refuse_collectives(graph)?;
+    refuse_f64(graph)?;
     let graph = &crate::ops::control::inline_conds(graph);
     let max_inputs = (limits.max_storage_buffers_per_shader_stage as usize)
         .saturating_sub(1)
@@ -865,6 +867,32 @@ fn pick_cut(g: &Graph, producers: &[Option<usize>], mat: &[bool], root: Var) -> 
         }
     }
     best.map(|(_, v)| v)
+}
+
+/// WGSL has no f64: a program with an f64 value (argument, constant or intermediate, in cond
+/// branches and scan bodies too) cannot be compiled for a GPU device. Names the first such value's
+/// shape and the fix.
+fn refuse_f64(g: &Graph) -> Result<()> {
+    let vars = g
+        .inputs
+        .iter()
+        .copied()
+        .chain(g.consts.iter().map(|(v, _)| *v))
+        .chain(g.eqns.iter().flat_map(|e| e.outs()));
+    if let Some(a) = vars.map(|v| g.aval(v)).find(|a| a.dtype == DType::F64) {
+        return Err(crate::error::f64_on_gpu(
+            "running on a GPU device",
+            &a.shape,
+        ));
+    }
+    for e in &g.eqns {
+        match &e.prim {
+            Prim::Cond { branches } => branches.iter().try_for_each(|b| refuse_f64(b))?,
+            Prim::Scan(p) => refuse_f64(&p.body)?,
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Collectives need the other devices: only the parallel executor runs them, between stages

@@ -185,7 +185,7 @@ impl Collective {
                 x.dtype
             }
             CollectiveKind::Pmean => {
-                if x.dtype != DType::F32 {
+                if !x.dtype.is_float() {
                     return Err(Error::BadDType {
                         op: "pmean",
                         dtype: x.dtype,
@@ -267,9 +267,10 @@ impl Collective {
             CollectiveKind::Psum => Combined::Same(reduce_parts(parts, Fold::Sum)),
             CollectiveKind::Pmean => {
                 let mut s = reduce_parts(parts, Fold::Sum);
-                if let HostData::F32(v) = &mut s.data {
-                    let d = n as f32;
-                    v.iter_mut().for_each(|x| *x /= d);
+                match &mut s.data {
+                    HostData::F32(v) => v.iter_mut().for_each(|x| *x /= n as f32),
+                    HostData::F64(v) => v.iter_mut().for_each(|x| *x /= n as f64),
+                    _ => {}
                 }
                 Combined::Same(s)
             }
@@ -383,6 +384,7 @@ fn reduce_parts(parts: Vec<HostArray>, fold: Fold) -> HostArray {
         HostData::F32(_) => HostData::F32(fold_numeric(&slices!(F32), fold)),
         HostData::I32(_) => HostData::I32(fold_numeric(&slices!(I32), fold)),
         HostData::U32(_) => HostData::U32(fold_numeric(&slices!(U32), fold)),
+        HostData::F64(_) => HostData::F64(fold_numeric(&slices!(F64), fold)),
         HostData::Bool(_) => HostData::Bool(match fold {
             Fold::Min => fold_all(&slices!(Bool), |x: bool, y: bool| x & y),
             Fold::Sum | Fold::Max => fold_all(&slices!(Bool), |x: bool, y: bool| x | y),
@@ -391,7 +393,7 @@ fn reduce_parts(parts: Vec<HostArray>, fold: Fold) -> HostArray {
     HostArray { shape, data }
 }
 
-/// The 32-bit numeric types an all-reduce folds.
+/// The numeric types an all-reduce folds (f64 only on the host: `cpu` devices).
 trait Numeric: Copy + Default + Send + Sync + PartialOrd + bytemuck::Pod {
     fn add(self, o: Self) -> Self;
     fn max_of(self, o: Self) -> Self;
@@ -416,17 +418,23 @@ macro_rules! numeric_int {
 numeric_int!(i32);
 numeric_int!(u32);
 
-impl Numeric for f32 {
-    fn add(self, o: Self) -> Self {
-        self + o
-    }
-    fn max_of(self, o: Self) -> Self {
-        self.max(o)
-    }
-    fn min_of(self, o: Self) -> Self {
-        self.min(o)
-    }
+macro_rules! numeric_float {
+    ($t:ty) => {
+        impl Numeric for $t {
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
+            fn max_of(self, o: Self) -> Self {
+                self.max(o)
+            }
+            fn min_of(self, o: Self) -> Self {
+                self.min(o)
+            }
+        }
+    };
 }
+numeric_float!(f32);
+numeric_float!(f64);
 
 fn fold_numeric<T: Numeric>(parts: &[&[T]], fold: Fold) -> Vec<T> {
     let mut out = vec![T::default(); parts[0].len()];
@@ -529,7 +537,8 @@ impl Collective {
                 bytemuck::cast_slice_mut(scratch.as_mut_slice()),
             ),
             DType::U32 => run::<u32>(parts, fold, scratch),
-            DType::Bool => return false,
+            // Device bytes are never f64 (devices refuse it).
+            DType::Bool | DType::F64 => return false,
         }
         true
     }
@@ -564,6 +573,7 @@ pub fn take_block(x: &HostArray, axis: usize, start: usize, len: usize) -> HostA
         HostData::I32(v) => blocks!(v, I32),
         HostData::U32(v) => blocks!(v, U32),
         HostData::Bool(v) => blocks!(v, Bool),
+        HostData::F64(v) => blocks!(v, F64),
     };
     HostArray { shape, data }
 }
@@ -598,6 +608,7 @@ pub fn concat_axis(parts: &[&HostArray], axis: usize) -> HostArray {
         HostData::I32(_) => cat!(I32),
         HostData::U32(_) => cat!(U32),
         HostData::Bool(_) => cat!(Bool),
+        HostData::F64(_) => cat!(F64),
     };
     HostArray { shape, data }
 }
@@ -778,7 +789,7 @@ pub(crate) fn vjp(
     let Some(x) = ins.first() else {
         return vec![];
     };
-    if x.dtype() != DType::F32 {
+    if !x.dtype().is_float() {
         return vec![None];
     }
     let again = |kind: CollectiveKind, t: &Tensor| {
@@ -797,7 +808,7 @@ pub(crate) fn vjp(
         CollectiveKind::Pmax | CollectiveKind::Pmin => {
             // Every shard's loss saw the winner's value: the winner gets the summed cotangent,
             // shared evenly among shards tied for the result.
-            let hit = x.eq(out).cast(DType::F32);
+            let hit = x.eq(out).cast(x.dtype());
             &(&again(CollectiveKind::Psum, ct) * &hit) / &again(CollectiveKind::Psum, &hit)
         }
         CollectiveKind::AllGather { axis, tiled } => again(

@@ -616,7 +616,7 @@ fn ct_or_zeros(ct: &Option<Tensor>, like: &Tensor) -> Tensor {
 }
 
 fn differentiable(t: &Tensor) -> bool {
-    t.dtype() == DType::F32
+    t.dtype().is_float()
 }
 
 /// VJP rule of `cond`: a `cond` (same index) over the branches' VJPs.
@@ -716,7 +716,7 @@ pub(crate) fn vjp_scan(
     init_b.extend(
         f_const
             .iter()
-            .map(|&k| Tensor::zeros(consts[k].shape(), DType::F32)),
+            .map(|&k| Tensor::zeros(consts[k].shape(), consts[k].dtype())),
     );
     // Backward xs: forward carries, xs, ys cotangents.
     let mut xs_b: Vec<Tensor> = carries.clone();

@@ -160,12 +160,12 @@ pub(crate) fn vjp(
     ct: &crate::tensor::Tensor,
 ) -> super::Cotangents {
     let (x, idx) = (&ins[0], &ins[1]);
-    if x.dtype() != DType::F32 {
+    if !x.dtype().is_float() {
         return vec![None, None];
     }
     let n = x.shape()[axis];
     let resolved = resolve_indices(idx, n);
-    let oh = resolved.one_hot(n).cast(DType::F32); // idx.shape + [n]
+    let oh = resolved.one_hot(n).cast(x.dtype()); // idx.shape + [n]
     let k = idx.ndim();
     // ct axes: x[..axis], idx axes (axis..axis+k), x[axis+1..]; contract the idx axes.
     let g = ct.dot_general(

@@ -435,7 +435,7 @@ pub(crate) fn vjp(
     use super::{Prim, ReduceOp};
     use crate::tensor::Tensor;
     let x = &ins[0];
-    if x.dtype() != crate::DType::F32 {
+    if !x.dtype().is_float() {
         return vec![None; ins.len()];
     }
     match prim {
@@ -500,7 +500,7 @@ pub(crate) fn vjp(
                     lo: start.clone(),
                     hi,
                     interior,
-                    value: crate::Scalar::F32(0.0),
+                    value: crate::Scalar::F32(0.0).cast(ct.dtype()),
                 },
                 &[ct],
             ))]

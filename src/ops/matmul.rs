@@ -159,7 +159,7 @@ pub(crate) fn dot_cpu(
                     .zip(&ki)
                     .map(|(&a, &i)| rs[a] * i)
                     .sum::<usize>();
-            if dt == DType::F32 {
+            if dt.is_float() {
                 accf += l.data.get_f64(lo) * r.data.get_f64(ro);
             } else {
                 acci = acci.wrapping_add(
@@ -170,14 +170,15 @@ pub(crate) fn dot_cpu(
                 );
             }
         }
-        if dt == DType::F32 {
-            fv.push(accf as f32);
+        if dt.is_float() {
+            fv.push(accf);
         } else {
             iv.push(acci);
         }
     }
     let data = match dt {
-        DType::F32 => HostData::F32(fv),
+        DType::F32 => HostData::F32(fv.into_iter().map(|v| v as f32).collect()),
+        DType::F64 => HostData::F64(fv),
         DType::I32 => HostData::I32(iv.into_iter().map(|v| v as i32).collect()),
         _ => HostData::U32(iv),
     };
@@ -235,7 +236,7 @@ pub(crate) fn vjp(
 ) -> super::Cotangents {
     use crate::tensor::Tensor;
     let (l, r) = (&ins[0], &ins[1]);
-    if l.dtype() != DType::F32 {
+    if !l.dtype().is_float() {
         return vec![None, None];
     }
     let (lr, rr) = (l.ndim(), r.ndim());

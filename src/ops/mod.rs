@@ -45,7 +45,8 @@ pub enum Prim {
     Binary(BinaryOp),
     /// `select(pred, on_true, on_false)`, all of one shape; pred is bool.
     Select,
-    /// `fma(a, b, c)`: `a * b + c` rounded once (f32, all of one shape).
+    /// `fma(a, b, c)`: `a * b + c` rounded once (f32, or the host-only f64; all of one shape and
+    /// dtype).
     Fma,
     Cast(DType),
     /// A constant array filled with one value.
@@ -245,7 +246,7 @@ impl Prim {
             .shape
             .iter()
             .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .and_then(|n| n.checked_mul(4))
+            .and_then(|n| n.checked_mul(out.dtype.size_bytes()))
             .is_none()
         {
             return Err(Error::BadShapeArg {

@@ -37,9 +37,11 @@ impl ReduceOp {
             (ReduceOp::Sum, d) => Scalar::F32(0.0).cast(d),
             (ReduceOp::Prod, d) => Scalar::F32(1.0).cast(d),
             (ReduceOp::Max, DType::F32) => Scalar::F32(f32::NEG_INFINITY),
+            (ReduceOp::Max, DType::F64) => Scalar::F64(f64::NEG_INFINITY),
             (ReduceOp::Max, DType::I32) => Scalar::I32(i32::MIN),
             (ReduceOp::Max, _) => Scalar::U32(0),
             (ReduceOp::Min, DType::F32) => Scalar::F32(f32::INFINITY),
+            (ReduceOp::Min, DType::F64) => Scalar::F64(f64::INFINITY),
             (ReduceOp::Min, DType::I32) => Scalar::I32(i32::MAX),
             (ReduceOp::Min, _) => Scalar::U32(u32::MAX),
         }
@@ -150,14 +152,15 @@ pub(crate) fn reduce_cpu(op: ReduceOp, x: &HostArray, axes: &[usize]) -> HostArr
     let (out_shape, groups) = groups(&x.shape, axes);
     let dt = x.dtype();
     let vals = groups.iter().map(|g| match dt {
-        DType::F32 => {
+        DType::F32 | DType::F64 => {
             let it = g.iter().map(|&i| x.data.get_f64(i));
-            Scalar::F32(match op {
-                ReduceOp::Sum => it.sum::<f64>() as f32,
-                ReduceOp::Prod => it.product::<f64>() as f32,
-                ReduceOp::Max => it.fold(f64::NEG_INFINITY, f64::max) as f32,
-                ReduceOp::Min => it.fold(f64::INFINITY, f64::min) as f32,
+            Scalar::F64(match op {
+                ReduceOp::Sum => it.sum::<f64>(),
+                ReduceOp::Prod => it.product::<f64>(),
+                ReduceOp::Max => it.fold(f64::NEG_INFINITY, f64::max),
+                ReduceOp::Min => it.fold(f64::INFINITY, f64::min),
             })
+            .cast(dt)
         }
         _ => {
             let id = op.identity(dt);
@@ -247,7 +250,7 @@ pub(crate) fn vjp(
     let Prim::Reduce { op, axes } = prim else {
         return vec![None]; // argmax / argmin: integer result
     };
-    if x.dtype() != DType::F32 {
+    if !x.dtype().is_float() {
         return vec![None];
     }
     // Kept axes of x, in order: where the result's axes go back.
@@ -260,8 +263,8 @@ pub(crate) fn vjp(
             // zero in a group it is prod / x; with one zero, only the zero's slot gets the product
             // of the rest; with more, nothing.
             use crate::tensor::Tensor;
-            let zero = Tensor::zeros(x.shape(), DType::F32);
-            let one = Tensor::full(1.0f32, x.shape());
+            let zero = Tensor::zeros(x.shape(), x.dtype());
+            let one = Tensor::ones(x.shape(), x.dtype());
             let is_zero = x.eq(&zero);
             let nonzero = is_zero.where_(&one, x);
             let reduce = |op: ReduceOp, t: &Tensor| {
@@ -274,15 +277,15 @@ pub(crate) fn vjp(
                 )
             };
             let prod_nz = back(&reduce(ReduceOp::Prod, &nonzero));
-            let zeros = back(&reduce(ReduceOp::Sum, &is_zero.cast(DType::F32)));
-            let only_zero = &zeros.eq(&one).where_(&one, &zero) * &is_zero.cast(DType::F32);
+            let zeros = back(&reduce(ReduceOp::Sum, &is_zero.cast(x.dtype())));
+            let only_zero = &zeros.eq(&one).where_(&one, &zero) * &is_zero.cast(x.dtype());
             let others = zeros
                 .eq(&zero)
                 .where_(&(&prod_nz / &nonzero), &(&only_zero * &prod_nz));
             &back(ct) * &others
         }
         ReduceOp::Max | ReduceOp::Min => {
-            let hit = x.eq(&back(out)).cast(DType::F32);
+            let hit = x.eq(&back(out)).cast(x.dtype());
             let count = crate::tensor::Tensor::apply(
                 Prim::Reduce {
                     op: ReduceOp::Sum,

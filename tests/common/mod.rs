@@ -217,13 +217,23 @@ pub fn rand_u32(shape: &[usize], seed: u64, lo: u32, hi: u32) -> Array {
 pub fn rand_bool(shape: &[usize], seed: u64) -> Array {
     Array::from_vec(bools(numel(shape), seed), shape).unwrap()
 }
-/// A random array of `dtype` with small values (f32 in [-3, 3), i32 in [-20, 20], u32 in [1, 40]).
+/// f64 array in [lo, hi) (the f32 values of [`f32s`], widened).
+pub fn rand_f64_in(shape: &[usize], seed: u64, lo: f32, hi: f32) -> Array {
+    let v: Vec<f64> = f32s(numel(shape), seed, lo, hi)
+        .into_iter()
+        .map(f64::from)
+        .collect();
+    Array::from_vec(v, shape).unwrap()
+}
+/// A random array of `dtype` with small values (f32 and f64 in [-3, 3), i32 in [-20, 20], u32 in
+/// [1, 40]).
 pub fn rand_of(dtype: DType, shape: &[usize], seed: u64) -> Array {
     match dtype {
         DType::F32 => rand_f32(shape, seed),
         DType::I32 => rand_i32(shape, seed, -20, 20),
         DType::U32 => rand_u32(shape, seed, 1, 40),
         DType::Bool => rand_bool(shape, seed),
+        DType::F64 => rand_f64_in(shape, seed, -3.0, 3.0),
     }
 }
 
@@ -304,7 +314,7 @@ pub fn assert_close(got: &HostArray, want: &HostArray, tol: Tol, context: &str) 
         got.len(),
         got.shape
     );
-    let exact = want.dtype() != DType::F32;
+    let exact = !want.dtype().is_float();
     let mut bad = 0usize;
     let mut worst: Option<(usize, f64)> = None;
     for i in 0..n {
