@@ -270,6 +270,7 @@ run_step "verify adapters (vulkaninfo)" verify_adapters
 if (( ! QUICK )); then
     run_step "cargo fmt --check" cargo fmt --all -- --check
     run_step "cargo clippy" cargo clippy --all-targets -- -D warnings
+    run_step "cargo doc (warnings are errors)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
 fi
 run_step "cargo test --all-targets" cargo test --all-targets "$@"
 run_step "cargo test --doc" cargo test --doc "$@"

@@ -8,7 +8,8 @@
 //!   of kernels and buffer copies;
 //! - `vmap`: the function traced unbatched on one example at a time and evaluated by the
 //!   reference (`common::batching::check_vmap`), never the batching rules;
-//! - `grad`: central differences of the loss on the reference interpreter ([`check_fd`]).
+//! - `grad`: central differences in f64 of the loss on the reference interpreter ([`check_fd`],
+//!   `common::fd`), the f32 gradients on every GPU device within 1e-5 (derived in tests/grad.rs).
 //!
 //! Tolerances: `Tol::EXACT` where values move unchanged or integers are computed, `Tol::ARITH` /
 //! `Tol::TRANS` for short float chains, `Tol::REDUCE` for sums and for loops that accumulate
@@ -21,6 +22,7 @@ use brigade::{
     scan, scan_with, switch,
 };
 use common::batching::check_vmap;
+use common::fd::{assert_fd, central_diff};
 use common::{
     Tol, assert_close, assert_f32s, check_on_all, devices_with, f32s, gpu_devices, host, run_on,
 };
@@ -39,44 +41,15 @@ fn s(x: f32) -> Tensor {
 
 // ---- finite differences ---------------------------------------------------------------------------
 
-/// Central differences of the scalar `loss` w.r.t. every element of argument `k` on the reference
-/// interpreter (`cpu` device), f32 with step 1e-2 on values of scale ~1: the rounding of the loss
-/// divided by the step is ~1e-3, the truncation error ~1e-4 relative, hence [`FD`].
-fn central_diff(loss: &dyn Fn(&[Tensor]) -> Vec<Tensor>, args: &[Array], k: usize) -> Vec<f32> {
-    const EPS: f32 = 1e-2;
-    let cpu = devices_with("cpu:1")[0].clone();
-    let j = jit(loss).on(&cpu);
-    let base = vals(&args[k]);
-    let shape = args[k].shape().to_vec();
-    let eval = |v: Vec<f32>| -> f64 {
-        let mut a = args.to_vec();
-        a[k] = arr(v, &shape);
-        vals(&j.call(&a).expect("reference loss")[0])[0] as f64
-    };
-    (0..base.len())
-        .map(|i| {
-            let (mut p, mut m) = (base.clone(), base.clone());
-            p[i] += EPS;
-            m[i] -= EPS;
-            ((eval(p.clone()) - eval(m.clone())) / (p[i] as f64 - m[i] as f64)) as f32
-        })
-        .collect()
-}
-
-/// Gradient vs central differences: 2e-2 relative, 2e-3 absolute.
-const FD: Tol = Tol {
-    rtol: 2e-2,
-    atol: 2e-3,
-};
-
-/// `grad(loss)` w.r.t. `argnums` on every GPU device against central differences.
+/// `grad(loss)` w.r.t. `argnums` on every GPU device against f64 central differences of the same
+/// loss on the reference interpreter (`common::fd`; tolerance `fd::FD`, derived in tests/grad.rs).
 fn check_fd(
     name: &str,
     loss: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
     args: &[Array],
     argnums: &[usize],
 ) {
-    let fds: Vec<Vec<f32>> = argnums
+    let fds: Vec<Vec<f64>> = argnums
         .iter()
         .map(|&k| central_diff(loss, args, k))
         .collect();
@@ -91,12 +64,11 @@ fn check_fd(
                 fd.iter().any(|v| v.abs() > 1e-2),
                 "{name}: finite differences w.r.t. argument {k} are ~0: the check would be vacuous"
             );
-            assert_f32s(
+            assert_fd(
                 &host(gk),
                 fd,
-                FD,
                 &format!(
-                    "{name} on {}: d/d arg {k} vs central differences",
+                    "{name} on {}: d/d arg {k} vs f64 central differences",
                     dev.name()
                 ),
             );
@@ -738,10 +710,15 @@ fn fori_loop_gradient_and_grad_of_grad() {
     let cpu = devices_with("cpu:1")[0].clone();
     let g1 = |x: f32| vals(&grad(scalar).on(&cpu).call(&[Array::scalar(x)]).unwrap()[0])[0] as f64;
     let fd = ((g1(0.71) - g1(0.69)) / 0.02) as f32;
+    // f32 differences of an f32 gradient, step 1e-2: rounding ~1e-5 and truncation ~1e-4 relative.
+    let tol = Tol {
+        rtol: 2e-3,
+        atol: 2e-3,
+    };
     assert_f32s(
         &host(&d2[0]),
         &[fd],
-        FD,
+        tol,
         "second derivative through fori_loop",
     );
 }

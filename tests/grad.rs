@@ -37,16 +37,11 @@ use brigade::{
     Array, DType, Device, Error, HostArray, Tensor, all_gather, all_to_all, grad, jit, pmap, pmax,
     pmean, ppermute, psum, psum_scatter, select, value_and_grad, vjp, vmap,
 };
+use common::fd::{EPS, assert_fd, central_diff, vals64, widen};
 use common::*;
 
 /// f32 gradient vs f64 central differences (derived in the module comment): 1e-5 relative,
 /// 1e-5 absolute.
-const FD: Tol = Tol {
-    rtol: 1e-5,
-    atol: 1e-5,
-};
-/// Finite-difference step in f64 (inputs have scale ~1; see the module comment).
-const EPS: f64 = 1e-5;
 /// Analytic expectations involving GPU transcendentals (sin, cos, tanh) and short sums: well above
 /// their few-ulp errors, far below any wrong formula.
 const ANALYTIC: Tol = Tol {
@@ -125,62 +120,6 @@ fn distinct(n: usize, seed: u64) -> Vec<f32> {
     idx.iter()
         .map(|&k| (k as f32 - n as f32 / 2.0) * step + 0.05)
         .collect()
-}
-
-fn vals64(a: &Array) -> Vec<f64> {
-    host(a).to_vec::<f64>().unwrap()
-}
-
-/// An f32 argument widened (exactly) to f64; other arguments (indices, predicates) unchanged.
-fn widen(a: &Array) -> Array {
-    if a.dtype() != DType::F32 {
-        return a.clone();
-    }
-    let v: Vec<f64> = vals(a).into_iter().map(f64::from).collect();
-    Array::from_vec(v, a.shape()).unwrap()
-}
-
-/// Central differences in f64 of the scalar `loss` with respect to every element of argument `k`:
-/// the f32 arguments are widened to f64 and the same closure is evaluated by the reference
-/// interpreter (`jit` on the cpu device), which computes f64 in f64. See the module comment for
-/// the precision.
-fn central_diff(loss: &dyn Fn(&[Tensor]) -> Vec<Tensor>, args: &[Array], k: usize) -> Vec<f64> {
-    let j = jit(loss).on(&cpu());
-    let wide: Vec<Array> = args.iter().map(widen).collect();
-    let base = vals64(&wide[k]);
-    let shape = args[k].shape().to_vec();
-    let eval = |v: Vec<f64>| -> f64 {
-        let mut a = wide.clone();
-        a[k] = Array::from_vec(v, &shape).unwrap();
-        let out = j
-            .call(&a)
-            .unwrap_or_else(|e| panic!("reference loss evaluation in f64: {e}"));
-        assert_eq!(
-            out[0].dtype(),
-            DType::F64,
-            "the loss must be computed in f64 from f64 arguments (does it cast to f32?)"
-        );
-        vals64(&out[0])[0]
-    };
-    (0..base.len())
-        .map(|i| {
-            let mut p = base.clone();
-            let mut m = base.clone();
-            p[i] += EPS;
-            m[i] -= EPS;
-            let h = p[i] - m[i];
-            (eval(p) - eval(m)) / h
-        })
-        .collect()
-}
-
-/// An f32 gradient against f64 central differences, within [`FD`].
-fn assert_fd(got: &HostArray, fd: &[f64], context: &str) {
-    assert_eq!(got.dtype(), DType::F32, "{context}: the gradient is f32");
-    let wide = HostArray::from_vec(got.to_f64(), &got.shape).unwrap();
-    let want =
-        HostArray::from_vec(fd.to_vec(), &got.shape).unwrap_or_else(|e| panic!("{context}: {e}"));
-    assert_close(&wide, &want, FD, context);
 }
 
 /// `grad(loss).argnums(argnums)` on the Vulkan device against central differences of `loss` on

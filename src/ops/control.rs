@@ -3,20 +3,20 @@
 //! primitives that hold sub-programs ([`Graph`]s) and have several results.
 //!
 //! Rules, in one place:
-//! - shape rule: [`infer_cond`], [`infer_scan`] (typed errors for branches that disagree and carries
+//! - shape rule: `infer_cond`, `infer_scan` (typed errors for branches that disagree and carries
 //!   that change);
-//! - CPU reference: [`eval_cond`] evaluates the chosen branch only, [`eval_scan`] loops;
-//! - lowering: a `cond` is inlined ([`inline_conds`]): every branch is computed and the results
+//! - CPU reference: `eval_cond` evaluates the chosen branch only, `eval_scan` loops;
+//! - lowering: a `cond` is inlined (`inline_conds`): every branch is computed and the results
 //!   are selected by the index, so that no device waits for the host to read a predicate and every
 //!   device of a parallel program runs the same kernels (as JAX does for `cond` under `vmap`). A
 //!   `scan` becomes a loop in the program's schedule (`crate::lower`): the body's kernels run once
 //!   per iteration, with buffer copies moving the carry and slicing `xs` / stacking `ys`, all in one
 //!   submission. Under `pmap`, a scan whose body holds collectives is cut out of the stages like a
 //!   collective and driven from the host (`lower::stages::HostLoop`);
-//! - batching ([`batch_cond`], [`batch_scan`]): an unbatched index keeps the `cond` (branches
+//! - batching (`batch_cond`, `batch_scan`): an unbatched index keeps the `cond` (branches
 //!   batched); a batched index computes every branch and selects per example. A scan's carry is
 //!   batched where the body makes it so (a fixed point);
-//! - VJP ([`vjp_cond`], [`vjp_scan`]): the cotangent of a `cond` is a `cond` over the branches'
+//! - VJP (`vjp_cond`, `vjp_scan`): the cotangent of a `cond` is a `cond` over the branches'
 //!   VJPs (the untaken branch's gradient never leaks in, unlike `select`); a scan's is a scan in
 //!   the opposite direction over the forward carries (recomputed by one more forward scan).
 

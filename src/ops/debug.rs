@@ -4,7 +4,7 @@
 //! `crate::debug`), read them after the run and print them, tagged with the device (and, in a
 //! parallel program, the axis index) in device order.
 //!
-//! Rules: shape rule [`infer`] (the token); CPU reference: the token (printing is the executors'
+//! Rules: shape rule `infer` (the token); CPU reference: the token (printing is the executors'
 //! job); batching: the print of the batched values (every example at once); VJP: nothing flows
 //! (the token is not differentiable).
 

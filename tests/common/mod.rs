@@ -561,3 +561,4 @@ pub const INT_BINARY_OPS: [(&str, BinaryFn); 15] = [
     ("ge", Tensor::ge),
 ];
 pub mod batching;
+pub mod fd;
