@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 
 use crate::dtype::Scalar;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::host::HostArray;
 use crate::ops::Prim;
 use crate::tensor::Tensor;
@@ -100,15 +100,28 @@ pub(crate) fn emit(lines: Vec<String>) {
     }
 }
 
-/// One print of a program: its format and the variables it prints.
+/// One print of a program: its format and the variables it reads, as variables of the stripped
+/// graph. A print inside loops reads its values stacked along one leading axis per enclosing loop
+/// (outermost first) and prints once per iteration; a print inside cond branches prints only where
+/// its branch was taken.
 #[derive(Clone, Debug)]
 pub(crate) struct PrintSpec {
     pub fmt: String,
+    /// The printed values, then one index value per guard.
     pub vars: Vec<Var>,
+    pub n_values: usize,
+    /// Per enclosing cond (innermost first): the branch holding the print, the number of
+    /// branches, and how many of the enclosing loops are inside that cond (its index value is
+    /// stacked by the others only).
+    pub guards: Vec<(usize, usize, usize)>,
+    /// Enclosing loops, outermost first: (length, reverse).
+    pub loops: Vec<(usize, bool)>,
 }
 
 /// `g` without its prints, its outputs followed by every printed variable (in print order), and
-/// the prints. Executors compile this graph and print the extra outputs after the run.
+/// the prints. Executors compile this graph and print the extra outputs after the run. Prints
+/// inside a scan body become extra stacked outputs of the scan; prints inside cond branches extra
+/// outputs of the cond (zeros from the other branches), guarded by the cond's index.
 pub(crate) fn strip_prints(g: &Graph) -> (Graph, Vec<PrintSpec>) {
     if g.effects.is_empty() {
         return (g.clone(), Vec::new());
@@ -118,44 +131,183 @@ pub(crate) fn strip_prints(g: &Graph) -> (Graph, Vec<PrintSpec>) {
     let mut prints = Vec::new();
     for e in &g.eqns {
         match &e.prim {
-            Prim::DebugPrint { fmt } => {
-                out.outputs.extend(e.inputs.iter().copied());
-                prints.push(PrintSpec {
-                    fmt: fmt.clone(),
-                    vars: e.inputs.clone(),
+            Prim::DebugPrint { fmt } => prints.push(PrintSpec {
+                fmt: fmt.clone(),
+                vars: e.inputs.clone(),
+                n_values: e.inputs.len(),
+                guards: Vec::new(),
+                loops: Vec::new(),
+            }),
+            Prim::Scan(p) if !p.body.effects.is_empty() => {
+                let (body, specs) = strip_prints(&p.body);
+                let n_old = p.body.outputs.len();
+                let stacked: Vec<Var> = body.outputs[n_old..]
+                    .iter()
+                    .map(|v| {
+                        let a = body.aval(*v);
+                        let mut shape = vec![p.length];
+                        shape.extend_from_slice(&a.shape);
+                        out.new_var(crate::trace::graph::Aval::new(shape, a.dtype))
+                    })
+                    .collect();
+                let mut eq = e.clone();
+                eq.prim = Prim::Scan(crate::ops::control::ScanParams {
+                    body: std::sync::Arc::new(body.clone()),
+                    ..p.clone()
                 });
+                eq.extra_outs.extend(stacked.iter().copied());
+                out.eqns.push(eq);
+                let lift = remap(&body.outputs[n_old..], &stacked);
+                for mut sp in specs {
+                    sp.vars = sp.vars.iter().map(|v| lift(*v)).collect();
+                    sp.loops.insert(0, (p.length, p.reverse));
+                    prints.push(sp);
+                }
+            }
+            Prim::Cond { branches } if branches.iter().any(|b| !b.effects.is_empty()) => {
+                let stripped: Vec<(Graph, Vec<PrintSpec>)> =
+                    branches.iter().map(|b| strip_prints(b)).collect();
+                let n_old = branches[0].outputs.len();
+                // Every branch returns every branch's printed values (zeros for the others').
+                let extra: Vec<Vec<crate::trace::graph::Aval>> = stripped
+                    .iter()
+                    .map(|(b, _)| {
+                        b.outputs[n_old..]
+                            .iter()
+                            .map(|v| b.aval(*v).clone())
+                            .collect()
+                    })
+                    .collect();
+                let mut new_branches = Vec::with_capacity(stripped.len());
+                for (j, (b, _)) in stripped.iter().enumerate() {
+                    let mut b = b.clone();
+                    let own = b.outputs.split_off(n_old);
+                    for (k, avals) in extra.iter().enumerate() {
+                        if k == j {
+                            b.outputs.extend_from_slice(&own);
+                            continue;
+                        }
+                        for a in avals {
+                            let z = b.new_var(a.clone());
+                            b.eqns.push(crate::trace::graph::Eqn::new(
+                                Prim::Full {
+                                    value: crate::dtype::Scalar::F32(0.0).cast(a.dtype),
+                                    shape: a.shape.clone(),
+                                },
+                                vec![],
+                                z,
+                            ));
+                            b.outputs.push(z);
+                        }
+                    }
+                    new_branches.push(std::sync::Arc::new(b));
+                }
+                let added: Vec<Var> = extra
+                    .iter()
+                    .flatten()
+                    .map(|a| out.new_var(a.clone()))
+                    .collect();
+                let mut eq = e.clone();
+                eq.prim = Prim::Cond {
+                    branches: new_branches,
+                };
+                eq.extra_outs.extend(added.iter().copied());
+                out.eqns.push(eq);
+                let index = e.inputs[0];
+                let mut offset = 0;
+                for (j, (b, specs)) in stripped.into_iter().enumerate() {
+                    let mine = &added[offset..offset + extra[j].len()];
+                    offset += extra[j].len();
+                    let lift = remap(&b.outputs[n_old..], mine);
+                    for mut sp in specs {
+                        sp.vars = sp.vars.iter().map(|v| lift(*v)).collect();
+                        sp.vars.push(index);
+                        sp.guards.push((j, branches.len(), sp.loops.len()));
+                        prints.push(sp);
+                    }
+                }
             }
             _ => out.eqns.push(e.clone()),
         }
     }
+    for p in &prints {
+        out.outputs.extend(p.vars.iter().copied());
+    }
     (out, prints)
 }
 
-/// A sub-program (cond branch, loop body) may not print yet: its prints would need the host
-/// inside the loop, or only for the branch taken.
-pub(crate) fn refuse_prints_in(op: &'static str, g: &Graph) -> Result<()> {
-    if g.effects.is_empty() {
-        return Ok(());
+/// Map the variables `from` (outputs of a sub-program) to `to` (their results in the parent).
+fn remap<'a>(from: &'a [Var], to: &'a [Var]) -> impl Fn(Var) -> Var + 'a {
+    move |v| {
+        from.iter()
+            .position(|&f| f == v)
+            .map(|i| to[i])
+            .unwrap_or(v)
     }
-    Err(Error::Unsupported {
-        op: "debug_print",
-        detail: format!(
-            "inside a {op} branch or body: print the values the {op} returns instead (prints inside control flow are not supported yet)"
-        ),
-    })
 }
 
 /// The lines of `prints` given the printed values (in [`strip_prints`] order), each prefixed with
-/// `tag`.
+/// `tag`: one per print, per iteration of its loops, where its branches were taken. Prints in the
+/// same loops come iteration by iteration, in the order the loops ran.
 pub(crate) fn lines(tag: &str, prints: &[PrintSpec], values: &[HostArray]) -> Vec<String> {
     let mut it = values.iter();
-    prints
+    let per: Vec<Vec<&HostArray>> = prints
         .iter()
-        .map(|p| {
-            let vals: Vec<HostArray> = it.by_ref().take(p.vars.len()).cloned().collect();
-            format!("[{tag}] {}", format_values(&p.fmt, &vals))
-        })
-        .collect()
+        .map(|p| it.by_ref().take(p.vars.len()).collect())
+        .collect();
+    let mut out = Vec::new();
+    let mut s = 0;
+    while s < prints.len() {
+        // A run of prints in the same loops.
+        let loops = &prints[s].loops;
+        let e = s + prints[s..].iter().take_while(|p| &p.loops == loops).count();
+        let total = loops.len();
+        let count: usize = loops.iter().map(|l| l.0).product();
+        let mut idx = vec![0usize; total];
+        for step in 0..count {
+            let mut k = step;
+            for (d, &(len, rev)) in loops.iter().enumerate().rev() {
+                idx[d] = if rev { len - 1 - k % len } else { k % len };
+                k /= len;
+            }
+            for (p, vals) in prints[s..e].iter().zip(&per[s..e]) {
+                let taken = p
+                    .guards
+                    .iter()
+                    .zip(&vals[p.n_values..])
+                    .all(|(&(j, n, inner), g)| {
+                        crate::ops::control::branch_of(&at(g, &idx[..total - inner]), n) == j
+                    });
+                if taken {
+                    let vs: Vec<HostArray> =
+                        vals[..p.n_values].iter().map(|v| at(v, &idx)).collect();
+                    out.push(format!("[{tag}] {}", format_values(&p.fmt, &vs)));
+                }
+            }
+        }
+        s = e;
+    }
+    out
+}
+
+/// `h[idx...]`: the sub-array at a leading multi-index.
+fn at(h: &HostArray, idx: &[usize]) -> HostArray {
+    if idx.is_empty() {
+        return h.clone();
+    }
+    let shape = h.shape[idx.len()..].to_vec();
+    let inner: usize = shape.iter().product();
+    let mut lin = 0;
+    for (i, d) in idx.iter().zip(&h.shape) {
+        lin = lin * d + i;
+    }
+    HostArray {
+        data: crate::host::HostData::from_scalars(
+            h.dtype(),
+            (lin * inner..(lin + 1) * inner).map(|i| h.data.get(i)),
+        ),
+        shape,
+    }
 }
 
 /// `fmt` with each `{}` replaced by the next value (values left over appended).

@@ -1,13 +1,12 @@
 //! `debug_print`: lines from inside `jit`, `pmap` (per device, tagged with device and axis index,
 //! in device order), `vmap`, `grad` and eager code, captured with `capture_debug_prints`; the
-//! printed numbers are computed on the host from the inputs; prints inside control flow are a
-//! typed error.
+//! printed numbers are computed on the host from the inputs; prints inside loops print per
+//! iteration, inside cond branches only where the branch was taken.
 
 mod common;
 
 use brigade::{
-    Array, Error, Tensor, axis_index, capture_debug_prints, cond, debug_print, grad, jit, pmap,
-    psum, scan, vmap,
+    Array, Tensor, axis_index, capture_debug_prints, cond, debug_print, grad, jit, pmap, psum, vmap,
 };
 use common::{devices_with, gpu_devices};
 
@@ -109,43 +108,86 @@ fn prints_under_vmap_and_grad_and_eagerly() {
 }
 
 #[test]
-fn prints_inside_control_flow_are_refused() {
-    let x = Array::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
-    let e = jit(|a: &[Tensor]| {
-        cond(
-            &a[0].sum_all().gt(&Tensor::scalar(0.0f32)),
-            |o| {
-                debug_print("{}", &[&o[0]]);
-                vec![o[0].clone()]
-            },
-            |o| vec![o[0].clone()],
-            &a[..1],
-        )
-    })
-    .call(std::slice::from_ref(&x))
-    .unwrap_err();
-    assert!(
-        matches!(
-            &e,
-            Error::Unsupported {
-                op: "debug_print",
-                ..
-            }
-        ) && e.to_string().contains("cond"),
-        "{e}"
-    );
-    let e = jit(|a: &[Tensor]| {
-        let (c, _) = scan(
+fn prints_inside_loops_print_per_iteration_and_inside_conds_only_when_taken() {
+    let dev = gpu_devices()[0].clone();
+    // A reverse scan printing its carry each iteration, with a cond inside the body whose
+    // branches print different things.
+    let f = jit(|a: &[Tensor]| {
+        let (c, _) = brigade::scan_with(
             |c: &[Tensor], x: &[Tensor]| {
-                debug_print("{}", &[&x[0]]);
-                (vec![&c[0] + &x[0]], vec![])
+                let s = &c[0] + &x[0];
+                debug_print("step {}: {}", &[&x[1], &s]);
+                let up = s.gt(&Tensor::scalar(4.0f32));
+                let t = cond(
+                    &up,
+                    |o| {
+                        debug_print("big {}", &[&o[0]]);
+                        vec![&o[0] * 0.5]
+                    },
+                    |o| {
+                        debug_print("small {}", &[&o[0]]);
+                        vec![o[0].clone()]
+                    },
+                    std::slice::from_ref(&s),
+                );
+                (t, vec![])
             },
             &[Tensor::scalar(0.0f32)],
-            &a[..1],
+            &a[..2],
+            brigade::ScanOptions {
+                length: None,
+                reverse: true,
+            },
         );
         c
     })
-    .call(&[x])
-    .unwrap_err();
-    assert!(e.to_string().contains("scan"), "{e}");
+    .on(&dev);
+    let xs = Array::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4]).unwrap();
+    let ids = Array::from_vec(vec![0i32, 1, 2, 3], &[4]).unwrap();
+    let (out, lines) = capture_debug_prints(|| f.call(&[xs, ids]));
+    // Host: iterate 3, 2, 1, 0: s = c + x; c = s > 4 ? s / 2 : s.
+    let mut want = Vec::new();
+    let mut c = 0.0f32;
+    for (i, x) in [(3, 4.0f32), (2, 3.0), (1, 2.0), (0, 1.0)] {
+        let s = c + x;
+        want.push(format!("[{}] step {i}: {s}", tag(&dev)));
+        if s > 4.0 {
+            want.push(format!("[{}] big {s}", tag(&dev)));
+            c = s * 0.5;
+        } else {
+            want.push(format!("[{}] small {s}", tag(&dev)));
+            c = s;
+        }
+    }
+    assert_eq!(out.unwrap()[0].to_vec::<f32>().unwrap(), vec![c]);
+    // Iteration by iteration, in the order the loop ran.
+    assert_eq!(lines, want);
+    // Per device of a pmap: each device's own branch only.
+    let devs = devices_with("vulkan:2");
+    let p = pmap(|a: &[Tensor]| {
+        let pos = a[0].sum_all().gt(&Tensor::scalar(0.0f32));
+        cond(
+            &pos,
+            |o| {
+                debug_print("positive {}", &[&o[0]]);
+                vec![o[0].clone()]
+            },
+            |o| {
+                debug_print("negative {}", &[&o[0]]);
+                vec![o[0].neg()]
+            },
+            &a[..1],
+        )
+    })
+    .axis_name("i")
+    .devices(&devs);
+    let x = Array::from_vec(vec![1.0f32, 2.0, -3.0, -4.0], &[2, 2]).unwrap();
+    let (_, lines) = capture_debug_prints(|| p.call(&[x]).unwrap());
+    assert_eq!(
+        lines,
+        vec![
+            format!("[{} i=0] positive [1, 2]", tag(&devs[0])),
+            format!("[{} i=1] negative [-3, -4]", tag(&devs[1])),
+        ]
+    );
 }

@@ -196,7 +196,7 @@ pub(crate) fn infer_scan(p: &ScanParams, ins: &[&Aval]) -> Result<Vec<Aval>> {
 }
 
 /// The branch an index selects: JAX clamps out-of-range indices into `0..n`.
-fn branch_of(index: &HostArray, n: usize) -> usize {
+pub(crate) fn branch_of(index: &HostArray, n: usize) -> usize {
     let i = index.data.get_f64(0);
     if i.is_nan() || i <= 0.0 {
         0

@@ -152,9 +152,15 @@ impl Prim {
         }
     }
 
-    /// A side effect (kept although unused; never compiled into a kernel).
+    /// A side effect, or control flow holding one (kept although unused; prints are never
+    /// compiled into a kernel).
     pub fn has_effect(&self) -> bool {
-        matches!(self, Prim::DebugPrint { .. })
+        match self {
+            Prim::DebugPrint { .. } => true,
+            Prim::Cond { branches } => branches.iter().any(|b| !b.effects.is_empty()),
+            Prim::Scan(p) => !p.body.effects.is_empty(),
+            _ => false,
+        }
     }
 
     /// A control-flow primitive (holds sub-programs, may have several results).

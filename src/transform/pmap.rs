@@ -79,7 +79,12 @@ type LoopKernelKey = (Vec<Aval>, usize);
 /// A traced parallel program: the per-device graph, its stages compiled per device, and what
 /// varies between devices.
 struct ParallelExe {
+    /// The program that runs: prints taken out (their values extra outputs after the
+    /// `n_outputs` real ones), conds inlined. The plan's variables are this graph's.
     graph: Graph,
+    n_outputs: usize,
+    /// The program as traced (what [`Parallel::graph`] shows).
+    shown: Graph,
     /// Per host-driven loop of the plan (`plan.loops`, flattened in order): its body as a parallel
     /// program of its own.
     loop_bodies: Vec<Rc<ParallelExe>>,
@@ -335,7 +340,7 @@ where
     /// function): shapes are what one device sees; collectives appear as equations.
     pub fn graph(&self, args: &[Array]) -> Result<Graph> {
         let (exe, _, _) = self.prepare(args)?;
-        Ok(exe.graph.clone())
+        Ok(exe.shown.clone())
     }
 
     /// Number of stages and host round trips (collective exchanges) of the program for `args`.
@@ -750,10 +755,12 @@ where
                 .axis_name
                 .as_ref()
                 .map(|name| crate::collective::AxisBinding::new(name, key.shards));
-            // A cond's branches run inline on devices (see `ops::control`): their collectives
-            // are the program's own.
-            crate::ops::control::inline_conds(&trace_args(&self.label, &self.f, &targs)?)
+            trace_args(&self.label, &self.f, &targs)?
         };
+        let traced = graph;
+        // A cond's branches run inline on devices (see `ops::control`): their collectives are
+        // the program's own, for what varies between devices too.
+        let graph = crate::ops::control::inline_conds(&traced);
         // Which traced inputs are mapped, in graph-input order.
         let input_mapped: Vec<bool> = (0..args.len())
             .filter(|i| !self.static_argnums.contains(i))
@@ -811,7 +818,7 @@ where
             });
         }
         let axis_label = self.axis_name.clone().unwrap_or_else(|| "shard".into());
-        Ok(ParallelExe::build(graph, axis_label, out_layouts))
+        Ok(ParallelExe::build(traced, axis_label, out_layouts))
     }
 
     // ---- arguments ---------------------------------------------------------------------------------
@@ -901,11 +908,12 @@ fn varying_reasons(g: &Graph, input_mapped: &[bool], input_arg: &[usize]) -> Vec
 
 impl ParallelExe {
     /// Cut `graph` into stages and compile them (and the bodies of host-driven loops).
-    fn build(graph: Graph, axis_label: String, out_layouts: Vec<ShardLayout>) -> ParallelExe {
-        // Prints are taken out of the program; their values stay in each device's environment
-        // to the end of the run (outputs of the last stage).
-        let (run_graph, prints) = crate::debug::strip_prints(&graph);
-        let plan = split_stages(&run_graph);
+    fn build(shown: Graph, axis_label: String, out_layouts: Vec<ShardLayout>) -> ParallelExe {
+        // Prints are taken out of the program (those in cond branches before the branches are
+        // inlined); their values stay in each device's environment to the end of the run.
+        let (stripped, prints) = crate::debug::strip_prints(&shown);
+        let graph = crate::ops::control::inline_conds(&stripped);
+        let plan = split_stages(&graph);
         let stages = plan
             .stages
             .iter()
@@ -924,6 +932,8 @@ impl ParallelExe {
             })
             .collect();
         ParallelExe {
+            n_outputs: shown.outputs.len(),
+            shown,
             graph,
             loop_bodies,
             loop_kernels: RefCell::new(HashMap::new()),
@@ -1101,8 +1111,7 @@ impl ParallelExe {
         }
         Ok((0..n)
             .map(|d| {
-                self.graph
-                    .outputs
+                self.graph.outputs[..self.n_outputs]
                     .iter()
                     .map(|v| env[d][v].clone())
                     .collect()
