@@ -719,10 +719,10 @@ async fn in_axes_inner(rows: usize, dim: usize, out_dim: usize) -> Result<String
     };
     let g = s.bcast.graph(&args)?;
     let (ins, outs) = graph_io(&g);
-    lanes_busy("advanced", n);
+    lanes_busy("in_axes", n);
     let t0 = now();
     let out = s.bcast.call_async(&args).await?;
-    let (parts, times) = read_shards("advanced", &out[0], t0).await?;
+    let (parts, times) = read_shards("in_axes", &out[0], t0).await?;
     let ms = now() - t0;
     let want = host_of(&s.bcast.emulate(&s.cpu, &args)?, 0)?.to_f64();
     let err = rel_err(&join_rows(&parts), &want);
@@ -769,10 +769,10 @@ async fn nesting_inner(per_device: usize, dim: usize) -> Result<String> {
     let example_graph = example.graph(&[arr(vec![0.0; dim], &[dim])?, w])?;
     let (dev_in, dev_out) = graph_io(&device_graph);
     let (ex_in, ex_out) = graph_io(&example_graph);
-    lanes_busy("advanced", n);
+    lanes_busy("nesting", n);
     let t0 = now();
     let out = s.nested.call_async(&args).await?;
-    let (parts, times) = read_shards("advanced", &out[0], t0).await?;
+    let (parts, times) = read_shards("nesting", &out[0], t0).await?;
     let ms = now() - t0;
     let want = host_of(&s.nested.emulate(&s.cpu, &args)?, 0)?.to_f64();
     let err = rel_err(&join_rows(&parts), &want);
