@@ -208,6 +208,28 @@ fn to_js(r: Result<String>) -> std::result::Result<String, JsValue> {
 
 // ---- data and checks ------------------------------------------------------------------------------
 
+/// The most elements one demo array may have (64 MiB of f32): the page's inputs are free text.
+const MAX_ELEMENTS: usize = 1 << 24;
+
+/// Refuse sizes the page cannot sensibly run (zero, or too large for the browser) with a typed
+/// error instead of an overflow or an allocation failure.
+fn check_size(op: &'static str, dims: &[usize]) -> Result<()> {
+    let total = dims
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&t| t <= MAX_ELEMENTS);
+    if dims.contains(&0) || total.is_none() {
+        return Err(Error::BadShapeArg {
+            op,
+            shape: dims.to_vec(),
+            detail: format!(
+                "every size must be at least 1 and an array at most {MAX_ELEMENTS} elements"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Deterministic data in [-1, 1).
 fn data(n: usize, seed: u32) -> Vec<f32> {
     let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(12_345);
@@ -358,7 +380,6 @@ fn body(f: fn(&[Tensor]) -> Vec<Tensor>) -> Body {
 
 impl Session {
     fn new(devices: Vec<Device>, cpu: Device, webgpu: bool, fallback: String) -> Session {
-        let n = devices.len();
         let dev0 = devices[0].clone();
         let per_device = |f: fn(&[Tensor]) -> Vec<Tensor>, label: &str| -> Vec<Jit<Body>> {
             devices
@@ -432,7 +453,7 @@ impl Session {
             devices,
             cpu,
             webgpu,
-            fallback: if n == 0 { String::new() } else { fallback },
+            fallback,
         }
     }
 
@@ -538,6 +559,8 @@ pub fn counters_json() -> String {
 async fn basics_inner(batch: usize, dim: usize, reps: usize) -> Result<String> {
     let s = session()?;
     let n = s.n();
+    check_size("basics", &[batch, dim])?;
+    check_size("basics", &[dim, dim])?;
     let before = crate::counters();
     let x = arr(data(batch * dim, 1), &[batch, dim])?;
     let w = arr(
@@ -633,6 +656,7 @@ async fn divisibility_inner(batch: usize, shards: usize) -> Result<String> {
     let s = session()?;
     let before = crate::counters();
     const COLS: usize = 8;
+    check_size("divisibility", &[batch, COLS, shards])?;
     let x = arr(data(batch * COLS, 4), &[batch, COLS])?;
     let prog = shard_map(body(|a| {
         let per_table = a[0].sum(1, false);
@@ -708,6 +732,8 @@ fn strs(v: &[String]) -> String {
 async fn in_axes_inner(rows: usize, dim: usize, out_dim: usize) -> Result<String> {
     let s = session()?;
     let n = s.n();
+    check_size("in_axes_demo", &[n, rows, dim])?;
+    check_size("in_axes_demo", &[dim, out_dim])?;
     let before = crate::counters();
     let x = arr(data(n * rows * dim, 5), &[n, rows, dim])?;
     let w = arr(data(dim * out_dim, 6), &[dim, out_dim])?;
@@ -756,6 +782,8 @@ pub async fn in_axes_demo(
 async fn nesting_inner(per_device: usize, dim: usize) -> Result<String> {
     let s = session()?;
     let n = s.n();
+    check_size("nesting", &[n, per_device, dim])?;
+    check_size("nesting", &[dim, dim])?;
     let before = crate::counters();
     let x = arr(data(n * per_device * dim, 7), &[n, per_device, dim])?;
     let w = arr(
@@ -812,6 +840,8 @@ fn bar(who: i64, stage: &str, t0: f64, t1: f64) -> String {
 async fn barrier_inner(rows: usize, dim: usize) -> Result<String> {
     let s = session()?;
     let n = s.n();
+    check_size("barrier", &[n, rows, dim])?;
+    check_size("barrier", &[dim, dim])?;
     let before = crate::counters();
     let x = arr(data(n * rows * dim, 9), &[n, rows, dim])?;
     let w = arr(
@@ -1357,6 +1387,7 @@ fn pick_rows(v: &[f64], n: usize, rows: &[usize]) -> Vec<f64> {
 async fn matmul_inner(n: usize) -> Result<String> {
     let s = session()?;
     let k = s.n();
+    check_size("row_split_matmul", &[n, n])?;
     let before = crate::counters();
     let a = data(n * n, 11);
     let b = arr(data(n * n, 12), &[n, n])?;
@@ -1396,18 +1427,7 @@ pub async fn row_split_matmul(n: usize) -> std::result::Result<String, JsValue> 
 async fn sweep_inner(n: usize, reps: usize) -> Result<String> {
     let s = session()?;
     let k = s.n();
-    if !n.is_multiple_of(k) {
-        return Err(Error::IndivisibleSplit {
-            op: "shard_map",
-            arg: 0,
-            axis: 0,
-            size: n,
-            devices: k,
-            fits: "a divisor of n".into(),
-            pad: n.div_ceil(k) * k,
-            hint: String::new(),
-        });
-    }
+    check_size("sweep_point", &[n, n])?;
     let before = crate::counters();
     let a = data(n * n, 13);
     let b = arr(data(n * n, 14), &[n, n])?;
@@ -1476,6 +1496,7 @@ pub async fn sweep_point(n: usize, reps: usize) -> std::result::Result<String, J
 async fn timeline_inner(n: usize) -> Result<String> {
     let s = session()?;
     let k = s.n();
+    check_size("timeline", &[n, n])?;
     let before = crate::counters();
     let per = n / k.max(1);
     if per == 0 || !n.is_multiple_of(k) {
@@ -1591,6 +1612,9 @@ mod tests {
             ] {
                 let out = out.unwrap_or_else(|e| panic!("{name}: {e}"));
                 assert_eq!(field(&out, "ok"), "true", "{name}: {out}");
+            }
+            for bad in [basics_inner(0, 8, 1).await, matmul_inner(1 << 20).await] {
+                assert!(matches!(bad, Err(Error::BadShapeArg { .. })), "{bad:?}");
             }
             let bad = divisibility_inner(1001, 2).await.unwrap();
             assert!(bad.contains("IndivisibleSplit"), "{bad}");
