@@ -532,7 +532,7 @@ pub(crate) fn reduce_kernels(
                 REDUCE,
                 &[
                     ("BINDINGS", &format!("@group(0) @binding(0) var<storage, read> in0: array<{t}>;\n@group(0) @binding(1) var<storage, read_write> out0: array<{t}>;\n")),
-                    ("HELPERS", ""),
+                    ("HELPERS", &helpers_src(&[])),
                     ("T", t),
                     ("IDENTITY", &ident),
                     ("N", &n.to_string()),
