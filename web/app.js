@@ -684,6 +684,10 @@ async function main() {
     return;
   }
   rerender();
+  if (!TEST) {
+    // The kitchen comes alive at once; every other demo waits for its Run button.
+    await withButton('b-run', () => runBasics());
+  }
   if (TEST) {
     // Every mode in turn, with small sizes; the browser test waits for `done`.
     const only = params.get('only');
