@@ -257,7 +257,7 @@ web_test() {
 }
 
 run_web_steps() {
-    run_step "web: install chromium/wasm-bindgen/npm" setup_web_tools
+    run_step "web: chromium, wasm-bindgen, npm" setup_web_tools
     run_step "web: wasm build (release)" web_build
     run_step "web: browser test" web_test
 }
