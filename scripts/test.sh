@@ -2,11 +2,12 @@
 # brigade's test command: installs what the tests need (idempotent; fast when
 # everything is already there), then runs fmt, clippy, the test suite (real
 # kernels on Mesa's software Vulkan and GL drivers), doc tests, and compile
-# checks for the wasm, Metal (macOS) and DX12 (Windows) targets.
+# checks for the wasm, Metal (macOS) and DX12 (Windows) targets, then builds the demo page
+# (web/) for wasm and runs its browser test in headless Chromium on WebGPU.
 #
 #   scripts/test.sh                     full run (what CI runs via .ci/run)
 #   BRIGADE_TEST_QUICK=1 scripts/test.sh [FILTER...]
-#                                       skip fmt, clippy and cross-target checks;
+#                                       skip fmt, clippy, cross-target checks and the browser test;
 #                                       extra args go to `cargo test` (e.g. a test-name filter)
 #   BRIGADE_MESA=default scripts/test.sh
 #                                       use Debian 12's own Mesa 22.3 instead of Mesa 25
@@ -212,37 +213,57 @@ verify_adapters() {
     log "Mesa in use: $(pkg_version mesa-vulkan-drivers)"
 }
 
-# ---------------------------------------------------------------- LATER: wasm + browser
-# Not run yet: nothing uses them, and they cost CI minutes (wasm-bindgen-cli alone is
-# ~2.5 min to build). When the browser demo/test lands, call run_web_steps from main
-# (marked below) and flesh these out. See shared/PLATFORM.md, "Browser" and "wasm build".
+# ---------------------------------------------------------------- wasm + browser
+# The demo page (web/) built from src/web.rs and tested in headless Chromium on WebGPU
+# (SwiftShader here). See shared/PLATFORM.md, "Browser" and "wasm build".
 WASM_BINDGEN_VERSION=0.2.130 # must match the wasm-bindgen crate pinned in Cargo.toml
+# Debian's Chromium (never a browser downloaded by a tool) and a CJK font, so that the
+# screenshots show the page's Chinese (the page starts in Chinese).
+WEB_APT_PKGS=(chromium fonts-wqy-microhei)
 
 setup_web_tools() {
-    # wasm-bindgen-cli, cached in ~/.cargo/bin (no --locked: the registry lacks one pinned dep).
-    if ! wasm-bindgen --version 2>/dev/null | grep -q " ${WASM_BINDGEN_VERSION}\$"; then
-        cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+    local missing=() p
+    for p in "${WEB_APT_PKGS[@]}"; do pkg_installed "$p" || missing+=("$p"); done
+    if (( ${#missing[@]} )); then
+        log "installing ${missing[*]}"
+        apt_get update -q
+        apt_get install -y -q "${missing[@]}"
     fi
-    # Debian's Chromium (never a browser downloaded by a tool) + playwright-core to drive it.
-    pkg_installed chromium || { apt_get update -q; apt_get install -y -q chromium; }
-    [[ -d web/node_modules/playwright-core ]] || (cd web && npm install --no-audit --no-fund playwright-core)
+    # wasm-bindgen-cli, cached in ~/.cargo/bin. No --locked (the registry lacks one pinned dep);
+    # no default features: they only add TLS for the test runner's downloads, which we never use.
+    if ! wasm-bindgen --version 2>/dev/null | grep -q " ${WASM_BINDGEN_VERSION}\$"; then
+        cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --no-default-features
+    fi
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        log "installing Node.js and npm (Debian's)"
+        apt_get update -q
+        apt_get install -y -q nodejs npm
+    fi
+    command -v node >/dev/null || die "node not found: the browser test needs Node.js (>= 18) and npm"
+    # playwright-core only, from web/package-lock.json; it must never download a browser.
+    if ! (cd web && npm ls playwright-core >/dev/null 2>&1); then
+        (cd web && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund)
+    fi
+    log "$(wasm-bindgen --version); node $(node --version); $(/usr/lib/chromium/chromium --version 2>/dev/null || chromium --version)"
 }
 
 web_build() {
     cargo build --lib --release --target wasm32-unknown-unknown --features web
-    wasm-bindgen --target web --out-dir web/pkg target/wasm32-unknown-unknown/release/brigade.wasm
+    wasm-bindgen --target web --no-typescript --out-dir web/pkg \
+        "${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/release/brigade.wasm"
 }
 
+# Serves web/ on 127.0.0.1, runs every mode of the page in headless Chromium with
+# --enable-unsafe-webgpu, checks the page's machine-readable status (real kernels on WebGPU,
+# results verified, the indivisible-batch error, the language toggle, the cpu fallback) and
+# saves screenshots to web/screenshots/. No WebGPU adapter in the browser is a failure.
 web_test() {
-    # e.g. node web/test.mjs: serve web/ on 127.0.0.1, open it in headless Chromium
-    # (/usr/lib/chromium/chromium --headless --no-sandbox --enable-unsafe-webgpu ...),
-    # wait for the page to report its result.
-    die "web_test: not written yet"
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 node web/test/browser.mjs
 }
 
 run_web_steps() {
-    run_step "web: install wasm-bindgen/chromium" setup_web_tools
-    run_step "web: wasm build" web_build
+    run_step "web: chromium, wasm-bindgen, npm" setup_web_tools
+    run_step "web: wasm build (release)" web_build
     run_step "web: browser test" web_test
 }
 
@@ -282,8 +303,7 @@ if (( ! QUICK )); then
     for target in "${CROSS_TARGETS[@]}"; do
         run_step "cargo check $target" cargo check --lib --target "$target"
     done
-    # LATER (see "LATER: wasm + browser" above): uncomment when the browser test exists.
-    # run_web_steps
+    run_web_steps
 fi
 
 printf '\n==> timings\n'

@@ -151,8 +151,9 @@ impl Scalar {
             Scalar::F64(v) => (v as f32).to_bits(),
         }
     }
-    /// A WGSL literal for this value. Non-finite floats are written as bit casts
-    /// because WGSL has no `inf`/`nan` literals.
+    /// A WGSL literal for this value. Non-finite floats are written as bit casts through the
+    /// `bf32_bits` helper every generated shader has: WGSL has no `inf`/`nan` literals, and
+    /// browsers reject a constant `bitcast<f32>` that gives one.
     pub fn wgsl_literal(self) -> String {
         match self {
             Scalar::F32(v) if v.is_finite() => {
@@ -163,7 +164,7 @@ impl Scalar {
                     format!("f32({s}.0)")
                 }
             }
-            Scalar::F32(v) => format!("bitcast<f32>({}u)", v.to_bits()),
+            Scalar::F32(v) => format!("bf32_bits({}u)", v.to_bits()),
             Scalar::I32(v) if v == i32::MIN => "i32(-2147483647 - 1)".to_string(),
             Scalar::I32(v) => format!("i32({v})"),
             Scalar::U32(v) => format!("{v}u"),

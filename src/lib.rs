@@ -18,6 +18,8 @@ pub mod reference;
 pub mod tensor;
 pub mod trace;
 pub mod transform;
+#[cfg(feature = "web")]
+pub mod web;
 pub mod wgsl;
 
 pub use array::{Array, ShardLayout};

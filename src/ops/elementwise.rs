@@ -433,7 +433,7 @@ const FMOD_F32: &str = "fn bfmod(a: f32, b: f32) -> f32 {
     let y = abs(b);
     if (!(y > 0.0) || !(x <= 3.40282347e38) || !(y <= 3.40282347e38)) {
         if (y > 3.40282347e38 && x <= 3.40282347e38) { return a; }
-        return bitcast<f32>(0x7fc00000u);
+        return bf32_bits(0x7fc00000u);
     }
     if (x < y) { return a; }
     var k: i32 = max(i32((bitcast<u32>(x) >> 23u) & 0xffu) - i32((bitcast<u32>(y) >> 23u) & 0xffu), 0);
@@ -451,9 +451,9 @@ const POW_F32: &str = "fn bpow(x: f32, y: f32) -> f32 {
     if (y == 0.0) { return 1.0; }
     let ax = abs(x);
     var r: f32;
-    if (ax == 0.0) { r = select(bitcast<f32>(0x7f800000u), 0.0, y > 0.0); } else { r = exp2(y * log2(ax)); }
+    if (ax == 0.0) { r = select(bf32_bits(0x7f800000u), 0.0, y > 0.0); } else { r = exp2(y * log2(ax)); }
     if (x < 0.0) {
-        if (floor(y) != y) { return bitcast<f32>(0x7fc00000u); }
+        if (floor(y) != y) { return bf32_bits(0x7fc00000u); }
         if (abs(y % 2.0) == 1.0) { r = -r; }
     }
     return r;
@@ -869,8 +869,8 @@ static ERF_INV_WGSL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     }
     format!(
         "fn bxla_log(v: f32) -> f32 {{
-    if (v == 0.0) {{ return bitcast<f32>(0xff800000u); }}
-    if (!(v > 0.0)) {{ return bitcast<f32>(0xffffffffu); }}
+    if (v == 0.0) {{ return bf32_bits(0xff800000u); }}
+    if (!(v > 0.0)) {{ return bf32_bits(0xffffffffu); }}
     if (v > 3.40282347e38) {{ return v; }}
     let bits = bitcast<u32>(max(v, 1.17549435e-38));
     let m = bitcast<f32>((bits & 0x807fffffu) | 0x3f000000u);
@@ -903,7 +903,7 @@ fn berfinv(x: f32) -> f32 {{
     let p = {poly};
     // x * p as a fused multiply-add with -0: the same rounding, but opaque to compilers that
     // would reassociate it with a constant factor applied later (normal's sqrt(2)).
-    return bfma(x, select(p, bitcast<f32>(0x7f800000u), abs(x) == 1.0), bitcast<f32>(0x80000000u));
+    return bfma(x, select(p, bf32_bits(0x7f800000u), abs(x) == 1.0), bitcast<f32>(0x80000000u));
 }}",
         sqh = k(LOG_SQRT_HALF),
         p0 = p[0],

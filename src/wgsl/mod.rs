@@ -331,8 +331,13 @@ fn bindings(g: &Graph, inputs: &[Var], out_elem: &str) -> String {
     s
 }
 
+/// `bitcast<f32>` of a constant is evaluated when the shader is created, and Chrome's WGSL compiler
+/// (Tint) rejects one that gives inf or NaN; a call to a function of ours is never constant. Every
+/// generated shader has it ([`crate::Scalar::wgsl_literal`] writes non-finite floats with it).
+pub(crate) const F32_BITS: &str = "fn bf32_bits(b: u32) -> f32 { return bitcast<f32>(b); }";
+
 fn helpers_src(h: &[&'static str]) -> String {
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen: Vec<&str> = vec![F32_BITS];
     for x in h {
         if !seen.contains(x) {
             seen.push(x);
@@ -532,7 +537,7 @@ pub(crate) fn reduce_kernels(
                 REDUCE,
                 &[
                     ("BINDINGS", &format!("@group(0) @binding(0) var<storage, read> in0: array<{t}>;\n@group(0) @binding(1) var<storage, read_write> out0: array<{t}>;\n")),
-                    ("HELPERS", ""),
+                    ("HELPERS", &helpers_src(&[])),
                     ("T", t),
                     ("IDENTITY", &ident),
                     ("N", &n.to_string()),

@@ -1,0 +1,191 @@
+// The browser test: serve web/ on 127.0.0.1, open the page in headless Chromium with WebGPU
+// (SwiftShader when there is no GPU), let it run every mode (?test=1), and check what it reports.
+//
+//   node web/test/browser.mjs
+//
+// Environment: CHROMIUM (default /usr/lib/chromium/chromium, else `chromium` on PATH),
+// BRIGADE_WEB_DEVICES (default 2), BRIGADE_WEB_TIMEOUT_S (default 900).
+// Screenshots of every mode, in both languages, go to web/screenshots/ (git-ignored).
+// A browser without a WebGPU adapter is a failure, not a skip.
+
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { serve } from '../serve.mjs';
+
+const WEB = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const SHOTS = path.join(WEB, 'screenshots');
+const DEVICES = Number(process.env.BRIGADE_WEB_DEVICES ?? 2);
+const TIMEOUT_S = Number(process.env.BRIGADE_WEB_TIMEOUT_S ?? 900);
+const MODES = ['basics', 'advanced', 'handson', 'optimize'];
+const FLAGS = [
+  '--no-sandbox', '--enable-unsafe-webgpu',
+  // Stay off the network and keep the profile fresh (playwright gives a temporary user-data-dir).
+  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+  '--no-first-run', '--disable-quic',
+];
+
+let passed = 0;
+let failed = 0;
+function check(what, ok, detail = '') {
+  if (ok) {
+    passed++;
+    console.log(`  ok   ${what}`);
+  } else {
+    failed++;
+    console.log(`  FAIL ${what}${detail ? `: ${detail}` : ''}`);
+  }
+  return ok;
+}
+
+function chromiumPath() {
+  if (process.env.CHROMIUM) return process.env.CHROMIUM;
+  if (existsSync('/usr/lib/chromium/chromium')) return '/usr/lib/chromium/chromium';
+  try {
+    return execFileSync('which', ['chromium'], { encoding: 'utf8' }).trim();
+  } catch {
+    throw new Error('no Chromium found: apt-get install -y chromium (or set CHROMIUM=/path/to/chromium)');
+  }
+}
+
+async function openPage(browser, url, log) {
+  const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  page.on('console', (m) => {
+    if (m.type() === 'error' || m.type() === 'warning') log.push(`[console.${m.type()}] ${m.text()}`);
+  });
+  page.on('pageerror', (e) => log.push(`[pageerror] ${e.message}`));
+  await page.goto(url);
+  return page;
+}
+
+async function waitDone(page, label) {
+  const t0 = Date.now();
+  let seen = '';
+  while (true) {
+    const s = await page.evaluate(() => window.brigadeStatus ?? null);
+    if (s?.done) return s;
+    const now = Object.entries(s?.modes ?? {}).filter(([, m]) => m.ran).map(([k]) => k).join(', ');
+    if (now !== seen) {
+      seen = now;
+      console.log(`  … ${label}: ${((Date.now() - t0) / 1000).toFixed(0)} s, modes done: ${now || 'none yet'}`);
+    }
+    if ((s?.panics ?? []).length) return s;
+    if (Date.now() - t0 > TIMEOUT_S * 1000) throw new Error(`${label}: the page did not finish within ${TIMEOUT_S} s (status: ${JSON.stringify(s)})`);
+    await new Promise((r) => setTimeout(r, 2000));
+  }
+}
+
+async function main() {
+  const t0 = Date.now();
+  const exe = chromiumPath();
+  const server = await serve(WEB, 0);
+  const base = `http://127.0.0.1:${server.address().port}`;
+  console.log(`serving ${WEB} at ${base}; Chromium ${exe}`);
+  const browser = await chromium.launch({ executablePath: exe, headless: true, args: FLAGS, timeout: 120_000 });
+  const log = [];
+  try {
+    console.log(`Chromium ${browser.version()}`);
+    // 1. WebGPU must be there: CI installs it, so a missing adapter is a failure.
+    const page = await openPage(browser, `${base}/?test=1&devices=${DEVICES}`, log);
+    const gpu = await page.evaluate(async () => {
+      if (!navigator.gpu) return { ok: false, why: 'navigator.gpu is undefined' };
+      const a = await navigator.gpu.requestAdapter();
+      if (!a) return { ok: false, why: 'navigator.gpu.requestAdapter() returned null' };
+      const i = a.info ?? {};
+      return { ok: true, vendor: i.vendor, architecture: i.architecture, description: i.description, fallback: a.isFallbackAdapter ?? i.isFallbackAdapter };
+    });
+    if (!gpu.ok) {
+      throw new Error(`WebGPU is unavailable in headless Chromium (${gpu.why}); it needs --enable-unsafe-webgpu and a Chromium with WebGPU (Debian's chromium package has it)`);
+    }
+    console.log(`WebGPU adapter: ${JSON.stringify(gpu)}`);
+
+    // 2. Every mode runs real kernels on `DEVICES` WebGPU devices, with verified results.
+    const s = await waitDone(page, 'webgpu run');
+    check('no panic in the wasm', s.panics.length === 0, JSON.stringify(s.panics));
+    check('no error reported by the page', s.errors.length === 0, JSON.stringify(s.errors));
+    check(`${DEVICES} WebGPU devices (one adapter each)`, s.webgpu && s.backend === 'webgpu' && s.devices === DEVICES,
+      `webgpu=${s.webgpu} backend=${s.backend} devices=${s.devices} fallback=${s.fallback}`);
+    console.log('\nper-mode timings (performance.now() in the page, ms):');
+    for (const m of MODES) {
+      const st = s.modes[m] ?? {};
+      check(`mode ${m}: ran real kernels, results match the CPU reference`,
+        st.ran === true && st.ok === true && st.realKernels === true, JSON.stringify(st));
+      console.log(`    ${m.padEnd(9)} ${String(Math.round(st.ms ?? NaN)).padStart(7)} ms  ${describe(m, st)}`);
+    }
+    check('the indivisible batch shows brigade\'s IndivisibleSplit error',
+      s.indivisible?.kind === 'IndivisibleSplit' && /cannot be split evenly/.test(s.indivisible?.message ?? ''),
+      JSON.stringify(s.indivisible));
+    const shown = await page.locator('#div-error').textContent().catch(() => '');
+    check('… and the page displays it', /cannot be split evenly over \d+ devices/.test(shown ?? ''), shown);
+
+    // 3. Screenshots in Chinese (the default), then the language toggle, then English.
+    mkdirSync(SHOTS, { recursive: true });
+    const shoot = async (lang) => {
+      for (const tab of [...MODES, 'quiz']) {
+        await page.click(`.tabs button[data-tab="${tab}"]`);
+        await page.waitForTimeout(150);
+        await page.screenshot({ path: path.join(SHOTS, `${tab}-${lang}.png`), fullPage: true });
+      }
+    };
+    check('the page starts in Chinese', (await page.textContent('.tabs button[data-tab="basics"]')).includes('入门'));
+    // Answer one quiz question so that the screenshots show an explanation.
+    await page.click('.tabs button[data-tab="quiz"]');
+    await page.click('#quiz-0 input[value="2"]');
+    await page.click('#quiz-0 button');
+    check('the quiz marks a right answer', (await page.textContent('#quiz-0 .explain')).includes('✓'));
+    await shoot('zh');
+    await page.click('#lang');
+    const en = await page.evaluate(() => ({
+      html: document.documentElement.lang,
+      tab: document.querySelector('.tabs button[data-tab="basics"]').textContent,
+      h1: document.querySelector('h1').textContent,
+      result: document.getElementById('b-result').textContent,
+      status: window.brigadeStatus.lang,
+    }));
+    check('the language toggle switches to English', en.html === 'en' && en.tab.includes('Basics') && en.status === 'en'
+      && /parallel lesson/.test(en.h1) && /pmap \(split/.test(en.result), JSON.stringify(en));
+    await shoot('en');
+    await page.click('#lang');
+    check('… and back to Chinese', (await page.textContent('.tabs button[data-tab="basics"]')).includes('入门'));
+    await page.close();
+
+    // 4. Without WebGPU (forced with cpu=1) the page says how to enable it and still works on cpu devices.
+    const cpu = await openPage(browser, `${base}/?test=1&cpu=1&devices=2&only=basics`, log);
+    const c = await waitDone(cpu, 'cpu fallback');
+    const banner = await cpu.evaluate(() => !document.getElementById('nowebgpu').hidden
+      && /enable-unsafe-webgpu/.test(document.getElementById('nowebgpu').textContent));
+    check('cpu fallback: the no-WebGPU message is shown, basics verified on cpu:2',
+      banner && c.backend === 'cpu' && c.modes.basics?.ok === true, JSON.stringify({ banner, backend: c.backend, basics: c.modes.basics }));
+    await cpu.screenshot({ path: path.join(SHOTS, 'fallback-cpu.png'), fullPage: false });
+    await cpu.close();
+  } catch (e) {
+    failed++;
+    console.log(`  FAIL ${e.message}`);
+  } finally {
+    await browser.close();
+    server.close();
+  }
+  if (log.length) console.log(`\nbrowser console:\n  ${log.slice(0, 40).join('\n  ')}`);
+  console.log(`\nscreenshots in ${SHOTS}; ${((Date.now() - t0) / 1000).toFixed(0)} s in all`);
+  console.log(`browser test: ${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+function describe(m, st) {
+  const f = (v) => (v === undefined || v === null ? '–' : Number(v).toFixed(1));
+  switch (m) {
+    case 'basics': return `pmap warm ${f(st.pmap_ms)} ms, vmap warm ${f(st.vmap_ms)} ms, ${st.dispatches} dispatches`;
+    case 'advanced': return `${st.dispatches} dispatches`;
+    case 'handson': return `${st.train_steps} steps, loss ${f(st.first_loss)} → ${Number(st.last_loss).toFixed(3)}, accuracy ${f(100 * st.accuracy)} %`;
+    case 'optimize': return (st.sweep ?? []).map((p) => `n=${p.n}: 1 dev ${f(p.single_ms)} / all ${f(p.split_ms)} ms`).join('; ');
+    default: return '';
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  console.log('browser test: 0 passed, 1 failed');
+  process.exit(1);
+});
