@@ -509,8 +509,19 @@ fn sweep() -> Vec<Case> {
     cases
 }
 
-/// Parse and validate one shader with naga, all validation flags and capabilities.
+/// Parse and validate one shader with naga, all validation flags and capabilities; also refuse
+/// what browsers' stricter compilers reject and naga accepts: `bitcast<f32>` of a literal (an
+/// inf/NaN constant is a shader-creation error in Chrome; brigade writes them via `bf32_bits`).
 fn naga_check(wgsl: &str) -> Result<(), String> {
+    for (i, _) in wgsl.match_indices("bitcast<f32>(") {
+        let arg = wgsl[i + "bitcast<f32>(".len()..].trim_start();
+        if arg.starts_with(|c: char| c.is_ascii_digit()) {
+            let line = wgsl[..i].lines().count();
+            return Err(format!(
+                "line {line}: bitcast<f32> of a literal (browsers reject inf/NaN constants)"
+            ));
+        }
+    }
     let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
     naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
