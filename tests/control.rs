@@ -886,6 +886,41 @@ fn data_parallel_training_loop_inside_pmap() {
     assert_eq!(per[..3], per[3..], "identical parameters on every device");
     let em = p.emulate(&gpu_devices()[0], &args).unwrap();
     assert_f32s(&host(&em[0]), &want, Tol::REDUCE, "emulated on one device");
+    // The loop's pmean makes the weights identical on every device: out_axes None returns them
+    // once (the loop's result is judged from its body).
+    let once = pmap(f)
+        .axis_name("i")
+        .in_axes(&[None, Some(0), Some(0)])
+        .out_axes(&[None])
+        .devices(&devs)
+        .call(&args)
+        .unwrap();
+    assert_eq!(once[0].shape(), &[3, 1]);
+    assert_f32s(
+        &host(&once[0]),
+        &want[..3],
+        Tol::REDUCE,
+        "replicated weights",
+    );
+    // Without the pmean the weights differ per device: the typed error names the loop's input.
+    let g = |a: &[Tensor]| {
+        let (x, y) = (a[1].clone(), a[2].clone());
+        let loss = move |p: &[Tensor]| vec![(&x.matmul(&p[0]) - &y).square().mean_all()];
+        fori_loop(
+            0,
+            3,
+            |_, w| vec![&w[0] - &(&grad(&loss).apply(w)[0] * 0.2)],
+            &a[..1],
+        )
+    };
+    let e = pmap(g)
+        .axis_name("i")
+        .in_axes(&[None, Some(0), Some(0)])
+        .out_axes(&[None])
+        .devices(&devs)
+        .call(&args)
+        .unwrap_err();
+    assert!(matches!(e, Error::VaryingOutput { .. }), "{e:?}");
 }
 
 // ---- errors ---------------------------------------------------------------------------------------

@@ -881,26 +881,70 @@ struct ArgPlan {
 
 /// For each variable, why it may differ between devices (None: identical on every device).
 fn varying_reasons(g: &Graph, input_mapped: &[bool], input_arg: &[usize]) -> Vec<Option<String>> {
+    let ins = (0..g.inputs.len())
+        .map(|k| input_mapped[k].then(|| format!("it depends on mapped argument {}", input_arg[k])))
+        .collect();
+    varying(g, ins)
+}
+
+/// [`varying_reasons`] given a reason (or none) per graph input. A loop's results are judged
+/// from its body: a carry varies when its start or the body makes it vary (a fixed point), and a
+/// carry the body makes identical on every device (a pmean, say) is identical after the loop.
+fn varying(g: &Graph, ins: Vec<Option<String>>) -> Vec<Option<String>> {
     let mut why: Vec<Option<String>> = vec![None; g.avals.len()];
-    for (k, v) in g.inputs.iter().enumerate() {
-        if input_mapped[k] {
-            why[v.idx()] = Some(format!("it depends on mapped argument {}", input_arg[k]));
-        }
+    for (v, r) in g.inputs.iter().zip(ins) {
+        why[v.idx()] = r;
     }
     for e in &g.eqns {
-        let reason = match &e.prim {
-            Prim::Collective(c) if c.result_is_invariant() => None,
+        let reason_of = |v: &Var| why[v.idx()].clone();
+        let reasons: Vec<Option<String>> = match &e.prim {
+            Prim::Collective(c) if c.result_is_invariant() => vec![None],
             Prim::Collective(c) if c.kind == CollectiveKind::AxisIndex => {
-                Some("it depends on axis_index".into())
+                vec![Some("it depends on axis_index".into())]
             }
-            Prim::Collective(c) => Some(format!(
+            Prim::Collective(c) => vec![Some(format!(
                 "it comes from {}, which differs per device",
                 c.name()
-            )),
-            _ => e.inputs.iter().find_map(|v| why[v.idx()].clone()),
+            ))],
+            Prim::Scan(p) => {
+                let (nc, nk) = (p.n_consts, p.n_carry);
+                let ins: Vec<Option<String>> = e.inputs.iter().map(reason_of).collect();
+                let mut carry = ins[nc..nc + nk].to_vec();
+                loop {
+                    let mut body_ins = ins[..nc].to_vec();
+                    body_ins.extend(carry.iter().cloned());
+                    body_ins.extend(ins[nc + nk..].iter().cloned());
+                    let w = varying(&p.body, body_ins);
+                    let outs: Vec<Option<String>> =
+                        p.body.outputs.iter().map(|v| w[v.idx()].clone()).collect();
+                    let mut changed = false;
+                    for (c, o) in carry.iter_mut().zip(&outs) {
+                        if c.is_none() && o.is_some() {
+                            *c = o.clone();
+                            changed = true;
+                        }
+                    }
+                    if !changed {
+                        // No iteration: the carry is its start.
+                        break if p.length == 0 {
+                            ins[nc..nc + nk]
+                                .iter()
+                                .cloned()
+                                .chain(outs[nk..].iter().cloned())
+                                .collect()
+                        } else {
+                            outs
+                        };
+                    }
+                }
+            }
+            _ => vec![e.inputs.iter().find_map(reason_of)],
         };
-        for o in e.outs() {
-            why[o.idx()] = reason.clone();
+        for (k, o) in e.outs().enumerate() {
+            why[o.idx()] = reasons
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| reasons[0].clone());
         }
     }
     why
