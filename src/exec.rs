@@ -316,6 +316,10 @@ pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Vec<Array>> {
             let Some((&out, extra)) = outs.split_first() else {
                 return Ok(Vec::new());
             };
+            if prim.has_effect() {
+                // A cond or loop that prints: its prints are printed by the executable.
+                g.effects.push(out);
+            }
             g.eqns.push(Eqn {
                 prim,
                 inputs: ins,

@@ -92,7 +92,9 @@ where
             })
             .collect();
         let g = trace_fn("plan", &|ts: &[Tensor]| batched.apply(ts), &avals)?;
-        // Planned without limits: the point is to see how large the buffers would be.
+        // Planned without limits: the point is to see how large the buffers would be (with the
+        // values of any debug_print kept, as the executors keep them).
+        let (g, _) = crate::debug::strip_prints(&g);
         let p = lower(&g, &crate::device::DeviceLimits::host())?;
         let total: u64 = p.slot_bytes.iter().sum();
         let largest = p.slot_bytes.iter().copied().max().unwrap_or(0);

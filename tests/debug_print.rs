@@ -105,6 +105,38 @@ fn prints_under_vmap_and_grad_and_eagerly() {
         debug_print("{} and {}", &[&t.sum_all(), &Tensor::scalar(7i32)]);
     });
     assert_eq!(lines, vec!["[eager] 10 and 7".to_string()]);
+    // Eagerly inside a cond branch and a loop body: the program runs at once and prints.
+    let ((), lines) = capture_debug_prints(|| {
+        let t = Tensor::from(x.clone());
+        let y = cond(
+            &t.sum_all().gt(&Tensor::scalar(0.0f32)),
+            |o| {
+                debug_print("taken {}", &[&o[0].sum_all()]);
+                vec![o[0].clone()]
+            },
+            |o| vec![o[0].neg()],
+            std::slice::from_ref(&t),
+        );
+        assert_eq!(y[0].to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+        let z = brigade::fori_loop(
+            0,
+            2,
+            |i, v| {
+                debug_print("i = {}", &[i]);
+                vec![&v[0] * 2.0]
+            },
+            &[Tensor::scalar(1.0f32)],
+        );
+        assert_eq!(z[0].to_vec::<f32>().unwrap(), vec![4.0]);
+    });
+    assert_eq!(
+        lines,
+        vec![
+            format!("[{}] taken 10", tag(&dev)),
+            format!("[{}] i = 0", tag(&dev)),
+            format!("[{}] i = 1", tag(&dev)),
+        ]
+    );
 }
 
 #[test]
