@@ -590,6 +590,11 @@ fn control_flow_nests() {
     assert_f32s(&got[1], &ys, Tol::REDUCE, "nested ys");
 }
 
+/// One step of a small recurrent cell: `tanh(W h + x)` for `h`, `x` of shape [3].
+fn rnn_step(w: &Tensor, h: &Tensor, x: &Tensor) -> Tensor {
+    (w.matmul(&h.reshape(&[3, 1])).reshape(&[3]) + x).tanh()
+}
+
 #[test]
 fn scan_under_vmap_batches_xs_init_and_a_carry_the_body_makes_batched() {
     let rnn = |a: &[Tensor]| {
@@ -597,7 +602,7 @@ fn scan_under_vmap_batches_xs_init_and_a_carry_the_body_makes_batched() {
         let w = a[0].clone();
         let (c, ys) = scan(
             |c: &[Tensor], x: &[Tensor]| {
-                let h = (w.matmul(&c[0].reshape(&[3, 1])).reshape(&[3]) + &x[0]).tanh();
+                let h = rnn_step(&w, &c[0], &x[0]);
                 (vec![h.clone()], vec![h])
             },
             &a[1..2],
@@ -646,7 +651,7 @@ fn scan_gradients_match_finite_differences() {
         let w = a[0].clone();
         let (c, ys) = scan(
             |c: &[Tensor], x: &[Tensor]| {
-                let h = (w.matmul(&c[0].reshape(&[3, 1])).reshape(&[3]) + &x[0]).tanh();
+                let h = rnn_step(&w, &c[0], &x[0]);
                 (vec![h.clone()], vec![&h * &x[0]])
             },
             &a[1..2],
