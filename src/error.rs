@@ -103,11 +103,10 @@ pub enum Error {
         context: String,
     },
 
-    /// Tensors from two different traces (or a stale trace) were mixed.
-    #[error(
-        "tensors from different traces were combined in {op}; pass every value the function needs as an argument or capture concrete arrays only"
-    )]
-    TraceMismatch { op: &'static str },
+    /// Tensors from two different traces were mixed, or a traced tensor outlived its trace (it was
+    /// kept outside the function that `jit` or a transform traced, and used later).
+    #[error("{op}: {detail}")]
+    TraceMismatch { op: &'static str, detail: String },
 
     /// The function was called with the wrong number of arguments.
     #[error("{what}: expected {expected} arguments, got {got}")]
@@ -261,11 +260,16 @@ pub enum Error {
     // ---- control flow --------------------------------------------------------------------------
     /// The branches of a `cond` / `switch` do not return the same outputs.
     #[error(
-        "{op}: branch {branch} returns {got} but branch 0 returns {want}: every branch must return the same number of outputs, each with the same shape and dtype (pad, reshape or cast inside the branch so that they agree)"
+        "{op}: {branch_name} returns {got} but {reference} returns {want}: every branch must return the same number of outputs, each with the same shape and dtype (pad, reshape or cast inside the branch so that they agree)"
     )]
     BranchMismatch {
         op: &'static str,
+        /// Index of the disagreeing branch (`cond`: 0 is `on_false`, 1 is `on_true`, as `lax.cond`).
         branch: usize,
+        /// How the user wrote that branch: `on_true` / `on_false` for `cond`, `branch 2` for `switch`.
+        branch_name: String,
+        /// The branch it was compared with, named the same way.
+        reference: String,
         want: String,
         got: String,
     },

@@ -409,7 +409,12 @@ where
             {
                 out_vars.push(tr.capture(trace.id, *var, t, aval))
             }
-            Repr::Traced { .. } => return Err(Error::TraceMismatch { op: "output" }),
+            Repr::Traced { .. } => {
+                return Err(t.stale("output").unwrap_or(Error::TraceMismatch {
+                    op: "output",
+                    detail: crate::tensor::MIXED_TRACES.into(),
+                }));
+            }
             Repr::Concrete(a) => out_vars.push(tr.lift(a)?),
             Repr::Failed(e) => return Err(e.clone()),
         }

@@ -35,7 +35,7 @@ pub use error::{Error, Result};
 pub use exec::{Jit, jit};
 pub use host::{Element, HostArray, HostData};
 pub use plan::{Plan, plan};
-pub use tensor::{Axes, Tensor, select};
+pub use tensor::{Axes, TakeMode, Tensor, select};
 pub use trace::graph::{Aval, Graph, Var};
 pub use transform::control::{Branch, ScanOptions, cond, fori_loop, scan, scan_with, switch};
 pub use transform::grad::{Grad, Vjp, grad, value_and_grad, vjp};

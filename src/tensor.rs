@@ -62,6 +62,18 @@ impl From<&Array> for Tensor {
     }
 }
 
+/// How [`Tensor::take_mode`] treats indices out of range (`jnp.take`'s `mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TakeMode {
+    /// An index outside `[-n, n)` gives a fill value (NaN, `i32::MIN`, `u32::MAX`, `true`):
+    /// `jnp.take`'s default.
+    Fill,
+    /// Every index is clamped into `[0, n)`; negative ones give element 0.
+    Clip,
+    /// Every index is taken modulo `n` (Python's `%`).
+    Wrap,
+}
+
 /// Axes argument of reductions: one axis, several, or all. Negative axes count from the end.
 #[derive(Clone, Debug)]
 pub enum Axes {
@@ -93,6 +105,9 @@ impl From<Vec<i64>> for Axes {
         Axes::Some(a)
     }
 }
+
+/// What [`Error::TraceMismatch`] says when values of two unrelated traces meet.
+pub(crate) const MIXED_TRACES: &str = "tensors from different traces were combined; pass every value the function needs as an argument or capture concrete arrays only";
 
 /// Normalize a possibly negative axis against `rank`.
 pub(crate) fn norm_axis(op: &'static str, axis: i64, shape: &[usize]) -> Result<usize> {
@@ -152,6 +167,24 @@ impl Tensor {
             tr.fail(e.clone());
         }
         Tensor::failed(e)
+    }
+    /// The error for a traced tensor whose trace has finished (it escaped the traced function and
+    /// is used later): [`Error::TraceMismatch`] naming it. `None` for every other tensor.
+    pub(crate) fn stale(&self, op: &'static str) -> Option<Error> {
+        match &*self.repr {
+            Repr::Traced { trace, aval, .. }
+                if crate::trace::tracer::depth_of(trace.id).is_none() =>
+            {
+                Some(Error::TraceMismatch {
+                    op,
+                    detail: format!(
+                        "a traced tensor ({aval}) of `{}` was used after that trace finished: a traced value exists only while its function is being traced; return it from the function and use the returned Array instead of keeping the tensor outside",
+                        trace.label
+                    ),
+                })
+            }
+            _ => None,
+        }
     }
     pub(crate) fn traced(trace: Rc<Trace>, var: Var, aval: Aval) -> Tensor {
         Tensor {
@@ -281,6 +314,12 @@ impl Tensor {
         // tracers a transformed function closes over.
         let mut trace: Option<&Rc<Trace>> = None;
         for t in inputs {
+            if let Some(e) = t.stale(prim.name()) {
+                if let Some(tr) = crate::trace::tracer::current() {
+                    tr.fail(e.clone());
+                }
+                return fail(e);
+            }
             match &*t.repr {
                 Repr::Failed(e) => return fail(e.clone()),
                 Repr::Traced { trace: tr, .. } => {
@@ -295,7 +334,10 @@ impl Tensor {
                                     continue;
                                 }
                                 _ => {
-                                    let e = Error::TraceMismatch { op: prim.name() };
+                                    let e = Error::TraceMismatch {
+                                        op: prim.name(),
+                                        detail: MIXED_TRACES.into(),
+                                    };
                                     tr.fail(e.clone());
                                     return fail(e);
                                 }
@@ -436,6 +478,9 @@ impl Tensor {
         if let Some(e) = self.error().or(other.error()) {
             return Tensor::failed(e.clone());
         }
+        if let Some(e) = self.stale(op.name()).or_else(|| other.stale(op.name())) {
+            return Tensor::failed_here(e);
+        }
         let shape = match broadcast_shapes(op.name(), self.shape(), other.shape()) {
             Ok(s) => s,
             Err(e) => return self.fail_with(e),
@@ -540,6 +585,57 @@ impl Tensor {
     /// Remainder with the sign of the dividend (C fmod).
     pub fn rem(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Rem, o)
+    }
+    /// Floor division with Python's (and `jnp.floor_divide`'s, `//`'s) rounding: toward minus
+    /// infinity, where [`Tensor::div`] (`lax.div`) truncates toward zero. `-7 // 2 == -4`.
+    /// Computed from `div` and `rem` with `jnp`'s own formulas, so edge cases agree with JAX too
+    /// (an integer divisor of 0 gives `div`'s -1, less one where the dividend is non-zero).
+    ///
+    /// ```
+    /// use brigade::Tensor;
+    /// let a = Tensor::from_vec(vec![-7i32, 7, -7, 7], &[4]);
+    /// let b = Tensor::from_vec(vec![2i32, 2, -2, -2], &[4]);
+    /// assert_eq!(a.floor_divide(&b).to_vec::<i32>()?, vec![-4, 3, 3, -4]);
+    /// assert_eq!(a.remainder(&b).to_vec::<i32>()?, vec![1, 1, -1, -1]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn floor_divide(&self, o: &Tensor) -> Tensor {
+        let dt = self.dtype();
+        let zero = Tensor::zeros(&[], dt);
+        let one = Tensor::ones(&[], dt);
+        if dt.is_float() {
+            // jnp's float divmod (CPython's float_divmod): divide the exact multiple a - rem(a, b)
+            // (a itself where b is 0, so that 5 // 0 is inf), then step down where the
+            // truncated remainder's sign is not the divisor's.
+            let r = self.rem(o);
+            let num = o.eq(&zero).where_(self, &(self - &r));
+            let q = num.div(o);
+            let fix = r.ne(&zero).and(&o.sign().ne(&r.sign()));
+            return fix.where_(&(&q - &one), &q).round();
+        }
+        let q = self.div(o);
+        if dt != DType::I32 {
+            // Unsigned (and bool, which div refuses with its own error): truncation is flooring.
+            return q;
+        }
+        let fix = self.sign().ne(&o.sign()).and(&self.rem(o).ne(&zero));
+        fix.where_(&(&q - &one), &q)
+    }
+    /// Remainder with the sign of the divisor (Python's `%`, `jnp.remainder`), where
+    /// [`Tensor::rem`] (`lax.rem`, C's `fmod`) takes the dividend's. `-7 % 2 == 1`. An integer
+    /// divisor of 0 gives 0, as in `jnp`.
+    pub fn remainder(&self, o: &Tensor) -> Tensor {
+        let dt = self.dtype();
+        let zero = Tensor::zeros(&[], dt);
+        // jnp divides integers by 1 where the divisor is 0.
+        let o = if dt.is_int() {
+            o.eq(&zero).where_(&Tensor::ones(&[], dt), o)
+        } else {
+            o.clone()
+        };
+        let r = self.rem(&o);
+        let fix = r.lt(&zero).ne(&o.lt(&zero)).and(&r.ne(&zero));
+        fix.where_(&(&r + &o), &r)
     }
     pub fn eq(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Eq, o)
@@ -949,6 +1045,16 @@ impl Tensor {
         let mut ax = Vec::new();
         for &a in axes {
             match norm_axis("squeeze", a, self.shape()) {
+                Ok(n) if ax.contains(&n) => {
+                    // jnp.squeeze refuses a repeated axis too.
+                    return self.fail_with(Error::BadShapeArg {
+                        op: "squeeze",
+                        shape: self.shape().to_vec(),
+                        detail: format!(
+                            "axis {n} is repeated in {axes:?}: name each axis to remove once"
+                        ),
+                    });
+                }
                 Ok(a) if self.shape()[a] == 1 => ax.push(a),
                 Ok(a) => {
                     return self.fail_with(Error::BadShapeArg {
@@ -1020,6 +1126,27 @@ impl Tensor {
     }
     /// Stack tensors of one shape along a new axis.
     pub fn stack(tensors: &[&Tensor], axis: i64) -> Tensor {
+        if let Some(e) = tensors.iter().find_map(|t| t.error()) {
+            return Tensor::failed(e.clone());
+        }
+        let Some(first) = tensors.first() else {
+            return Tensor::failed_here(Error::BadShapeArg {
+                op: "stack",
+                shape: vec![],
+                detail: "no arrays to stack: give at least one".into(),
+            });
+        };
+        if let Some(t) = tensors.iter().find(|t| t.shape() != first.shape()) {
+            // Name the shapes the user passed, not the expanded ones concatenate would see.
+            return t.fail_with(Error::BadShapeArg {
+                op: "stack",
+                shape: first.shape().to_vec(),
+                detail: format!(
+                    "every array needs the same shape, but one is {:?}: reshape or pad them to agree",
+                    t.shape()
+                ),
+            });
+        }
         let ex: Vec<Tensor> = tensors.iter().map(|t| t.expand_dims(axis)).collect();
         let refs: Vec<&Tensor> = ex.iter().collect();
         Tensor::concatenate(&refs, axis)
@@ -1060,6 +1187,74 @@ impl Tensor {
         match norm_axis("take", axis, self.shape()) {
             Ok(a) => Tensor::apply(Prim::Take { axis: a }, &[self, indices]),
             Err(e) => self.fail_with(e),
+        }
+    }
+    /// [`Tensor::take`] with `jnp.take`'s treatment of out-of-range indices (`mode=`):
+    /// [`TakeMode::Fill`] (`jnp.take`'s default) gives a fill value for an index outside
+    /// `[-n, n)` (NaN for f32/f64, `i32::MIN`, `u32::MAX`, `true` for bool; negative indices in
+    /// range count from the end), [`TakeMode::Clip`] clamps every index into `[0, n)` (a negative
+    /// one gives element 0), [`TakeMode::Wrap`] takes it modulo `n`. Plain `take` is `x[idx]`
+    /// indexing: negatives count from the end once, then the index is clamped.
+    ///
+    /// ```
+    /// use brigade::{Tensor, TakeMode};
+    /// let x = Tensor::from_vec(vec![10.0f32, 20.0, 30.0], &[3]);
+    /// let i = Tensor::from_vec(vec![-1i32, 3, -4, 1], &[4]);
+    /// let fill = x.take_mode(&i, 0, TakeMode::Fill).to_vec::<f32>()?;
+    /// assert_eq!((fill[0], fill[3]), (30.0, 20.0));
+    /// assert!(fill[1].is_nan() && fill[2].is_nan());
+    /// assert_eq!(x.take_mode(&i, 0, TakeMode::Clip).to_vec::<f32>()?, vec![10.0, 30.0, 10.0, 20.0]);
+    /// assert_eq!(x.take_mode(&i, 0, TakeMode::Wrap).to_vec::<f32>()?, vec![30.0, 10.0, 30.0, 20.0]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn take_mode(&self, indices: &Tensor, axis: i64, mode: TakeMode) -> Tensor {
+        if let Some(e) = self.error().or(indices.error()) {
+            return Tensor::failed(e.clone());
+        }
+        let a = match norm_axis("take", axis, self.shape()) {
+            Ok(a) => a,
+            Err(e) => return self.fail_with(e),
+        };
+        let n = self.shape()[a];
+        let it = indices.dtype();
+        if !it.is_int() || n == 0 {
+            // The primitive's own error (dtype of the indices, or an empty axis).
+            return self.take(indices, axis);
+        }
+        // Array lengths fit in i32 on every device; saturate just in case (the clamp is a no-op).
+        let n_lit = |k: i64| match it {
+            DType::I32 => Tensor::scalar(k.clamp(i32::MIN as i64, i32::MAX as i64) as i32),
+            _ => Tensor::scalar(k.clamp(0, u32::MAX as i64) as u32),
+        };
+        let last = n_lit(n as i64 - 1);
+        match mode {
+            TakeMode::Clip => {
+                let i = if it == DType::I32 {
+                    indices.maximum(&n_lit(0)).minimum(&last)
+                } else {
+                    indices.minimum(&last)
+                };
+                self.take(&i, axis)
+            }
+            TakeMode::Wrap => self.take(&indices.remainder(&n_lit(n as i64)), axis),
+            TakeMode::Fill => {
+                let mut valid = indices.lt(&n_lit(n as i64));
+                if it == DType::I32 {
+                    valid = valid.and(&indices.ge(&n_lit(-(n as i64))));
+                }
+                let got = self.take(indices, axis);
+                let r = indices.ndim();
+                let dims: Vec<usize> = (a..a + r).collect();
+                let valid = valid.broadcast_in_dim(got.shape(), &dims);
+                let fill = match self.dtype() {
+                    DType::F32 => Scalar::F32(f32::NAN),
+                    DType::F64 => Scalar::F64(f64::NAN),
+                    DType::I32 => Scalar::I32(i32::MIN),
+                    DType::U32 => Scalar::U32(u32::MAX),
+                    DType::Bool => Scalar::Bool(true),
+                };
+                valid.where_(&got, &Tensor::full(fill, &[]))
+            }
         }
     }
     /// One-hot encoding of integer class indices: adds a trailing axis of length `depth` (f32 0/1).

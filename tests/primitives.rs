@@ -390,8 +390,8 @@ fn rem_f32_has_the_sign_of_the_dividend() {
     );
 }
 
-/// i32 pairs covering truncating division by negative numbers, division by zero (x / 0 = x,
-/// x % 0 = 0), i32::MIN / -1 (= MIN, remainder 0) and wrapping overflow.
+/// i32 pairs covering truncating division by negative numbers, division by zero (XLA's rule:
+/// x / 0 = -1, x % 0 = x), i32::MIN / -1 (= MIN, remainder 0) and wrapping overflow.
 fn i32_pairs() -> (Array, Array) {
     let a = [
         7,
@@ -438,7 +438,7 @@ fn binary_i32_every_op() {
             Tol::EXACT,
         );
     }
-    // The division rules, spelled out: truncation toward zero, x / 0 = x, MIN / -1 = MIN.
+    // The division rules, spelled out: truncation toward zero, x / 0 = -1, MIN / -1 = MIN.
     let got = check_on_all(|t: &[Tensor]| vec![t[0].div(&t[1])], &[a, b], Tol::EXACT);
     assert_eq!(
         got[0].to_vec::<i32>().unwrap(),
@@ -448,14 +448,14 @@ fn binary_i32_every_op() {
             -3,
             3,
             0,
-            5,
-            -5,
+            -1,
+            -1,
             i32::MIN,
             i32::MIN,
             i32::MAX,
             -i32::MAX,
             i32::MIN,
-            1,
+            -1,
             0,
             2,
             2,
@@ -469,13 +469,13 @@ fn binary_i32_every_op() {
 
 #[test]
 fn rem_i32_has_the_sign_of_the_dividend() {
-    // lax.rem / C: -7 % 2 = -1, 7 % -2 = 1; x % 0 = 0; MIN % -1 = 0.
+    // lax.rem / C: -7 % 2 = -1, 7 % -2 = 1; x % 0 = x (XLA); MIN % -1 = 0.
     let (a, b) = i32_pairs();
     let got = check_on_all(|t: &[Tensor]| vec![t[0].rem(&t[1])], &[a, b], Tol::EXACT);
     assert_eq!(
         got[0].to_vec::<i32>().unwrap(),
         vec![
-            1, -1, 1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 3, -3, 2, 0, 2, -2
+            1, -1, 1, -1, 0, 5, -5, 0, 0, 0, 0, 0, 1, -1, 3, -3, 2, 0, 2, -2
         ]
     );
     check_on_all(
@@ -512,11 +512,22 @@ fn binary_u32_every_op() {
     );
     assert_eq!(
         got[0].to_vec::<u32>().unwrap(),
-        vec![3, 0, 5, u32::MAX, u32::MAX / 2, 1, 14, 3, 1, 0]
+        vec![
+            3,
+            0,
+            u32::MAX,
+            u32::MAX,
+            u32::MAX / 2,
+            1,
+            14,
+            u32::MAX,
+            1,
+            0
+        ]
     );
     assert_eq!(
         got[1].to_vec::<u32>().unwrap(),
-        vec![1, 0, 0, 0, 1, 0, 2, 0, 0, 9]
+        vec![1, 0, 5, 0, 1, 0, 2, 3, 0, 9]
     );
 }
 

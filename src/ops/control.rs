@@ -117,7 +117,8 @@ pub(crate) fn infer_cond(branches: &[Arc<Graph>], ins: &[&Aval]) -> Result<Vec<A
                 op: "cond",
                 shape: vec![],
                 detail: format!(
-                    "branch {j} takes {} but the operands are {}",
+                    "{} takes {} but the operands are {}",
+                    branch_name("cond", branches.len(), j),
                     describe(&got_in),
                     describe(&want_in)
                 ),
@@ -128,12 +129,24 @@ pub(crate) fn infer_cond(branches: &[Arc<Graph>], ins: &[&Aval]) -> Result<Vec<A
             return Err(Error::BranchMismatch {
                 op: "cond",
                 branch: j,
+                branch_name: branch_name("cond", branches.len(), j),
+                reference: branch_name("cond", branches.len(), 0),
                 want: describe(&want_out),
                 got: describe(&got_out),
             });
         }
     }
     Ok(want_out)
+}
+
+/// How the user wrote branch `j` of `n`: `cond`'s two branches are `on_false` (0) and `on_true`
+/// (1), in `lax.cond`'s order; otherwise `branch j`, as `switch` numbers them.
+pub(crate) fn branch_name(op: &str, n: usize, j: usize) -> String {
+    match (op, n, j) {
+        ("cond", 2, 0) => "on_false".into(),
+        ("cond", 2, 1) => "on_true".into(),
+        _ => format!("branch {j}"),
+    }
 }
 
 /// Shape rule of `scan`: see [`ScanParams`].

@@ -43,13 +43,15 @@ pub enum BinaryOp {
     Add,
     Sub,
     Mul,
-    /// Float division; integer division truncates toward zero (`lax.div`). Integer x / 0 gives x (WGSL rule).
+    /// Float division; integer division truncates toward zero (`lax.div`). Integer x / 0 gives -1
+    /// (all bits set: `u32::MAX` for u32) and `i32::MIN / -1` gives `i32::MIN`, as XLA defines them.
     Div,
     /// Float only. `pow(x, y)` for negative `x` is defined when `y` is an integer, NaN otherwise.
     Pow,
     Max,
     Min,
-    /// Remainder with the sign of the dividend (C `fmod`, `lax.rem`). Integer x % 0 gives 0 (WGSL rule).
+    /// Remainder with the sign of the dividend (C `fmod`, `lax.rem`). Integer x % 0 gives x and
+    /// `i32::MIN % -1` gives 0, as XLA defines them.
     Rem,
     Eq,
     Ne,
@@ -314,20 +316,14 @@ impl BinaryOp {
                 Add => x.wrapping_add(y),
                 Sub => x.wrapping_sub(y),
                 Mul => x.wrapping_mul(y),
-                Div => {
-                    if y == 0 || (x == i32::MIN && y == -1) {
-                        x
-                    } else {
-                        x / y
-                    }
-                }
-                Rem => {
-                    if y == 0 || (x == i32::MIN && y == -1) {
-                        0
-                    } else {
-                        x % y
-                    }
-                }
+                Div => match y {
+                    0 => -1,
+                    _ => x.wrapping_div(y),
+                },
+                Rem => match y {
+                    0 => x,
+                    _ => x.wrapping_rem(y),
+                },
                 Max => x.max(y),
                 Min => x.min(y),
                 And => x & y,
@@ -338,8 +334,8 @@ impl BinaryOp {
                 Add => x.wrapping_add(y),
                 Sub => x.wrapping_sub(y),
                 Mul => x.wrapping_mul(y),
-                Div => x.checked_div(y).unwrap_or(x),
-                Rem => x.checked_rem(y).unwrap_or(0),
+                Div => x.checked_div(y).unwrap_or(u32::MAX),
+                Rem => x.checked_rem(y).unwrap_or(x),
                 Max => x.max(y),
                 Min => x.min(y),
                 And => x & y,
@@ -419,13 +415,14 @@ fn pow_f32(x: f32, y: f32) -> f32 {
     x.powf(y)
 }
 
-// Integer division and remainder guarded the way WGSL defines them (x / 0 = x, x % 0 = 0),
-// written out so every backend agrees with the CPU reference.
-const INT_DIV_I32: &str = "fn bdiv_i32(a: i32, b: i32) -> i32 { if (b == 0i || (a == i32(-2147483647 - 1) && b == -1i)) { return a; } return a / b; }
-fn brem_i32(a: i32, b: i32) -> i32 { if (b == 0i || (a == i32(-2147483647 - 1) && b == -1i)) { return 0i; } return a - b * (a / b); }";
+// Integer division and remainder with XLA's (and so JAX's) answers where C leaves them undefined:
+// x / 0 = -1 (all bits set), x % 0 = x, i32::MIN / -1 = i32::MIN, i32::MIN % -1 = 0. Written out
+// so every backend agrees with the CPU reference (WGSL's own rule is x / 0 = x, x % 0 = 0).
+const INT_DIV_I32: &str = "fn bdiv_i32(a: i32, b: i32) -> i32 { if (b == 0i) { return -1i; } if (a == i32(-2147483647 - 1) && b == -1i) { return a; } return a / b; }
+fn brem_i32(a: i32, b: i32) -> i32 { if (b == 0i) { return a; } if (a == i32(-2147483647 - 1) && b == -1i) { return 0i; } return a - b * (a / b); }";
 const INT_DIV_U32: &str =
-    "fn bdiv_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return a; } return a / b; }
-fn brem_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return 0u; } return a % b; }";
+    "fn bdiv_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return 4294967295u; } return a / b; }
+fn brem_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return a; } return a % b; }";
 // Exact C fmod: subtract y·2^k for k from the exponent gap down to 0. Each subtraction is exact
 // (t <= r < 2t, Sterbenz), unlike a - b*trunc(a/b), which loses the result when a/b rounds.
 const FMOD_F32: &str = "fn bfmod(a: f32, b: f32) -> f32 {

@@ -143,6 +143,8 @@ pub(crate) fn switch_impl(
             return Err(Error::BranchMismatch {
                 op,
                 branch: j,
+                branch_name: crate::ops::control::branch_name(op, traced.len(), j),
+                reference: crate::ops::control::branch_name(op, traced.len(), 0),
                 want: describe(&want),
                 got: describe(&got),
             });

@@ -495,6 +495,12 @@ where
             Some(d) => d.clone(),
             None => Runtime::global()?.devices().to_vec(),
         };
+        if devs.is_empty() && self.devices.is_some() {
+            return Err(Error::BadParallelArg {
+                op: self.mode.op(),
+                detail: "devices(&[]) leaves no device to run on: pass at least one device".into(),
+            });
+        }
         if devs.is_empty() {
             return Err(Error::NoDevice(format!(
                 "{}: no device to run on (the device list is empty)",
@@ -657,10 +663,11 @@ where
                     n / available
                 )
             } else {
+                // A reshape into `available` rows needs a multiple of `available`: pad first.
+                let per = n.div_ceil(available);
                 format!(
-                    "\nhelp: reshape the batch to ({available}, {}, ...) and pmap over the first axis, or use shard_map (split mode), which needs a batch divisible by {available} (pad to {})",
-                    n.div_ceil(available),
-                    n.div_ceil(available) * available
+                    "\nhelp: pad the batch from {n} to {} rows, then reshape it to ({available}, {per}, ...) and pmap over the first axis, or use shard_map (split mode) on the padded batch ({available} blocks of {per})",
+                    per * available
                 )
             };
             return Err(Error::TooManyShards {
