@@ -223,7 +223,11 @@ impl UnaryOp {
             (Abs, DType::U32) => x.to_string(),
             (Abs, _) => format!("abs({x})"),
             (Exp, _) => format!("exp({x})"),
-            (Log, _) => format!("log({x})"),
+            // llvmpipe's log has no range reduction for subnormals (log(1e-40) gives -88.0, not
+            // -92.1): scale them by 2^64 first and subtract 64 ln 2.
+            (Log, _) => format!(
+                "(log(select({x}, {x} * 18446744073709551616.0, abs({x}) < 1.17549435e-38)) - select(0.0, 44.361419555836500, abs({x}) < 1.17549435e-38))"
+            ),
             (Sqrt, _) => format!("sqrt({x})"),
             (Rsqrt, _) => format!("(1.0 / sqrt({x}))"),
             (Sin, _) => format!("sin({x})"),
@@ -555,7 +559,10 @@ const INT_DIV_U32: &str =
 fn brem_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return 0u; } return a % b; }";
 // Exact C fmod: subtract y·2^k for k from the exponent gap down to 0. Each subtraction is exact
 // (t <= r < 2t, Sterbenz), unlike a - b*trunc(a/b), which loses the result when a/b rounds.
-const FMOD_F32: &str = "fn bfmod(a: f32, b: f32) -> f32 {
+const FMOD_F32: &str = "// ldexp in three steps: llvmpipe's ldexp overflows for exponents above 127 even when the
+// result is finite (a subnormal y times 2^260).
+fn bldexp3(y: f32, k: i32) -> f32 { let a = k / 3; return ldexp(ldexp(ldexp(y, a), a), k - 2 * a); }
+fn bfmod(a: f32, b: f32) -> f32 {
     // Special cases by bits (compares cannot see NaN on every backend): fmod(x, 0), fmod(±inf, y)
     // and NaN operands give NaN; fmod(finite x, ±inf) is x.
     let ux = bitcast<u32>(a) & 0x7fffffffu;
@@ -566,11 +573,12 @@ const FMOD_F32: &str = "fn bfmod(a: f32, b: f32) -> f32 {
     let y = bitcast<f32>(uy);
     if (x < y) { return a; }
     var k: i32 = max(i32((ux >> 23u) & 0xffu) - i32((uy >> 23u) & 0xffu), 0);
-    while (k > 0 && ldexp(y, k) > x) { k = k - 1; }
-    while (k < 254 && ldexp(y, k + 1) <= x) { k = k + 1; }
+    while (k > 0 && bldexp3(y, k) > x) { k = k - 1; }
+    // No cap at 254: a subnormal y needs shifts up to 277; an overflowing shift (inf) stops it.
+    while (k < 300 && bldexp3(y, k + 1) <= x) { k = k + 1; }
     var r = x;
     for (var j: i32 = k; j >= 0; j = j - 1) {
-        let t = ldexp(y, j);
+        let t = bldexp3(y, j);
         if (r >= t) { r = r - t; }
     }
     return select(r, -r, (bitcast<u32>(a) >> 31u) == 1u);
@@ -598,7 +606,10 @@ const POW_F32: &str = "fn bpow(x: f32, y: f32) -> f32 {
         r = select(0.0, bf32_bits(0x7f800000u), (ax > 1.0) == (y > 0.0));
     } else {
         if (neg && !yint) { return bf32_bits(0x7fc00000u); }
-        r = exp2(y * log2(ax));
+        // log2 of a subnormal, scaled first (llvmpipe's log2 does not reduce their range).
+        var l = log2(ax);
+        if (uax < 0x00800000u) { l = log2(ax * 18446744073709551616.0) - 64.0; }
+        r = exp2(y * l);
     }
     if (neg && yodd) { r = -r; }
     return r;
