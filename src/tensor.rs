@@ -400,6 +400,7 @@ impl Tensor {
     pub fn sigmoid(&self) -> Tensor {
         self.unary(UnaryOp::Sigmoid)
     }
+    /// `max(x, 0)`; `relu(NaN)` is NaN, as `jax.nn.relu`.
     pub fn relu(&self) -> Tensor {
         self.unary(UnaryOp::Relu)
     }
@@ -568,9 +569,11 @@ impl Tensor {
     pub fn powf(&self, v: f32) -> Tensor {
         self.binary_scalar(BinaryOp::Pow, v as f64, false)
     }
+    /// Elementwise maximum; NaN propagates (`jnp.maximum`: a NaN operand gives NaN).
     pub fn maximum(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Max, o)
     }
+    /// Elementwise minimum; NaN propagates (`jnp.minimum`).
     pub fn minimum(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Min, o)
     }
@@ -581,6 +584,7 @@ impl Tensor {
     pub fn eq(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Eq, o)
     }
+    /// Not equal: true where either operand is NaN (IEEE), on every backend.
     pub fn ne(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Ne, o)
     }
@@ -656,7 +660,8 @@ impl Tensor {
             .collect();
         self.reshape_exact(&shape)
     }
-    /// Sum over `axes` (`Axes::All` for every axis).
+    /// Sum over `axes` (`Axes::All` for every axis). Over an empty axis the sum is +0.0 (and
+    /// [`Tensor::prod`] 1), as `jnp.sum`.
     pub fn sum(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
         self.reduce(ReduceOp::Sum, axes.into(), keepdims)
     }
@@ -764,11 +769,13 @@ impl Tensor {
             r
         }
     }
-    /// Index (i32) of the largest element along `axis`; ties pick the first.
+    /// Index (i32) of the largest element along `axis`; ties pick the first, and a NaN counts as
+    /// the largest (the first NaN's index, as `jnp.argmax`).
     pub fn argmax(&self, axis: i64, keepdims: bool) -> Tensor {
         self.argreduce(ArgOp::ArgMax, axis, keepdims)
     }
-    /// Index (i32) of the smallest element along `axis`; ties pick the first.
+    /// Index (i32) of the smallest element along `axis`; ties pick the first, and a NaN counts as
+    /// the smallest (the first NaN's index, as `jnp.argmin`).
     pub fn argmin(&self, axis: i64, keepdims: bool) -> Tensor {
         self.argreduce(ArgOp::ArgMin, axis, keepdims)
     }

@@ -803,9 +803,7 @@ use brigade::Axes;
 
 fn check_empty_error(e: &Error, what: &str, shape: &[usize]) {
     match e {
-        Error::BadShapeArg {
-            shape: s, ..
-        } => {
+        Error::BadShapeArg { shape: s, .. } => {
             assert_eq!(s, shape, "{what}: the error names the shape");
             let msg = e.to_string();
             assert!(
@@ -902,4 +900,133 @@ fn is_nan_and_nan_to_num_under_vmap_and_grad() {
         cases += 8;
     }
     println!("ieee: transforms: {cases} cases");
+}
+
+// ---- integer division and remainder by zero (unchanged WGSL rule: x / 0 = x, x % 0 = 0) -----------
+
+#[test]
+fn integer_division_by_zero_and_overflow_follow_the_documented_rule_on_every_device() {
+    let v = [0i32, 1, -1, 7, -7, i32::MAX, i32::MIN];
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for &x in &v {
+        for &y in &v {
+            a.push(x);
+            b.push(y);
+        }
+    }
+    let n = a.len();
+    let (aa, bb) = (
+        Array::from_vec(a.clone(), &[n]).unwrap(),
+        Array::from_vec(b.clone(), &[n]).unwrap(),
+    );
+    let want = check_on_all(
+        |t| {
+            vec![
+                &t[0] / &t[1],
+                t[0].rem(&t[1]),
+                t[0].maximum(&t[1]),
+                t[0].ne(&t[1]),
+            ]
+        },
+        &[aa, bb],
+        Tol::EXACT,
+    );
+    // lax.div / lax.rem truncate toward zero; by zero (and i32::MIN / -1, which overflows) the
+    // quotient is the dividend and the remainder 0.
+    let special = |x: i32, y: i32| y == 0 || (x == i32::MIN && y == -1);
+    let div: Vec<i32> = a
+        .iter()
+        .zip(&b)
+        .map(|(&x, &y)| if special(x, y) { x } else { x / y })
+        .collect();
+    let rem: Vec<i32> = a
+        .iter()
+        .zip(&b)
+        .map(|(&x, &y)| if special(x, y) { 0 } else { x % y })
+        .collect();
+    let max: Vec<i32> = a.iter().zip(&b).map(|(&x, &y)| x.max(y)).collect();
+    let ne: Vec<bool> = a.iter().zip(&b).map(|(&x, &y)| x != y).collect();
+    assert_eq!(want[0].data, HostData::I32(div), "reference i32 div");
+    assert_eq!(want[1].data, HostData::I32(rem), "reference i32 rem");
+    assert_eq!(want[2].data, HostData::I32(max), "reference i32 max");
+    assert_eq!(want[3].data, HostData::Bool(ne), "reference i32 ne");
+    // u32: x / 0 = x, x % 0 = 0.
+    let u = [0u32, 1, 7, u32::MAX];
+    let (mut ua, mut ub) = (Vec::new(), Vec::new());
+    for &x in &u {
+        for &y in &u {
+            ua.push(x);
+            ub.push(y);
+        }
+    }
+    let m = ua.len();
+    let want = check_on_all(
+        |t| vec![&t[0] / &t[1], t[0].rem(&t[1])],
+        &[
+            Array::from_vec(ua.clone(), &[m]).unwrap(),
+            Array::from_vec(ub.clone(), &[m]).unwrap(),
+        ],
+        Tol::EXACT,
+    );
+    let div: Vec<u32> = ua
+        .iter()
+        .zip(&ub)
+        .map(|(&x, &y)| x.checked_div(y).unwrap_or(x))
+        .collect();
+    let rem: Vec<u32> = ua
+        .iter()
+        .zip(&ub)
+        .map(|(&x, &y)| x.checked_rem(y).unwrap_or(0))
+        .collect();
+    assert_eq!(want[0].data, HostData::U32(div), "reference u32 div");
+    assert_eq!(want[1].data, HostData::U32(rem), "reference u32 rem");
+    println!("ieee: integer div/rem: {} cases", (4 * n + 2 * m) * 3);
+}
+
+// ---- NaN through batched reductions --------------------------------------------------------------
+
+#[test]
+fn batched_reductions_propagate_nan_per_example() {
+    // vmap over 3 examples of [4, 5]: example 1 has a NaN, example 2 a +inf and a -inf.
+    let mut v: Vec<f32> = (0..60).map(|i| (i % 11) as f32 - 5.0).collect();
+    v[20 + 7] = f32::NAN;
+    v[40 + 2] = f32::INFINITY;
+    v[40 + 13] = f32::NEG_INFINITY;
+    let x = Array::from_vec(v.clone(), &[3, 4, 5]).unwrap();
+    let mut cases = 0;
+    let f = |a: &[Tensor]| {
+        vec![
+            a[0].max(Axes::All, false),
+            a[0].min(1, false),
+            a[0].argmax(1, false),
+            a[0].argmin(0, false),
+            a[0].sum(Axes::All, false),
+            a[0].logsumexp(1, false),
+        ]
+    };
+    let want = common::batching::check_vmap(
+        "nan reductions",
+        f,
+        &[Some(0)],
+        &[Some(0)],
+        &[x],
+        Tol::REDUCE,
+    );
+    let mx = f32s_of(&want[0]);
+    assert!(
+        !mx[0].is_nan() && mx[1].is_nan() && mx[2] == f32::INFINITY,
+        "{mx:?}"
+    );
+    let s = f32s_of(&want[4]);
+    assert!(
+        s[1].is_nan() && s[2].is_nan(),
+        "NaN and inf + -inf sums: {s:?}"
+    );
+    // Example 1, row 1 holds the NaN at column 2: argmax along axis 1 (columns) of that row is 2.
+    match &want[2].data {
+        HostData::I32(am) => assert_eq!(am[4 + 1], 2, "argmax picks the NaN's column"),
+        d => panic!("{d:?}"),
+    }
+    cases += 3 * 6 * 3;
+    println!("ieee: batched reductions: {cases} cases");
 }

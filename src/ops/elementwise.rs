@@ -559,7 +559,8 @@ const INT_DIV_U32: &str =
 fn brem_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return 0u; } return a % b; }";
 // Exact C fmod: subtract y·2^k for k from the exponent gap down to 0. Each subtraction is exact
 // (t <= r < 2t, Sterbenz), unlike a - b*trunc(a/b), which loses the result when a/b rounds.
-const FMOD_F32: &str = "// ldexp in three steps: llvmpipe's ldexp overflows for exponents above 127 even when the
+const FMOD_F32: &str =
+    "// ldexp in three steps: llvmpipe's ldexp overflows for exponents above 127 even when the
 // result is finite (a subnormal y times 2^260).
 fn bldexp3(y: f32, k: i32) -> f32 { let a = k / 3; return ldexp(ldexp(ldexp(y, a), a), k - 2 * a); }
 fn bfmod(a: f32, b: f32) -> f32 {
