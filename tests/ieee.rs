@@ -97,6 +97,8 @@ fn assert_ieee(got: &[f32], want: &[f32], what: &str) {
 }
 
 type Unary = fn(&Tensor) -> Tensor;
+/// An op under test and its IEEE-754 value.
+type Lit = (&'static str, Unary, fn(f32) -> f32);
 
 /// Run `op` on every special value: on the reference and both devices (check_on_all), and hold
 /// the reference to `ieee` where given (the value IEEE-754 / JAX define). Returns the case count.
@@ -272,7 +274,7 @@ fn unary_ops_on_special_values_match_ieee_on_every_device() {
     let xs = specials();
     let mut cases = 0;
     // Ops whose IEEE result is exact (no rounding, or one correct rounding).
-    let exact: [(&str, Unary, fn(f32) -> f32); 8] = [
+    let exact: [Lit; 8] = [
         ("neg", |t| -t, |x| -x),
         ("abs", Tensor::abs, f32::abs),
         ("relu", Tensor::relu, |x| {
@@ -445,7 +447,6 @@ fn literal_zeros_and_infinities_inside_jit_are_not_folded() {
     let mut cases = 0;
     // x op literal and literal op x: Mesa folds x * 0.0 and 0.0 / x to 0 and drops the store of
     // x / 0.0 when the literal is a shader constant.
-    type Lit = (&'static str, Unary, fn(f32) -> f32);
     let lits: [Lit; 14] = [
         ("x / 0", |t| t / 0.0, |x| x / 0.0),
         ("x / -0", |t| t / -0.0, |x| x / -0.0),
@@ -783,7 +784,7 @@ fn empty_reductions_sum_to_plus_zero_and_max_is_an_error() {
             .cloned()
             .unwrap_or_else(|| panic!("{what}: no error eagerly"));
         check_empty_error(&e, what, a.shape());
-        let traced = jit(move |t: &[Tensor]| vec![op(&t[0])]).call(&[a.clone()]);
+        let traced = jit(move |t: &[Tensor]| vec![op(&t[0])]).call(std::slice::from_ref(&a));
         let e = traced.expect_err(&format!("{what}: no error under jit"));
         check_empty_error(&e, what, a.shape());
         cases += 2;
