@@ -1031,3 +1031,68 @@ fn batched_reductions_propagate_nan_per_example() {
     cases += 3 * 6 * 3;
     println!("ieee: batched reductions: {cases} cases");
 }
+
+// ---- NaN and inf through matmul ------------------------------------------------------------
+
+#[test]
+fn matmul_propagates_nan_and_inf_times_zero_on_every_device() {
+    // Small magnitudes only (no overflow that depends on the summation order), with NaN, ±inf
+    // and zeros placed so that some outputs see inf * 0, some inf + -inf, some nothing special.
+    let vals = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1.5,
+        -2.0,
+        0.25,
+    ];
+    let mut cases = 0;
+    // 8 x 8 times 8 x 8 (the vec4 kernel) and 5 x 7 times 7 x 3 (the generic one).
+    for (m, k, n) in [(8usize, 8usize, 8usize), (5, 7, 3)] {
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| {
+                if i % 5 == 0 {
+                    vals[(i / 5) % 8]
+                } else {
+                    (i % 7) as f32 - 3.0
+                }
+            })
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| {
+                if i % 6 == 0 {
+                    vals[(i / 6 + 3) % 8]
+                } else {
+                    (i % 4) as f32 - 1.5
+                }
+            })
+            .collect();
+        let want = check_on_all(
+            |t| vec![t[0].matmul(&t[1])],
+            &[
+                Array::from_vec(a.clone(), &[m, k]).unwrap(),
+                Array::from_vec(b.clone(), &[k, n]).unwrap(),
+            ],
+            Tol::REDUCE,
+        );
+        // The reference agrees with the IEEE sum of products (f64 is exact for these values).
+        let got = f32s_of(&want[0]);
+        for i in 0..m {
+            for j in 0..n {
+                let w: f64 = (0..k)
+                    .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+                    .sum();
+                let g = got[i * n + j];
+                assert!(
+                    same_bits(g, w as f32) || (g == 0.0 && w == 0.0),
+                    "({i}, {j}): {g} vs {w}"
+                );
+            }
+        }
+        assert!(got.iter().any(|v| v.is_nan()) && got.iter().any(|v| v.is_infinite()));
+        cases += m * n * 3;
+    }
+    println!("ieee: matmul: {cases} cases");
+}
