@@ -442,6 +442,7 @@ impl Tensor {
     pub fn sigmoid(&self) -> Tensor {
         self.unary(UnaryOp::Sigmoid)
     }
+    /// `max(x, 0)`; `relu(NaN)` is NaN, as `jax.nn.relu`.
     pub fn relu(&self) -> Tensor {
         self.unary(UnaryOp::Relu)
     }
@@ -464,6 +465,43 @@ impl Tensor {
     /// Logical not (bool) or bitwise not (integers).
     pub fn not(&self) -> Tensor {
         self.unary(UnaryOp::Not)
+    }
+    /// `jnp.isnan`: true where the element is NaN (bool result; false for integers and bools).
+    /// Tested by the bits on devices, so it holds on every backend. No derivative.
+    pub fn is_nan(&self) -> Tensor {
+        Tensor::apply(Prim::Unary(UnaryOp::IsNan), &[self])
+    }
+    /// `jnp.isinf`: true where the element is +inf or -inf (false for integers and bools).
+    pub fn is_inf(&self) -> Tensor {
+        Tensor::apply(Prim::Unary(UnaryOp::IsInf), &[self])
+    }
+    /// `jnp.isfinite`: true where the element is neither NaN nor ±inf (true for integers and bools).
+    pub fn is_finite(&self) -> Tensor {
+        Tensor::apply(Prim::Unary(UnaryOp::IsFinite), &[self])
+    }
+    /// `jnp.nan_to_num(x, nan=nan, posinf=posinf, neginf=neginf)`: NaN becomes `nan`, +inf
+    /// `posinf` and -inf `neginf` (`None`: the dtype's largest / most negative finite value, as
+    /// JAX). Values take this tensor's dtype; integer and bool tensors are returned unchanged.
+    /// Its derivative passes the cotangent where `x` is finite and is 0 elsewhere.
+    pub fn nan_to_num(&self, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> Tensor {
+        let dt = self.dtype();
+        if !dt.is_float() || self.error().is_some() {
+            return self.clone();
+        }
+        let (hi, lo) = match dt {
+            DType::F64 => (f64::MAX, f64::MIN),
+            _ => (f32::MAX as f64, f32::MIN as f64),
+        };
+        let lit = |v: f64| Tensor::scalar(Scalar::F64(v).cast(dt));
+        let nan_free = self.is_nan().where_(&lit(nan), self);
+        // ±inf found by bits; the sign tells which replacement applies.
+        let negative = self.lt(&lit(0.0));
+        let inf_value = negative.where_(&lit(neginf.unwrap_or(lo)), &lit(posinf.unwrap_or(hi)));
+        self.is_inf().where_(&inf_value, &nan_free)
+    }
+    /// [`Tensor::nan_to_num`] with JAX's defaults: NaN → 0, +inf → the dtype's max, -inf → its min.
+    pub fn nan_to_num_default(&self) -> Tensor {
+        self.nan_to_num(0.0, None, None)
     }
     /// Convert to another dtype (float → int truncates toward zero and saturates).
     pub fn cast(&self, dtype: DType) -> Tensor {
@@ -576,9 +614,11 @@ impl Tensor {
     pub fn powf(&self, v: f32) -> Tensor {
         self.binary_scalar(BinaryOp::Pow, v as f64, false)
     }
+    /// Elementwise maximum; NaN propagates (`jnp.maximum`: a NaN operand gives NaN).
     pub fn maximum(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Max, o)
     }
+    /// Elementwise minimum; NaN propagates (`jnp.minimum`).
     pub fn minimum(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Min, o)
     }
@@ -640,6 +680,7 @@ impl Tensor {
     pub fn eq(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Eq, o)
     }
+    /// Not equal: true where either operand is NaN (IEEE), on every backend.
     pub fn ne(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Ne, o)
     }
@@ -715,7 +756,8 @@ impl Tensor {
             .collect();
         self.reshape_exact(&shape)
     }
-    /// Sum over `axes` (`Axes::All` for every axis).
+    /// Sum over `axes` (`Axes::All` for every axis). Over an empty axis the sum is +0.0 (and
+    /// [`Tensor::prod`] 1), as `jnp.sum`.
     pub fn sum(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
         self.reduce(ReduceOp::Sum, axes.into(), keepdims)
     }
@@ -725,11 +767,67 @@ impl Tensor {
     pub fn prod(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
         self.reduce(ReduceOp::Prod, axes.into(), keepdims)
     }
+    /// Largest element over `axes`, like `jnp.max`: NaN propagates (a NaN in the group gives NaN);
+    /// an empty reduced axis is an error ([`Error::BadShapeArg`]: max has no identity), use
+    /// [`Tensor::max_initial`] there.
     pub fn max(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
-        self.reduce(ReduceOp::Max, axes.into(), keepdims)
+        self.reduce_no_identity(ReduceOp::Max, axes.into(), keepdims)
     }
+    /// Smallest element over `axes`, like `jnp.min` (see [`Tensor::max`]).
     pub fn min(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
-        self.reduce(ReduceOp::Min, axes.into(), keepdims)
+        self.reduce_no_identity(ReduceOp::Min, axes.into(), keepdims)
+    }
+    /// `jnp.max(x, axes, initial=initial)`: the maximum of `initial` and the elements over `axes`
+    /// (`initial` for an empty axis). `initial` is weakly typed: it takes this tensor's dtype.
+    pub fn max_initial(
+        &self,
+        axes: impl Into<Axes>,
+        keepdims: bool,
+        initial: impl Into<Scalar>,
+    ) -> Tensor {
+        self.reduce_initial(ReduceOp::Max, axes.into(), keepdims, initial.into())
+    }
+    /// `jnp.min(x, axes, initial=initial)` (see [`Tensor::max_initial`]).
+    pub fn min_initial(
+        &self,
+        axes: impl Into<Axes>,
+        keepdims: bool,
+        initial: impl Into<Scalar>,
+    ) -> Tensor {
+        self.reduce_initial(ReduceOp::Min, axes.into(), keepdims, initial.into())
+    }
+    fn reduce_initial(&self, op: ReduceOp, axes: Axes, keepdims: bool, init: Scalar) -> Tensor {
+        if let Some(e) = self.error() {
+            return Tensor::failed(e.clone());
+        }
+        // The primitive (like lax.reduce_max) starts from the identity (-inf for max), so the
+        // result over an empty axis is the identity, which `initial` then replaces.
+        let r = self.reduce(op, axes, keepdims);
+        let init = Tensor::scalar(init.cast(self.dtype()));
+        let binop = if op == ReduceOp::Max {
+            BinaryOp::Max
+        } else {
+            BinaryOp::Min
+        };
+        r.binary(binop, &init)
+    }
+    /// max/min as `jnp` has them: no identity, so an empty reduced axis is an error.
+    fn reduce_no_identity(&self, op: ReduceOp, axes: Axes, keepdims: bool) -> Tensor {
+        let name = if op == ReduceOp::Max { "max" } else { "min" };
+        if self.error().is_none() {
+            if let Ok(ax) = self.reduce_axes(op.name(), axes.clone()) {
+                if let Some(&a) = ax.iter().find(|&&a| self.shape()[a] == 0) {
+                    return self.fail_with(Error::BadShapeArg {
+                        op: name,
+                        shape: self.shape().to_vec(),
+                        detail: format!(
+                            "zero-size reduction: axis {a} has size 0 and {name} has no identity; pass an initial value with {name}_initial(axes, keepdims, initial)"
+                        ),
+                    });
+                }
+            }
+        }
+        self.reduce(op, axes, keepdims)
     }
     /// Mean over `axes`, computed in f32 for integer inputs (in f64 for f64 inputs).
     pub fn mean(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
@@ -767,11 +865,13 @@ impl Tensor {
             r
         }
     }
-    /// Index (i32) of the largest element along `axis`; ties pick the first.
+    /// Index (i32) of the largest element along `axis`; ties pick the first, and a NaN counts as
+    /// the largest (the first NaN's index, as `jnp.argmax`).
     pub fn argmax(&self, axis: i64, keepdims: bool) -> Tensor {
         self.argreduce(ArgOp::ArgMax, axis, keepdims)
     }
-    /// Index (i32) of the smallest element along `axis`; ties pick the first.
+    /// Index (i32) of the smallest element along `axis`; ties pick the first, and a NaN counts as
+    /// the smallest (the first NaN's index, as `jnp.argmin`).
     pub fn argmin(&self, axis: i64, keepdims: bool) -> Tensor {
         self.argreduce(ArgOp::ArgMin, axis, keepdims)
     }
@@ -784,7 +884,8 @@ impl Tensor {
             return self.cast(DType::F32).logsumexp(axes, keepdims);
         }
         let axes = axes.into();
-        let m = self.max(axes.clone(), true);
+        // initial=-inf as jax.nn.logsumexp: an empty axis gives -inf, not an error.
+        let m = self.max_initial(axes.clone(), true, f32::NEG_INFINITY);
         // A row of -inf would give -inf - -inf = NaN; shift by 0 there instead.
         let finite = m
             .abs()
@@ -802,7 +903,8 @@ impl Tensor {
     }
     /// `exp(x - max) / sum(exp(x - max))` along `axis`.
     pub fn softmax(&self, axis: i64) -> Tensor {
-        let e = (self - &self.max(axis, true)).exp();
+        // initial=-inf as jax.nn.softmax, so an empty axis gives an empty result, not an error.
+        let e = (self - &self.max_initial(axis, true, f32::NEG_INFINITY)).exp();
         &e / &e.sum(axis, true)
     }
     /// `x - logsumexp(x)` along `axis`.

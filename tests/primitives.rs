@@ -22,7 +22,7 @@
 mod common;
 
 use brigade::ops::{DotDims, Prim};
-use brigade::{Array, Aval, DType, Graph, HostArray, Scalar, Tensor, select};
+use brigade::{Array, Aval, DType, Graph, HostArray, HostData, Scalar, Tensor, select};
 use common::*;
 
 type UnaryFn = fn(&Tensor) -> Tensor;
@@ -1131,14 +1131,16 @@ fn reductions_of_integers_bools_and_edge_shapes() {
     );
     assert_eq!(got[0].to_vec::<i32>().unwrap(), vec![2, 2]);
     assert_eq!(got[1].to_vec::<i32>().unwrap(), vec![4]);
-    // Size-0 reductions give the identity; reducing a size-1 axis is a copy; rank-0 sums.
+    // Size-0 reductions give the identity (max/min have none, as jnp: they take an explicit
+    // initial value, and without one they are an error, see tests/ieee.rs); reducing a size-1
+    // axis is a copy; rank-0 sums.
     let got = check_on_all(
         |t: &[Tensor]| {
             vec![
                 t[0].sum(1i64, false),
                 t[0].prod(1i64, false),
-                t[0].max(1i64, false),
-                t[0].min(1i64, true),
+                t[0].max_initial(1i64, false, f32::NEG_INFINITY),
+                t[0].min_initial(1i64, true, f32::INFINITY),
                 t[0].sum(0i64, false),
             ]
         },
@@ -1164,11 +1166,18 @@ fn reductions_of_integers_bools_and_edge_shapes() {
         &[rand_f32(&[], 155)],
         Tol::EXACT,
     );
-    check_on_all(
-        |t: &[Tensor]| vec![t[0].max(0i64, false), t[0].min(0i64, false)],
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].max_initial(0i64, false, i32::MIN),
+                t[0].min_initial(0i64, false, i32::MAX),
+            ]
+        },
         &[rand_i32(&[0, 2], 156, -5, 5)],
         Tol::EXACT,
     );
+    assert_eq!(got[0].data, HostData::I32(vec![i32::MIN; 2]));
+    assert_eq!(got[1].data, HostData::I32(vec![i32::MAX; 2]));
 }
 
 #[test]

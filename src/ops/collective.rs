@@ -366,7 +366,7 @@ enum Fold {
 }
 
 /// Elementwise fold of equally shaped operands, in operand order (deterministic). Integer sums
-/// wrap, as on the device; float max/min follow the reference interpreter's `max`/`min`.
+/// wrap, as on the device; float max/min propagate NaN like the reference interpreter's.
 fn reduce_parts(parts: Vec<HostArray>, fold: Fold) -> HostArray {
     let shape = parts[0].shape.clone();
     macro_rules! slices {
@@ -424,11 +424,12 @@ macro_rules! numeric_float {
             fn add(self, o: Self) -> Self {
                 self + o
             }
+            // NaN propagates, as jnp.maximum / lax.pmax on JAX's backends.
             fn max_of(self, o: Self) -> Self {
-                self.max(o)
+                super::elementwise::nan_max(self, o)
             }
             fn min_of(self, o: Self) -> Self {
-                self.min(o)
+                super::elementwise::nan_min(self, o)
             }
         }
     };

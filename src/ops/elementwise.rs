@@ -35,6 +35,12 @@ pub enum UnaryOp {
     /// Inverse error function (`lax.erf_inv`), computed exactly as XLA's CPU backend does: the
     /// bits match JAX on the CPU (see [`erf_inv_f32`]). In f64 (host only): [`erf_inv_f64`].
     ErfInv,
+    /// `jnp.isnan`: a bool result, false for integers and bools. Tested by bits on devices.
+    IsNan,
+    /// `jnp.isinf`: ±inf; false for integers and bools.
+    IsInf,
+    /// `lax.is_finite`: neither NaN nor ±inf; true for integers and bools.
+    IsFinite,
 }
 
 /// Binary elementwise operations on operands of equal shape and dtype.
@@ -87,7 +93,14 @@ impl UnaryOp {
             Round => "round",
             Not => "not",
             ErfInv => "erf_inv",
+            IsNan => "is_nan",
+            IsInf => "is_inf",
+            IsFinite => "is_finite",
         }
+    }
+    /// True for the IEEE class tests (`is_nan`, `is_inf`, `is_finite`): any dtype in, bool out.
+    pub fn is_predicate(self) -> bool {
+        matches!(self, UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::IsFinite)
     }
     /// True for transcendental and rounding ops that only exist for floats.
     pub fn float_only(self) -> bool {
@@ -99,6 +112,9 @@ impl UnaryOp {
     }
     /// Dtype rule: the result has the operand's dtype.
     pub fn out_dtype(self, x: DType) -> Result<DType> {
+        if self.is_predicate() {
+            return Ok(DType::Bool);
+        }
         let ok = match self {
             UnaryOp::Not => matches!(x, DType::Bool | DType::I32 | DType::U32),
             op if op.float_only() => x.is_float(),
@@ -124,6 +140,18 @@ impl UnaryOp {
     /// CPU reference (f64 in f64 with Rust's f64 functions).
     pub fn eval(self, x: Scalar) -> Scalar {
         use UnaryOp::*;
+        if self.is_predicate() {
+            let (nan, inf) = match x {
+                Scalar::F32(v) => (v.is_nan(), v.is_infinite()),
+                Scalar::F64(v) => (v.is_nan(), v.is_infinite()),
+                _ => (false, false),
+            };
+            return Scalar::Bool(match self {
+                IsNan => nan,
+                IsInf => inf,
+                _ => !nan && !inf,
+            });
+        }
         // One body for both float widths, so f32 and f64 follow the same rules.
         macro_rules! float {
             ($v:expr, $erf_inv:ident) => {{
@@ -139,7 +167,14 @@ impl UnaryOp {
                     Cos => v.cos(),
                     Tanh => v.tanh(),
                     Sigmoid => 1.0 / (1.0 + (-v).exp()),
-                    Relu => v.max(0.0),
+                    // max(NaN, 0) is NaN, as jax.nn.relu.
+                    Relu => {
+                        if v.is_nan() {
+                            v
+                        } else {
+                            v.max(0.0)
+                        }
+                    }
                     Square => v * v,
                     Sign => {
                         if v > 0.0 {
@@ -153,7 +188,7 @@ impl UnaryOp {
                     Floor => v.floor(),
                     Ceil => v.ceil(),
                     Round => v.round_ties_even(),
-                    Not => v,
+                    Not | IsNan | IsInf | IsFinite => v,
                     ErfInv => $erf_inv(v),
                 }
             }};
@@ -190,25 +225,39 @@ impl UnaryOp {
             (Abs, DType::U32) => x.to_string(),
             (Abs, _) => format!("abs({x})"),
             (Exp, _) => format!("exp({x})"),
-            (Log, _) => format!("log({x})"),
+            // llvmpipe's log has no range reduction for subnormals (log(1e-40) gives -88.0, not
+            // -92.1): scale them by 2^64 first and subtract 64 ln 2.
+            (Log, _) => format!(
+                "(log(select({x}, {x} * 18446744073709551616.0, abs({x}) < 1.17549435e-38)) - select(0.0, 44.361419555836500, abs({x}) < 1.17549435e-38))"
+            ),
             (Sqrt, _) => format!("sqrt({x})"),
             (Rsqrt, _) => format!("(1.0 / sqrt({x}))"),
             (Sin, _) => format!("sin({x})"),
             (Cos, _) => format!("cos({x})"),
-            // tanh in WGSL overflows to NaN for large |x| on some drivers; clamp the argument (tanh(±9) is ±1 in f32).
-            (Tanh, _) => format!("tanh(clamp({x}, -9.0, 9.0))"),
+            // tanh in WGSL overflows to NaN for large |x| on some drivers; clamp the argument
+            // (tanh(±9) is ±1 in f32). clamp(NaN) is ±9 there, so NaN passes around the clamp.
+            (Tanh, _) => format!(
+                "select(tanh(clamp({x}, -9.0, 9.0)), {x}, {})",
+                isnan_wgsl(x)
+            ),
             (Sigmoid, _) => format!("(1.0 / (1.0 + exp(-{x})))"),
-            (Relu, DType::F32) => format!("max({x}, 0.0)"),
+            (Relu, DType::F32) => format!("select(max({x}, 0.0), {x}, {})", isnan_wgsl(x)),
             (Relu, DType::I32) => format!("max({x}, 0i)"),
             (Relu, _) => x.to_string(),
             (Square, _) => format!("({x} * {x})"),
             (Sign, DType::U32) => format!("select(0u, 1u, {x} > 0u)"),
+            (Sign, DType::F32) => format!("select(sign({x}), {x}, {})", isnan_wgsl(x)),
             (Sign, _) => format!("sign({x})"),
             (Floor, _) => format!("floor({x})"),
             (Ceil, _) => format!("ceil({x})"),
             (Round, _) => format!("round({x})"),
             (Not, DType::Bool) => format!("(!{x})"),
             (Not, _) => format!("(~{x})"),
+            (IsNan, DType::F32) => isnan_wgsl(x),
+            (IsInf, DType::F32) => format!("((bitcast<u32>({x}) & 0x7fffffffu) == 0x7f800000u)"),
+            (IsFinite, DType::F32) => format!("((bitcast<u32>({x}) & 0x7fffffffu) < 0x7f800000u)"),
+            (IsNan | IsInf, _) => "false".to_string(),
+            (IsFinite, _) => "true".to_string(),
             (ErfInv, _) => {
                 helpers.push(FMA_F32);
                 helpers.push(DIV_SQRT_F32);
@@ -296,8 +345,8 @@ impl BinaryOp {
                 Mul => x * y,
                 Div => x / y,
                 Pow => pow_f32(x, y),
-                Max => x.max(y),
-                Min => x.min(y),
+                Max => nan_max(x, y),
+                Min => nan_min(x, y),
                 Rem => x % y,
                 _ => x,
             }),
@@ -307,8 +356,8 @@ impl BinaryOp {
                 Mul => x * y,
                 Div => x / y,
                 Pow => x.powf(y),
-                Max => x.max(y),
-                Min => x.min(y),
+                Max => nan_max(x, y),
+                Min => nan_min(x, y),
                 Rem => x % y,
                 _ => x,
             }),
@@ -354,6 +403,13 @@ impl BinaryOp {
     pub fn wgsl(self, dt: DType, a: &str, b: &str, helpers: &mut Vec<&'static str>) -> String {
         use BinaryOp::*;
         match self {
+            // Mesa applies inexact algebraic rules (naga never asks for IEEE inf/NaN preservation):
+            // `x - x` and `-x + x` become 0, wrong for inf and NaN. The right operand goes through
+            // the kernel's run-time zero (`bzero`) so no compiler can prove it equals the left one.
+            Add | Sub if dt == DType::F32 => {
+                let op = if self == Add { '+' } else { '-' };
+                format!("({a} {op} bitcast<f32>(bitcast<u32>({b}) | bzero))")
+            }
             Add => format!("({a} + {b})"),
             Sub => format!("({a} - {b})"),
             Mul => format!("({a} * {b})"),
@@ -375,8 +431,7 @@ impl BinaryOp {
                 helpers.push(POW_F32);
                 format!("bpow({a}, {b})")
             }
-            Max => format!("max({a}, {b})"),
-            Min => format!("min({a}, {b})"),
+            Max | Min => max_min_wgsl(self, dt, a, b),
             Lt | Le | Gt | Ge if dt == DType::Bool => {
                 // WGSL orders only numbers: compare bools as 0/1.
                 let (a, b) = (
@@ -386,7 +441,8 @@ impl BinaryOp {
                 BinaryOp::wgsl(self, DType::U32, &a, &b, helpers)
             }
             Eq => format!("({a} == {b})"),
-            Ne => format!("({a} != {b})"),
+            // Not `!=`: naga writes it as an ordered compare (false for NaN on Vulkan).
+            Ne => format!("(!({a} == {b}))"),
             Lt => format!("({a} < {b})"),
             Le => format!("({a} <= {b})"),
             Gt => format!("({a} > {b})"),
@@ -395,6 +451,81 @@ impl BinaryOp {
             Or if dt == DType::Bool => format!("({a} || {b})"),
             And => format!("({a} & {b})"),
             Or => format!("({a} | {b})"),
+        }
+    }
+}
+
+/// WGSL test for NaN by its bits. Float compares cannot test it: naga's SPIR-V backend emits
+/// ordered comparisons (`x != x` is false for NaN on Vulkan), and shader compilers may assume
+/// that compared values are never NaN.
+pub(crate) fn isnan_wgsl(x: &str) -> String {
+    format!("((bitcast<u32>({x}) & 0x7fffffffu) > 0x7f800000u)")
+}
+
+/// `max`/`min` that propagate NaN like `jnp.maximum`/`lax.max` (WGSL's built-ins return the other
+/// operand, or anything, for a NaN one).
+pub(crate) fn max_min_wgsl(op: BinaryOp, dt: DType, a: &str, b: &str) -> String {
+    let f = if op == BinaryOp::Max { "max" } else { "min" };
+    if dt == DType::F32 {
+        format!(
+            "select(select({f}({a}, {b}), {b}, {}), {a}, {})",
+            isnan_wgsl(b),
+            isnan_wgsl(a)
+        )
+    } else {
+        format!("{f}({a}, {b})")
+    }
+}
+
+/// NaN-propagating maximum of the CPU reference (`jnp.maximum`): the first NaN operand wins.
+pub(crate) fn nan_max<T: num_like::Float>(a: T, b: T) -> T {
+    if a.is_nan_() {
+        a
+    } else if b.is_nan_() {
+        b
+    } else {
+        a.max_(b)
+    }
+}
+
+/// NaN-propagating minimum of the CPU reference (`jnp.minimum`).
+pub(crate) fn nan_min<T: num_like::Float>(a: T, b: T) -> T {
+    if a.is_nan_() {
+        a
+    } else if b.is_nan_() {
+        b
+    } else {
+        a.min_(b)
+    }
+}
+
+/// The two float widths, for the NaN-propagating max/min shared by the reference and collectives.
+pub(crate) mod num_like {
+    pub trait Float: Copy {
+        fn is_nan_(self) -> bool;
+        fn max_(self, o: Self) -> Self;
+        fn min_(self, o: Self) -> Self;
+    }
+    impl Float for f32 {
+        fn is_nan_(self) -> bool {
+            self.is_nan()
+        }
+        fn max_(self, o: Self) -> Self {
+            self.max(o)
+        }
+        fn min_(self, o: Self) -> Self {
+            self.min(o)
+        }
+    }
+    impl Float for f64 {
+        fn is_nan_(self) -> bool {
+            self.is_nan()
+        }
+        fn max_(self, o: Self) -> Self {
+            self.max(o)
+        }
+        fn min_(self, o: Self) -> Self {
+            self.min(o)
         }
     }
 }
@@ -425,34 +556,60 @@ const INT_DIV_U32: &str =
 fn brem_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return a; } return a % b; }";
 // Exact C fmod: subtract y·2^k for k from the exponent gap down to 0. Each subtraction is exact
 // (t <= r < 2t, Sterbenz), unlike a - b*trunc(a/b), which loses the result when a/b rounds.
-const FMOD_F32: &str = "fn bfmod(a: f32, b: f32) -> f32 {
-    let x = abs(a);
-    let y = abs(b);
-    if (!(y > 0.0) || !(x <= 3.40282347e38) || !(y <= 3.40282347e38)) {
-        if (y > 3.40282347e38 && x <= 3.40282347e38) { return a; }
-        return bf32_bits(0x7fc00000u);
-    }
+const FMOD_F32: &str =
+    "// ldexp in three steps: llvmpipe's ldexp overflows for exponents above 127 even when the
+// result is finite (a subnormal y times 2^260).
+fn bldexp3(y: f32, k: i32) -> f32 { let a = k / 3; return ldexp(ldexp(ldexp(y, a), a), k - 2 * a); }
+fn bfmod(a: f32, b: f32) -> f32 {
+    // Special cases by bits (compares cannot see NaN on every backend): fmod(x, 0), fmod(±inf, y)
+    // and NaN operands give NaN; fmod(finite x, ±inf) is x.
+    let ux = bitcast<u32>(a) & 0x7fffffffu;
+    let uy = bitcast<u32>(b) & 0x7fffffffu;
+    if (uy == 0u || ux >= 0x7f800000u || uy > 0x7f800000u) { return bf32_bits(0x7fc00000u); }
+    if (uy == 0x7f800000u) { return a; }
+    let x = bitcast<f32>(ux);
+    let y = bitcast<f32>(uy);
     if (x < y) { return a; }
-    var k: i32 = max(i32((bitcast<u32>(x) >> 23u) & 0xffu) - i32((bitcast<u32>(y) >> 23u) & 0xffu), 0);
-    while (k > 0 && ldexp(y, k) > x) { k = k - 1; }
-    while (k < 254 && ldexp(y, k + 1) <= x) { k = k + 1; }
+    var k: i32 = max(i32((ux >> 23u) & 0xffu) - i32((uy >> 23u) & 0xffu), 0);
+    while (k > 0 && bldexp3(y, k) > x) { k = k - 1; }
+    // No cap at 254: a subnormal y needs shifts up to 277; an overflowing shift (inf) stops it.
+    while (k < 300 && bldexp3(y, k + 1) <= x) { k = k + 1; }
     var r = x;
     for (var j: i32 = k; j >= 0; j = j - 1) {
-        let t = ldexp(y, j);
+        let t = bldexp3(y, j);
         if (r >= t) { r = r - t; }
     }
-    return select(r, -r, a < 0.0);
+    return select(r, -r, (bitcast<u32>(a) >> 31u) == 1u);
 }";
-// WGSL's pow is only defined for x >= 0; this one follows IEEE pow for the cases users meet.
+// WGSL's pow is only defined for x >= 0; this one follows C/IEEE pow (as Rust's `powf` and
+// `jnp.power`) in every special case: zeros and infinities by sign, NaN operands by bits
+// (pow(x, ±0) = 1 and pow(1, y) = 1 even for NaN), pow(-1, ±inf) = 1, odd integer exponents
+// keep the sign of a negative base.
 const POW_F32: &str = "fn bpow(x: f32, y: f32) -> f32 {
-    if (y == 0.0) { return 1.0; }
-    let ax = abs(x);
-    var r: f32;
-    if (ax == 0.0) { r = select(bf32_bits(0x7f800000u), 0.0, y > 0.0); } else { r = exp2(y * log2(ax)); }
-    if (x < 0.0) {
-        if (floor(y) != y) { return bf32_bits(0x7fc00000u); }
-        if (abs(y % 2.0) == 1.0) { r = -r; }
+    let ux = bitcast<u32>(x);
+    let uax = ux & 0x7fffffffu;
+    let uay = bitcast<u32>(y) & 0x7fffffffu;
+    if (uay == 0u || ux == 0x3f800000u) { return 1.0; }
+    if (uax > 0x7f800000u || uay > 0x7f800000u) { return bf32_bits(0x7fc00000u); }
+    let ax = bitcast<f32>(uax);
+    let neg = (ux >> 31u) == 1u;
+    if (uay == 0x7f800000u) {
+        if (uax == 0x3f800000u) { return 1.0; }
+        return select(0.0, bf32_bits(0x7f800000u), (ax > 1.0) == (y > 0.0));
     }
+    let yint = floor(y) == y;
+    let yodd = yint && abs(y) < 16777216.0 && abs(y) % 2.0 == 1.0;
+    var r: f32;
+    if (uax == 0u || uax == 0x7f800000u) {
+        r = select(0.0, bf32_bits(0x7f800000u), (ax > 1.0) == (y > 0.0));
+    } else {
+        if (neg && !yint) { return bf32_bits(0x7fc00000u); }
+        // log2 of a subnormal, scaled first (llvmpipe's log2 does not reduce their range).
+        var l = log2(ax);
+        if (uax < 0x00800000u) { l = log2(ax * 18446744073709551616.0) - 64.0; }
+        r = exp2(y * l);
+    }
+    if (neg && yodd) { r = -r; }
     return r;
 }";
 
@@ -867,7 +1024,8 @@ static ERF_INV_WGSL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "fn bxla_log(v: f32) -> f32 {{
     if (v == 0.0) {{ return bf32_bits(0xff800000u); }}
-    if (!(v > 0.0)) {{ return bf32_bits(0xffffffffu); }}
+    // NaN and negative numbers (sign bit set) by bits: no compare can be trusted with NaN.
+    if (bitcast<u32>(v) > 0x7f800000u) {{ return bf32_bits(0xffffffffu); }}
     if (v > 3.40282347e38) {{ return v; }}
     let bits = bitcast<u32>(max(v, 1.17549435e-38));
     let m = bitcast<f32>((bits & 0x807fffffu) | 0x3f000000u);
@@ -966,24 +1124,30 @@ pub fn cast_wgsl(from: DType, to: DType, x: &str) -> String {
     match (from, to) {
         (a, b) if a == b => x.to_string(),
         (_, DType::Bool) => match from {
-            DType::F32 => format!("({x} != 0.0)"),
+            // NaN is true (`!= 0`): not `!=`, which naga writes as an ordered compare.
+            DType::F32 => format!("(!({x} == 0.0))"),
             DType::I32 => format!("({x} != 0i)"),
             _ => format!("({x} != 0u)"),
         },
+        // A float 0 from the kernel's run-time zero (see `wgsl::const_wgsl`): a literal one lets
+        // compilers fold `select(0, 1, b) * inf` to `select(0, inf, b)`.
+        (DType::Bool, DType::F32) => format!("select(bitcast<f32>(bzero), 1.0, {x})"),
         (DType::Bool, t) => format!(
             "select({}, {}, {x})",
             Scalar::Bool(false).cast(t).wgsl_literal(),
             Scalar::Bool(true).cast(t).wgsl_literal()
         ),
-        // WGSL f32 -> u32 of a negative value saturates to 0, like Rust.
-        // Saturate like Rust `as` (NaN → 0): WGSL's own conversion clamps to the nearest f32 below
-        // the integer limit, e.g. 3e9 → 2147483520.
+        // Saturate like Rust `as` (NaN → 0, tested by bits): WGSL's own conversion clamps to the
+        // nearest f32 below the integer limit, e.g. 3e9 → 2147483520.
         (DType::F32, DType::I32) => format!(
-            "select(select(select(i32({x}), 2147483647i, {x} >= 2147483648.0), i32(-2147483647 - 1), {x} < -2147483648.0), 0i, {x} != {x})"
+            "select(select(select(i32({x}), 2147483647i, {x} >= 2147483648.0), i32(-2147483647 - 1), {x} < -2147483648.0), 0i, {})",
+            isnan_wgsl(x)
         ),
-        (DType::F32, DType::U32) => {
-            format!("select(select(u32({x}), 4294967295u, {x} >= 4294967296.0), 0u, !({x} > 0.0))")
-        }
+        // WGSL f32 -> u32 of a negative value saturates to 0, like Rust; NaN gives 0 too.
+        (DType::F32, DType::U32) => format!(
+            "select(select(u32({x}), 4294967295u, {x} >= 4294967296.0), 0u, {x} <= 0.0 || {})",
+            isnan_wgsl(x)
+        ),
         (_, t) => format!("{}({x})", t.wgsl()),
     }
 }
@@ -1048,7 +1212,7 @@ pub(crate) fn vjp(
                         .exp()
                         .mul_literal(std::f64::consts::PI.sqrt() / 2.0)
                 }
-                Not => return vec![None],
+                Not | IsNan | IsInf | IsFinite => return vec![None],
             };
             vec![Some(g)]
         }

@@ -46,13 +46,15 @@ impl ReduceOp {
             (ReduceOp::Min, _) => Scalar::U32(u32::MAX),
         }
     }
-    /// WGSL combining expression.
-    pub fn wgsl_combine(self, acc: &str, x: &str) -> String {
+    /// WGSL combining expression for values of dtype `dt` (float max/min propagate NaN, as
+    /// `jnp.max`).
+    pub fn wgsl_combine(self, dt: DType, acc: &str, x: &str) -> String {
+        use crate::ops::BinaryOp;
         match self {
             ReduceOp::Sum => format!("{acc} + {x}"),
             ReduceOp::Prod => format!("{acc} * {x}"),
-            ReduceOp::Max => format!("max({acc}, {x})"),
-            ReduceOp::Min => format!("min({acc}, {x})"),
+            ReduceOp::Max => super::elementwise::max_min_wgsl(BinaryOp::Max, dt, acc, x),
+            ReduceOp::Min => super::elementwise::max_min_wgsl(BinaryOp::Min, dt, acc, x),
         }
     }
 }
@@ -64,11 +66,22 @@ impl ArgOp {
             ArgOp::ArgMin => "argmin",
         }
     }
-    /// WGSL comparison: does candidate `x` replace the best `b` (strictly better, so ties keep the first)?
-    pub fn wgsl_better(self, x: &str, b: &str) -> String {
-        match self {
+    /// WGSL comparison: does candidate `x` replace the best `b` (strictly better, so ties keep the
+    /// first)? For floats a NaN is better than any number and no value replaces a NaN, so the
+    /// first NaN's index wins, as `jnp.argmax`.
+    pub fn wgsl_better(self, dt: DType, x: &str, b: &str) -> String {
+        let cmp = match self {
             ArgOp::ArgMax => format!("{x} > {b}"),
             ArgOp::ArgMin => format!("{x} < {b}"),
+        };
+        if dt == DType::F32 {
+            let (nx, nb) = (
+                super::elementwise::isnan_wgsl(x),
+                super::elementwise::isnan_wgsl(b),
+            );
+            format!("(!{nb} && ({nx} || {cmp}))")
+        } else {
+            cmp
         }
     }
 }
@@ -154,11 +167,14 @@ pub(crate) fn reduce_cpu(op: ReduceOp, x: &HostArray, axes: &[usize]) -> HostArr
     let vals = groups.iter().map(|g| match dt {
         DType::F32 | DType::F64 => {
             let it = g.iter().map(|&i| x.data.get_f64(i));
+            // Folds from the identity: +0.0 for an empty sum (std's `sum` starts at -0.0), and
+            // max/min propagate NaN like `jnp.max`.
+            use super::elementwise::{nan_max, nan_min};
             Scalar::F64(match op {
-                ReduceOp::Sum => it.sum::<f64>(),
-                ReduceOp::Prod => it.product::<f64>(),
-                ReduceOp::Max => it.fold(f64::NEG_INFINITY, f64::max),
-                ReduceOp::Min => it.fold(f64::INFINITY, f64::min),
+                ReduceOp::Sum => it.fold(0.0, |a, b| a + b),
+                ReduceOp::Prod => it.fold(1.0, |a, b| a * b),
+                ReduceOp::Max => it.fold(f64::NEG_INFINITY, nan_max),
+                ReduceOp::Min => it.fold(f64::INFINITY, nan_min),
             })
             .cast(dt)
         }
@@ -190,7 +206,8 @@ pub(crate) fn reduce_cpu(op: ReduceOp, x: &HostArray, axes: &[usize]) -> HostArr
     }
 }
 
-/// CPU reference of argmax/argmin along one axis (first index wins ties). Result dtype i32.
+/// CPU reference of argmax/argmin along one axis (first index wins ties; the first NaN wins over
+/// numbers). Result dtype i32.
 pub(crate) fn argreduce_cpu(op: ArgOp, x: &HostArray, axis: usize) -> HostArray {
     let (out_shape, groups) = groups(&x.shape, &[axis]);
     let vals: Vec<i32> = groups
@@ -199,10 +216,14 @@ pub(crate) fn argreduce_cpu(op: ArgOp, x: &HostArray, axis: usize) -> HostArray 
             let mut best = 0usize;
             for (k, &i) in g.iter().enumerate().skip(1) {
                 let (v, b) = (x.data.get_f64(i), x.data.get_f64(g[best]));
-                let better = match op {
-                    ArgOp::ArgMax => v > b,
-                    ArgOp::ArgMin => v < b,
-                };
+                if b.is_nan() {
+                    break; // the first NaN wins, as jnp.argmax
+                }
+                let better = v.is_nan()
+                    || match op {
+                        ArgOp::ArgMax => v > b,
+                        ArgOp::ArgMin => v < b,
+                    };
                 if better {
                     best = k;
                 }

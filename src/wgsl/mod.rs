@@ -6,7 +6,7 @@
 
 pub(crate) mod matmul;
 
-use crate::dtype::DType;
+use crate::dtype::{DType, Scalar};
 use crate::ops::{ArgOp, Prim, ReduceOp, elementwise, indexing, layout, random};
 use crate::trace::graph::{Graph, Var};
 
@@ -151,7 +151,7 @@ impl<'a> Emitter<'a> {
         let (prim, ins) = (e.prim.clone(), e.inputs.clone());
         let in_dt = |k: usize| self.g.aval(ins[k]).dtype;
         let expr = match &prim {
-            Prim::Full { value, .. } => return value.wgsl_literal(),
+            Prim::Full { value, .. } => return const_wgsl(*value),
             Prim::Iota { dtype, axis, .. } => {
                 return elementwise::cast_wgsl(DType::U32, *dtype, &idx[*axis]);
             }
@@ -235,7 +235,7 @@ impl<'a> Emitter<'a> {
                 self.line(&format!(
                     "var {t}: {} = {};",
                     aval.dtype.wgsl(),
-                    value.wgsl_literal()
+                    const_wgsl(*value)
                 ));
                 self.line(&format!("if ({cond}) {{"));
                 self.indent += 1;
@@ -312,6 +312,20 @@ impl<'a> Emitter<'a> {
         let t = self.tmp("t");
         self.line(&format!("let {t} = {expr};"));
         t
+    }
+}
+
+/// A constant in a generated kernel body. Float zeros and non-finite floats are built at run time
+/// from their bits and `bzero`, a `u32` zero that every template's `main` defines from a builtin
+/// the compiler cannot see through: Mesa (lavapipe and llvmpipe GL) folds `x * 0.0` and `0.0 / x`
+/// to 0 and drops the store of `x / 0.0` altogether, wrong for inf, NaN and zero operands, and
+/// the same happens through `bitcast` of a literal bit pattern.
+pub(crate) fn const_wgsl(v: Scalar) -> String {
+    match v {
+        Scalar::F32(f) if f == 0.0 || !f.is_finite() => {
+            format!("bitcast<f32>(bzero ^ {:#010x}u)", f.to_bits())
+        }
+        v => v.wgsl_literal(),
     }
 }
 
@@ -498,7 +512,7 @@ pub(crate) fn reduce_kernels(
     let geo = red_geom(&in_aval.shape, axes);
     let n: usize = geo.out_shape.iter().product();
     let r: usize = geo.red_shape.iter().product();
-    let ident = op.identity(dt).wgsl_literal();
+    let ident = const_wgsl(op.identity(dt));
     let t = dt.wgsl();
     let label = format!("{}_{}", op.name(), in_aval);
     if n < 512 && r >= 4096 {
@@ -507,7 +521,7 @@ pub(crate) fn reduce_kernels(
         let (index, idx) = index_lets(&geo.out_shape, "gi", "i", 2);
         let (em, v) = red_body(g, producers, materialized, input, axes, &idx, 3);
         let body = format!("{}\n            let x = {v};", em.body.trim_end());
-        let combine = op.wgsl_combine("acc", "x");
+        let combine = op.wgsl_combine(dt, "acc", "x");
         let wgsl = fill(
             REDUCE_WG,
             &[
@@ -522,7 +536,7 @@ pub(crate) fn reduce_kernels(
                 ("INDEX", index.trim_end()),
                 ("BODY", &body),
                 ("COMBINE", &combine),
-                ("COMBINE_SHARED", &op.wgsl_combine("a", "x")),
+                ("COMBINE_SHARED", &op.wgsl_combine(dt, "a", "x")),
                 ("STORE", "acc"),
             ],
         );
@@ -566,7 +580,7 @@ pub(crate) fn reduce_kernels(
             ("R", &r.to_string()),
             ("INDEX", index.trim_end()),
             ("BODY", &body),
-            ("COMBINE", &op.wgsl_combine("acc", "x")),
+            ("COMBINE", &op.wgsl_combine(dt, "acc", "x")),
             ("STORE", "acc"),
         ],
     );
@@ -607,7 +621,7 @@ pub(crate) fn argreduce_kernel(
             ("R", &r.to_string()),
             ("INDEX", index.trim_end()),
             ("BODY", &body),
-            ("BETTER", &op.wgsl_better("x", "best")),
+            ("BETTER", &op.wgsl_better(in_aval.dtype, "x", "best")),
         ],
     );
     KernelSrc {
