@@ -926,7 +926,7 @@ fn is_nan_and_nan_to_num_under_vmap_and_grad() {
     println!("ieee: transforms: {cases} cases");
 }
 
-// ---- integer division and remainder by zero (unchanged WGSL rule: x / 0 = x, x % 0 = 0) -----------
+// ---- integer division and remainder by zero (XLA's rule: x / 0 = -1, x % 0 = x) -------------------
 
 #[test]
 fn integer_division_by_zero_and_overflow_follow_the_documented_rule_on_every_device() {
@@ -955,18 +955,27 @@ fn integer_division_by_zero_and_overflow_follow_the_documented_rule_on_every_dev
         &[aa, bb],
         Tol::EXACT,
     );
-    // lax.div / lax.rem truncate toward zero; by zero (and i32::MIN / -1, which overflows) the
-    // quotient is the dividend and the remainder 0.
-    let special = |x: i32, y: i32| y == 0 || (x == i32::MIN && y == -1);
+    // lax.div / lax.rem truncate toward zero; by zero the quotient is -1 (all bits set) and the
+    // remainder the dividend, as XLA defines them; i32::MIN / -1 (which overflows) is i32::MIN,
+    // remainder 0 (tests/jax_semantics.rs checks the same against JAX's own numbers).
+    let overflow = |x: i32, y: i32| x == i32::MIN && y == -1;
     let div: Vec<i32> = a
         .iter()
         .zip(&b)
-        .map(|(&x, &y)| if special(x, y) { x } else { x / y })
+        .map(|(&x, &y)| match y {
+            0 => -1,
+            _ if overflow(x, y) => x,
+            _ => x / y,
+        })
         .collect();
     let rem: Vec<i32> = a
         .iter()
         .zip(&b)
-        .map(|(&x, &y)| if special(x, y) { 0 } else { x % y })
+        .map(|(&x, &y)| match y {
+            0 => x,
+            _ if overflow(x, y) => 0,
+            _ => x % y,
+        })
         .collect();
     let max: Vec<i32> = a.iter().zip(&b).map(|(&x, &y)| x.max(y)).collect();
     let ne: Vec<bool> = a.iter().zip(&b).map(|(&x, &y)| x != y).collect();
@@ -974,7 +983,7 @@ fn integer_division_by_zero_and_overflow_follow_the_documented_rule_on_every_dev
     assert_eq!(want[1].data, HostData::I32(rem), "reference i32 rem");
     assert_eq!(want[2].data, HostData::I32(max), "reference i32 max");
     assert_eq!(want[3].data, HostData::Bool(ne), "reference i32 ne");
-    // u32: x / 0 = x, x % 0 = 0.
+    // u32: x / 0 = u32::MAX, x % 0 = x.
     let u = [0u32, 1, 7, u32::MAX];
     let (mut ua, mut ub) = (Vec::new(), Vec::new());
     for &x in &u {
@@ -995,12 +1004,12 @@ fn integer_division_by_zero_and_overflow_follow_the_documented_rule_on_every_dev
     let div: Vec<u32> = ua
         .iter()
         .zip(&ub)
-        .map(|(&x, &y)| x.checked_div(y).unwrap_or(x))
+        .map(|(&x, &y)| x.checked_div(y).unwrap_or(u32::MAX))
         .collect();
     let rem: Vec<u32> = ua
         .iter()
         .zip(&ub)
-        .map(|(&x, &y)| x.checked_rem(y).unwrap_or(0))
+        .map(|(&x, &y)| x.checked_rem(y).unwrap_or(x))
         .collect();
     assert_eq!(want[0].data, HostData::U32(div), "reference u32 div");
     assert_eq!(want[1].data, HostData::U32(rem), "reference u32 rem");
