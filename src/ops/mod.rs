@@ -248,19 +248,7 @@ impl Prim {
             e => e,
         })?;
         // Sizes must be countable: a shape whose element count overflows can never exist.
-        if out
-            .shape
-            .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .and_then(|n| n.checked_mul(out.dtype.size_bytes()))
-            .is_none()
-        {
-            return Err(Error::BadShapeArg {
-                op: self.name(),
-                shape: out.shape.clone(),
-                detail: "the result has more elements than any memory can hold".into(),
-            });
-        }
+        crate::host::shape_bytes(self.name(), &out.shape, out.dtype)?;
         Ok(out)
     }
 
@@ -362,13 +350,7 @@ impl Prim {
                 Aval::new(layout::transpose_shape(&ins[0].shape, perm)?, ins[0].dtype)
             }
             Prim::Reshape { shape } => {
-                let (from_n, to_n) = (
-                    ins[0].size(),
-                    shape
-                        .iter()
-                        .try_fold(1usize, |n, &d| n.checked_mul(d))
-                        .unwrap_or(usize::MAX),
-                );
+                let (from_n, to_n) = (ins[0].size(), crate::host::shape_size("reshape", shape)?);
                 if from_n != to_n {
                     return Err(Error::BadReshape {
                         from: ins[0].shape.clone(),
@@ -464,7 +446,7 @@ impl Prim {
                 elementwise::fma_eval(ins[0].data.get(i), ins[1].data.get(i), ins[2].data.get(i))
             }),
             Prim::Cast(t) => map(&|i| ins[0].data.get(i).cast(*t)),
-            Prim::Full { value, shape } => HostArray::full(*value, shape),
+            Prim::Full { value, shape } => HostArray::full_checked(*value, shape),
             Prim::Iota { dtype, shape, axis } => {
                 let st = crate::host::strides(shape);
                 map(&|i| Scalar::U32(((i / st[*axis]) % shape[*axis].max(1)) as u32).cast(*dtype))
@@ -506,7 +488,7 @@ impl Prim {
                 // Single-result uses only; `eval_cpu_multi` is the general entry.
                 match self.eval_cpu_multi(ins, std::slice::from_ref(out)) {
                     Ok(mut v) if !v.is_empty() => v.remove(0),
-                    _ => HostArray::full(Scalar::F32(f32::NAN).cast(out.dtype), &out.shape),
+                    _ => HostArray::full_checked(Scalar::F32(f32::NAN).cast(out.dtype), &out.shape),
                 }
             }
         }

@@ -1063,7 +1063,7 @@ impl ParallelExe {
                     let a = p.body.aval(p.body.outputs[r.len()]).clone();
                     let mut shape = vec![0];
                     shape.extend_from_slice(&a.shape);
-                    r.push(Array::from_host(crate::HostArray::full(
+                    r.push(Array::from_host(crate::HostArray::full_checked(
                         crate::Scalar::F32(0.0).cast(a.dtype),
                         &shape,
                     )));
