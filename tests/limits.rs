@@ -782,3 +782,138 @@ fn readback_after_out_of_memory_keeps_values() {
         assert_close(&host(&a), &host(&x), Tol::EXACT, dev.name());
     }
 }
+
+#[test]
+fn huge_shapes_in_every_family_and_transform() {
+    let t = Tally::new("huge_shapes_in_every_family_and_transform");
+    let cpu = devices_with("cpu:1").remove(0);
+    let x4 = Array::from_vec(vec![f32::NAN, f32::INFINITY, 0.0, -1.0], &[4]).unwrap();
+    let graph = |f: &dyn Fn(&[Tensor]) -> Vec<Tensor>, args: &[Array]| jit(f).graph(args);
+    // 2^60 f32 elements (2^62 bytes) exist abstractly; four of them along a new axis do not.
+    shape_too_large(
+        &t,
+        "vmap of x + zeros[2^60]",
+        brigade::vmap(|x: &[Tensor]| vec![&x[0] + Tensor::zeros(&[1 << 60], DType::F32)])
+            .on(&cpu)
+            .call(std::slice::from_ref(&x4)),
+        "[4, 1152921504606846976]",
+    );
+    shape_too_large(
+        &t,
+        "vmap axis_size 2^62 over [4]",
+        brigade::vmap(|x: &[Tensor]| vec![&x[0] * 2.0])
+            .in_axes(&[None])
+            .axis_size(1 << 62)
+            .on(&cpu)
+            .call(std::slice::from_ref(&x4)),
+        "[4611686018427387904, 4]",
+    );
+    shape_too_large(
+        &t,
+        "grad through a huge broadcast",
+        brigade::grad(|x: &[Tensor]| vec![x[0].broadcast_to(&[1 << 40, 1 << 40, 4]).sum_all()])
+            .on(&cpu)
+            .call(std::slice::from_ref(&x4)),
+        "[1099511627776, 1099511627776, 4]",
+    );
+    shape_too_large(
+        &t,
+        "one_hot depth 2^40 of 2^40 labels",
+        graph(
+            &|_: &[Tensor]| vec![Tensor::arange(1 << 40).one_hot(1 << 40)],
+            &[],
+        ),
+        "[1099511627776, 1099511627776]",
+    );
+    shape_too_large(
+        &t,
+        "random uniform [2^32, 2^32]",
+        graph(
+            &|_: &[Tensor]| {
+                vec![brigade::random::uniform(
+                    &brigade::random::key(0),
+                    &[1 << 32, 1 << 32],
+                    0.0,
+                    1.0,
+                )]
+            },
+            &[],
+        ),
+        "[4294967296, 4294967296]",
+    );
+    shape_too_large(
+        &t,
+        "take with [2^22, 2^20] indices of [8, 2^20]",
+        graph(
+            &|_: &[Tensor]| {
+                let x = Tensor::zeros(&[8, 1 << 20], DType::F32);
+                let i = Tensor::zeros(&[1 << 22, 1 << 20], DType::I32);
+                vec![x.take(&i, 0)]
+            },
+            &[],
+        ),
+        "[4194304, 1048576, 1048576]",
+    );
+    shape_too_large(
+        &t,
+        "stack of 16 x [2^60] i32",
+        graph(
+            &|_: &[Tensor]| {
+                let p = Tensor::zeros(&[1 << 60], DType::I32);
+                let parts: Vec<&Tensor> = std::iter::repeat_n(&p, 16).collect();
+                vec![Tensor::stack(&parts, 0)]
+            },
+            &[],
+        ),
+        "[",
+    );
+    shape_too_large(
+        &t,
+        "batched matmul [2^21, 2^21, 4] x [2^21, 4, 2^21]",
+        graph(
+            &|_: &[Tensor]| {
+                let a = Tensor::zeros(&[1 << 21, 1 << 21, 4], DType::F32);
+                let b = Tensor::zeros(&[1 << 21, 4, 1 << 21], DType::F32);
+                vec![a.matmul(&b)]
+            },
+            &[],
+        ),
+        "[2097152, 2097152, 2097152]",
+    );
+    shape_too_large(
+        &t,
+        "outer product by broadcasting [2^32, 1] * [1, 2^32]",
+        graph(
+            &|_: &[Tensor]| {
+                let a = Tensor::zeros(&[1 << 32, 1], DType::F32);
+                let b = Tensor::zeros(&[1, 1 << 32], DType::F32);
+                vec![&a * &b]
+            },
+            &[],
+        ),
+        "[4294967296, 4294967296]",
+    );
+    shape_too_large(
+        &t,
+        "cond branch with a huge constant",
+        graph(
+            &|x: &[Tensor]| {
+                brigade::cond(
+                    &x[0].sum_all().gt(&Tensor::scalar(0.0f32)),
+                    |a: &[Tensor]| vec![&a[0] + Tensor::zeros(&[1 << 32, 1 << 32, 4], DType::F32)],
+                    |a: &[Tensor]| vec![a[0].clone()],
+                    &[x[0].clone()],
+                )
+            },
+            std::slice::from_ref(&x4),
+        ),
+        "[4294967296, 4294967296, 4]",
+    );
+    // Small programs still run after all that.
+    let y = jit(|x: &[Tensor]| vec![&x[0] * 2.0])
+        .on(&cpu)
+        .call(std::slice::from_ref(&x4))
+        .unwrap();
+    let v = y[0].to_vec::<f32>().unwrap();
+    assert!(v[0].is_nan() && v[1] == f32::INFINITY && v[2] == 0.0 && v[3] == -2.0);
+}
