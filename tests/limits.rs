@@ -917,3 +917,83 @@ fn huge_shapes_in_every_family_and_transform() {
     let v = y[0].to_vec::<f32>().unwrap();
     assert!(v[0].is_nan() && v[1] == f32::INFINITY && v[2] == 0.0 && v[3] == -2.0);
 }
+
+#[test]
+fn pmap_over_budgeted_devices_reports_the_full_one() {
+    let t = Tally::new("pmap_over_budgeted_devices_reports_the_full_one");
+    const MIB: u64 = 1 << 20;
+    let rt = budget_runtime(4 * MIB);
+    let devs = rt.devices().to_vec();
+    // The GL device (second) is filled to its budget; the Vulkan one is empty.
+    let gl = &devs[1];
+    let _g = device_guard(gl);
+    let fill: Vec<Array> = (0..4).map(|i| upload_mib(gl, 100 + i).unwrap()).collect();
+    let x = Array::from_vec(
+        [f32::NAN, f32::NEG_INFINITY, 0.0, -0.0]
+            .into_iter()
+            .chain(common::f32s(2 * (1 << 16) - 4, 3, -3.0, 3.0))
+            .collect(),
+        &[2, 1 << 16],
+    )
+    .unwrap();
+    let f = brigade::pmap(|a: &[Tensor]| vec![&a[0] * 2.0 + 1.0]).devices(&devs);
+    out_of_memory(
+        &t,
+        "pmap with one full device",
+        f.call(std::slice::from_ref(&x)),
+        gl.name(),
+        &[format!("{} bytes", 4 * MIB)],
+    );
+    drop(fill);
+    // With the memory back, the same call runs on both devices and matches the host formula.
+    let out = f.call(std::slice::from_ref(&x)).unwrap();
+    let got = host(&out[0]);
+    let want: Vec<f32> = x
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v * 2.0 + 1.0)
+        .collect();
+    common::assert_f32s(&got, &want, Tol::ARITH, "pmap after freeing");
+}
+
+#[test]
+fn concurrent_allocations_never_exceed_the_budget() {
+    let t = Tally::new("concurrent_allocations_never_exceed_the_budget");
+    const MIB: u64 = 1 << 20;
+    let limit = 8 * MIB;
+    let rt = budget_runtime(limit);
+    let dev = rt.devices()[0].clone(); // Vulkan: several threads at once
+    let refused = AtomicUsize::new(0);
+    let held: Vec<Vec<std::sync::Arc<brigade::device::DeviceBuffer>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    for _ in 0..6 {
+                        match dev.alloc(MIB) {
+                            Ok(b) => mine.push(b),
+                            Err(Error::OutOfMemory { .. }) => {
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => panic!("unexpected error: {e}"),
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let n: usize = held.iter().map(|v| v.len()).sum();
+    let m = dev.memory_stats();
+    assert_eq!(n, 8, "exactly 8 MiB of 1 MiB buffers fit: {m}");
+    assert_eq!(refused.load(Ordering::Relaxed), 24 - 8);
+    for _ in 0..16 {
+        t.bump();
+    }
+    assert!(m.peak_bytes <= limit && m.bytes_total <= limit, "{m}");
+    drop(held);
+    assert_eq!(dev.memory_stats().bytes_in_use, 0);
+    assert!(dev.alloc(limit).is_ok(), "the whole budget is free again");
+}
