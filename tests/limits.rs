@@ -997,3 +997,58 @@ fn concurrent_allocations_never_exceed_the_budget() {
     assert_eq!(dev.memory_stats().bytes_in_use, 0);
     assert!(dev.alloc(limit).is_ok(), "the whole budget is free again");
 }
+
+#[test]
+fn long_loops_with_stacked_outputs() {
+    let t = Tally::new("long_loops_with_stacked_outputs");
+    let x = Array::from_vec(vec![f32::NAN, f32::INFINITY, -0.0, 2.0], &[4]).unwrap();
+    // ys of 2^62 iterations of a [4] value: 2^64 elements.
+    let huge = |x: &[Tensor]| {
+        let (_, ys) = brigade::scan_with(
+            |c: &[Tensor], _: &[Tensor]| (vec![&c[0] + 1.0], vec![c[0].clone()]),
+            &[x[0].clone()],
+            &[],
+            brigade::ScanOptions {
+                length: Some(1 << 62),
+                reverse: false,
+            },
+        );
+        ys
+    };
+    shape_too_large(
+        &t,
+        "scan of length 2^62 stacking [4]",
+        jit(huge).graph(std::slice::from_ref(&x)),
+        "[4611686018427387904, 4]",
+    );
+    // 2^36 iterations of a [4] value: 4 TiB of ys, refused before the first iteration runs.
+    let long = |x: &[Tensor]| {
+        let (_, ys) = brigade::scan_with(
+            |c: &[Tensor], _: &[Tensor]| (vec![&c[0] * 2.0], vec![c[0].clone()]),
+            &[x[0].clone()],
+            &[],
+            brigade::ScanOptions {
+                length: Some(1 << 36),
+                reverse: false,
+            },
+        );
+        ys
+    };
+    for dev in gpu_devices() {
+        let _g = device_guard(&dev);
+        over_limit(
+            &t,
+            "scan ys of 2^36 x [4]",
+            jit(long).on(&dev).call(std::slice::from_ref(&x)),
+            &dev,
+        );
+    }
+    let cpu = devices_with("cpu:1").remove(0);
+    out_of_memory(
+        &t,
+        "scan ys of 2^36 x [4] on cpu",
+        jit(long).on(&cpu).call(std::slice::from_ref(&x)),
+        "host",
+        &[(1usize << 40).to_string()],
+    );
+}

@@ -179,11 +179,16 @@ impl Prim {
 
     /// Shape and dtype rule of every result (one for all but control flow).
     pub fn infer_outs(&self, ins: &[&Aval]) -> Result<Vec<Aval>> {
-        match self {
-            Prim::Cond { branches } => control::infer_cond(branches, ins),
-            Prim::Scan(p) => control::infer_scan(p, ins),
-            _ => Ok(vec![self.infer(ins)?]),
+        let outs = match self {
+            Prim::Cond { branches } => control::infer_cond(branches, ins)?,
+            Prim::Scan(p) => control::infer_scan(p, ins)?,
+            _ => return Ok(vec![self.infer(ins)?]),
+        };
+        // A loop's stacked outputs grow with its length: their sizes must be countable too.
+        for a in &outs {
+            crate::host::shape_bytes(self.name(), &a.shape, a.dtype)?;
         }
+        Ok(outs)
     }
 
     /// Can this primitive be inlined into a fused kernel (computed per output element with no

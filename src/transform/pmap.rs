@@ -1022,7 +1022,9 @@ impl ParallelExe {
         let (nc, nk) = (p.n_consts, p.n_carry);
         let n = devices.len();
         let mut carry: Vec<Vec<Array>> = ins.iter().map(|a| a[nc..nc + nk].to_vec()).collect();
-        let mut ys: Vec<Vec<Vec<Array>>> = vec![vec![Vec::with_capacity(p.length); p.n_ys()]; n];
+        // The loop length is user input: a capacity hint only, never an allocation it sizes.
+        let hint = p.length.min(4096);
+        let mut ys: Vec<Vec<Vec<Array>>> = vec![vec![Vec::with_capacity(hint); p.n_ys()]; n];
         for k in 0..p.length {
             let i = if p.reverse { p.length - 1 - k } else { k };
             let index = Array::scalar(i as i32);
