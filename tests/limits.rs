@@ -597,20 +597,17 @@ fn the_pool_frees_held_buffers_before_refusing() {
         let m = dev.memory_stats();
         assert_eq!(m.bytes_in_use, 4 * MIB, "{name}: {m}");
         assert!(m.bytes_total <= limit, "{name}: {m}");
-        // The bucket of 3.5 MiB + 4 B is 4 MiB, which does not fit next to 4.5 MiB in use; the
-        // exact size does.
-        let small = dev.alloc(MIB / 2).unwrap();
+        // The bucket of 3.5 MiB + 4 B is 4 MiB, which does not fit next to the 4.25 MiB in use;
+        // the exact size does, and is what the buffer gets.
+        let small = dev.alloc(MIB / 4).unwrap();
         let odd = (7 * MIB / 2) + 4;
-        let c = dev.alloc(odd - 4).unwrap();
-        assert!(
-            c.capacity() <= 4 * MIB - MIB / 2,
-            "{name}: capacity {}",
-            c.capacity()
-        );
+        assert_eq!(brigade::device::bucket_size(odd, u64::MAX), 4 * MIB);
+        let c = dev.alloc(odd).unwrap();
+        assert_eq!(c.capacity(), odd, "{name}: the exact size");
         assert!(dev.memory_stats().bytes_total <= limit);
         out_of_memory(
             &t,
-            "one more byte than is left",
+            "1 MiB with under 256 KiB left",
             dev.alloc(MIB),
             name,
             &[format!("{} bytes", MIB)],
