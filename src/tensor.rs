@@ -236,6 +236,13 @@ impl Tensor {
         }
     }
     /// A tensor of `shape` filled with `value` (its dtype is the value's).
+    ///
+    /// Outside a trace it is made on the host; inside `jit` (or any transform) it is recorded as a
+    /// `full` primitive that the device computes, never materialized on the host. A shape whose
+    /// size overflows fails with [`Error::ShapeTooLarge`]; one the host cannot hold with
+    /// [`Error::OutOfMemory`] (device `host`); under `jit`, one over a device limit with
+    /// [`Error::OverLimit`]. The same holds for [`Tensor::zeros`], [`Tensor::ones`],
+    /// [`Tensor::iota`] and [`Tensor::arange`].
     pub fn full(value: impl Into<Scalar>, shape: &[usize]) -> Tensor {
         apply_eager_host(Prim::Full {
             value: value.into(),

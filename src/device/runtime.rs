@@ -131,7 +131,7 @@ pub struct Runtime {
     inner: Arc<RuntimeInner>,
 }
 
-/// Options for [`Runtime`]: backends, layout, subset, cpu fallback.
+/// Options for [`Runtime`]: backends, layout, subset, cpu fallback, memory budget.
 #[derive(Clone, Debug)]
 pub struct RuntimeBuilder {
     backends: Option<Vec<String>>,
@@ -592,7 +592,8 @@ impl Runtime {
     }
 
     /// Options for a runtime. A builder ignores `BRIGADE_DEVICES` unless
-    /// [`RuntimeBuilder::layout_from_env`] is called.
+    /// [`RuntimeBuilder::layout_from_env`] is called; it reads [`MEMORY_LIMIT_ENV`]
+    /// (`BRIGADE_MEMORY_LIMIT`) unless [`RuntimeBuilder::memory_limit`] is given.
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder::default()
     }
