@@ -337,6 +337,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_budget_bounds_reservations() {
+        let mut p = Pool::new();
+        let mut freed = Vec::new();
+        // No budget: anything is reserved.
+        assert_eq!(p.reserve(1 << 40, 1 << 40, &mut freed), Some(1 << 40));
+        p.unreserve(1 << 40);
+        assert_eq!(p.stats.bytes_in_use, 0);
+        let mut p = Pool::new();
+        p.budget = Some(1000);
+        assert_eq!(p.reserve(600, 500, &mut freed), Some(600));
+        // Neither the bucket nor the exact size fits next to 600 bytes in use.
+        assert_eq!(p.reserve(600, 500, &mut freed), None);
+        assert_eq!(p.oom, 1);
+        // The bucket does not fit, the exact size does.
+        assert_eq!(p.reserve(512, 400, &mut freed), Some(400));
+        assert_eq!((p.stats.bytes_in_use, p.stats.buffers_in_use), (1000, 2));
+        assert_eq!(p.reserve(4, 4, &mut freed), None);
+        let m = p.memory_stats();
+        assert_eq!(
+            (m.bytes_total, m.peak_bytes, m.limit, m.out_of_memory),
+            (1000, 1000, Some(1000), 2)
+        );
+        p.unreserve(400);
+        assert_eq!(p.reserve(400, 400, &mut freed), Some(400));
+        assert!(freed.is_empty());
+    }
+
+    #[test]
     fn buckets() {
         let max = 128 << 20;
         assert_eq!(bucket_size(0, max), 256);
