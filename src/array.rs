@@ -277,6 +277,9 @@ impl Array {
                 HostArray::new(a.shape.clone(), data)
             }
             Storage::Sharded { layout, shards, .. } => {
+                // The assembled value must fit in host memory (a typed error, not an abort).
+                let a = &self.inner.aval;
+                crate::host::check_host_alloc(a.size_bytes(), || format!("assembling {a}"))?;
                 // A replicated value is read from its first device only.
                 let shards = match layout {
                     ShardLayout::Replicated => &shards[..1],
