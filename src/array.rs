@@ -134,9 +134,13 @@ impl Array {
     pub fn scalar(v: impl Into<Scalar>) -> Array {
         Array::from_host(HostArray::scalar(v.into()))
     }
-    /// An array of `shape` filled with `v`.
-    pub fn full(v: impl Into<Scalar>, shape: &[usize]) -> Array {
-        Array::from_host(HostArray::full(v.into(), shape))
+    /// A host array of `shape` filled with `v`.
+    ///
+    /// Errors: [`Error::ShapeTooLarge`] when the shape's element count overflows,
+    /// [`Error::OutOfMemory`] (device `host`, naming the bytes) when the host cannot allocate it.
+    /// Inside `jit`, prefer [`crate::Tensor::full`]: it stays a primitive that the device computes.
+    pub fn full(v: impl Into<Scalar>, shape: &[usize]) -> Result<Array> {
+        Ok(Array::from_host(HostArray::full(v.into(), shape)?))
     }
     pub fn shape(&self) -> &[usize] {
         &self.inner.aval.shape
@@ -273,6 +277,9 @@ impl Array {
                 HostArray::new(a.shape.clone(), data)
             }
             Storage::Sharded { layout, shards, .. } => {
+                // The assembled value must fit in host memory (a typed error, not an abort).
+                let a = &self.inner.aval;
+                crate::host::check_host_alloc(a.size_bytes(), || format!("assembling {a}"))?;
                 // A replicated value is read from its first device only.
                 let shards = match layout {
                     ShardLayout::Replicated => &shards[..1],

@@ -61,6 +61,17 @@ pub enum Error {
         detail: String,
     },
 
+    /// A shape whose element count (or size in bytes) overflows 64-bit arithmetic: no memory can
+    /// ever hold it, so it is refused before anything is allocated or computed.
+    #[error(
+        "{op}: shape {shape:?} is too large: {detail}; no memory can hold it (use smaller dimensions)"
+    )]
+    ShapeTooLarge {
+        op: &'static str,
+        shape: Vec<usize>,
+        detail: String,
+    },
+
     /// The number of data elements does not match the shape.
     #[error("array data has {got} elements but shape {shape:?} needs {expected}")]
     DataLength {
@@ -309,6 +320,7 @@ impl Error {
                 | Error::BadReshape { .. }
                 | Error::BadShapeArg { .. }
                 | Error::DataLength { .. }
+                | Error::ShapeTooLarge { .. }
                 | Error::DTypeMismatch { .. }
                 | Error::BadDType { .. }
                 | Error::TracedValue { .. }

@@ -36,7 +36,20 @@ impl HostData {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// `n` copies of `value`.
+    /// `n` copies of `value`, or [`Error::OutOfMemory`] (device `host`, naming the bytes) when the
+    /// host cannot allocate them.
+    pub fn try_filled(value: Scalar, n: usize) -> Result<HostData> {
+        let what = || format!("{n} elements of {}", value.dtype());
+        Ok(match value {
+            Scalar::F32(v) => HostData::F32(try_vec(v, n, what)?),
+            Scalar::I32(v) => HostData::I32(try_vec(v, n, what)?),
+            Scalar::U32(v) => HostData::U32(try_vec(v, n, what)?),
+            Scalar::Bool(v) => HostData::Bool(try_vec(v, n, what)?),
+            Scalar::F64(v) => HostData::F64(try_vec(v, n, what)?),
+        })
+    }
+    /// `n` copies of `value`. Aborts the process if the host cannot allocate them: for sizes that
+    /// user input decides use [`HostData::try_filled`].
     pub fn filled(value: Scalar, n: usize) -> HostData {
         match value {
             Scalar::F32(v) => HostData::F32(vec![v; n]),
@@ -204,9 +217,10 @@ pub struct HostArray {
 }
 
 impl HostArray {
-    /// Checked constructor: the data length must equal the product of `shape`.
+    /// Checked constructor: the data length must equal the product of `shape`
+    /// ([`Error::DataLength`]; [`Error::ShapeTooLarge`] when that product overflows).
     pub fn new(shape: Vec<usize>, data: HostData) -> Result<HostArray> {
-        let expected: usize = shape.iter().product();
+        let expected = shape_bytes("array", &shape, data.dtype())? / data.dtype().size_bytes();
         if data.len() != expected {
             return Err(Error::DataLength {
                 shape,
@@ -225,7 +239,18 @@ impl HostArray {
             data: HostData::filled(s, 1),
         }
     }
-    pub fn full(s: Scalar, shape: &[usize]) -> HostArray {
+    /// An array of `shape` filled with `s`. Errors: [`Error::ShapeTooLarge`] when the shape's size
+    /// overflows, [`Error::OutOfMemory`] (device `host`) when the host cannot allocate it.
+    pub fn full(s: Scalar, shape: &[usize]) -> Result<HostArray> {
+        let n = shape_bytes("full", shape, s.dtype())? / s.dtype().size_bytes();
+        Ok(HostArray {
+            shape: shape.to_vec(),
+            data: HostData::try_filled(s, n).map_err(|e| name_shape(e, shape))?,
+        })
+    }
+    /// [`HostArray::full`] for a shape whose size was already checked (a graph's aval after
+    /// [`check_host_alloc`]); aborts like `vec!` if the host cannot allocate it.
+    pub(crate) fn full_checked(s: Scalar, shape: &[usize]) -> HostArray {
         HostArray {
             shape: shape.to_vec(),
             data: HostData::filled(s, shape.iter().product()),
@@ -279,4 +304,143 @@ pub fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
         }
     }
     idx
+}
+
+// ---- sizes and fallible host allocation ---------------------------------------------------------
+
+/// Host allocations below this size are not probed: the allocator cannot refuse them in practice.
+const PROBE_MIN: usize = 1 << 20;
+
+/// The element count of `shape`, or [`Error::ShapeTooLarge`] when the product of its dimensions
+/// overflows `usize` (a shape with a zero dimension has 0 elements, whatever the others are).
+///
+/// ```
+/// use brigade::{Error, host::shape_size};
+/// assert_eq!(shape_size("demo", &[2, 3]).unwrap(), 6);
+/// assert_eq!(shape_size("demo", &[1 << 40, 1 << 40, 0]).unwrap(), 0);
+/// assert!(matches!(shape_size("demo", &[1 << 32, 1 << 32]), Err(Error::ShapeTooLarge { .. })));
+/// ```
+pub fn shape_size(op: &'static str, shape: &[usize]) -> Result<usize> {
+    if shape.contains(&0) {
+        return Ok(0);
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| Error::ShapeTooLarge {
+            op,
+            shape: shape.to_vec(),
+            detail: format!(
+                "the product of its dimensions overflows {}-bit arithmetic",
+                usize::BITS
+            ),
+        })
+}
+
+/// The bytes an array of `shape` and `dtype` takes, or [`Error::ShapeTooLarge`] when its element
+/// count overflows or its size exceeds `isize::MAX` bytes (the most any allocation can hold).
+pub fn shape_bytes(op: &'static str, shape: &[usize], dtype: DType) -> Result<usize> {
+    let n = shape_size(op, shape)?;
+    n.checked_mul(dtype.size_bytes())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| Error::ShapeTooLarge {
+            op,
+            shape: shape.to_vec(),
+            detail: format!(
+                "{n} elements of {dtype} ({} bytes each) exceed the {} bytes one allocation may hold",
+                dtype.size_bytes(),
+                isize::MAX
+            ),
+        })
+}
+
+/// True when `bytes` is more than the host's memory and swap together (Linux: `/proc/meminfo`).
+/// Such an allocation can never be filled, yet where the kernel overcommits memory it would be
+/// granted and the process killed while writing it.
+fn exceeds_host_memory(bytes: usize) -> bool {
+    host_memory_bytes().is_some_and(|total| bytes as u64 > total)
+}
+
+/// Total memory plus swap of the host, in bytes, where the platform says (Linux).
+fn host_memory_bytes() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        static TOTAL: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+        *TOTAL.get_or_init(|| {
+            let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+            let kib = |key: &str| -> Option<u64> {
+                let line = info.lines().find(|l| l.starts_with(key))?;
+                line[key.len()..]
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse()
+                    .ok()
+            };
+            Some((kib("MemTotal:")? + kib("SwapTotal:").unwrap_or(0)).saturating_mul(1024))
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// The error for a host allocation of `bytes` that failed.
+pub(crate) fn host_oom(bytes: usize, what: &str) -> Error {
+    Error::OutOfMemory {
+        device: "host".into(),
+        detail: format!(
+            "allocating {} ({bytes} bytes) for {what} failed{}",
+            crate::device::human_bytes(bytes as u64),
+            host_memory_bytes().map_or(String::new(), |t| format!(
+                " (the host has {} of memory and swap)",
+                crate::device::human_bytes(t)
+            ))
+        ),
+    }
+}
+
+/// Add "of shape [..]" to a host out-of-memory error.
+fn name_shape(e: Error, shape: &[usize]) -> Error {
+    match e {
+        Error::OutOfMemory { device, detail } => Error::OutOfMemory {
+            device,
+            detail: format!("{detail} (an array of shape {shape:?})"),
+        },
+        e => e,
+    }
+}
+
+/// `n` copies of `value` in a vector allocated fallibly ([`Error::OutOfMemory`] on device `host`).
+pub(crate) fn try_vec<T: Clone>(
+    value: T,
+    n: usize,
+    what: impl FnOnce() -> String,
+) -> Result<Vec<T>> {
+    let bytes = n.saturating_mul(std::mem::size_of::<T>());
+    if bytes >= PROBE_MIN && exceeds_host_memory(bytes) {
+        return Err(host_oom(bytes, &what()));
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| host_oom(bytes, &what()))?;
+    v.resize(n, value);
+    Ok(v)
+}
+
+/// Check, before an infallible allocation of `bytes` (a `collect`, a `vec!`), that the host can
+/// give them: reserves and frees them once, so an impossible size becomes [`Error::OutOfMemory`]
+/// (device `host`) instead of an abort. Small sizes are not probed.
+pub(crate) fn check_host_alloc(bytes: usize, what: impl FnOnce() -> String) -> Result<()> {
+    if bytes < PROBE_MIN {
+        return Ok(());
+    }
+    if exceeds_host_memory(bytes) {
+        return Err(host_oom(bytes, &what()));
+    }
+    let mut probe: Vec<u8> = Vec::new();
+    probe
+        .try_reserve_exact(bytes)
+        .map_err(|_| host_oom(bytes, &what()))
 }

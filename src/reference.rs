@@ -49,6 +49,13 @@ pub fn eval_graph(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>>
             })
             .collect();
         let avals: Vec<_> = e.outs().map(|o| graph.aval(o).clone()).collect();
+        // The host must be able to hold each result: a huge one is a typed error, not an abort.
+        for a in &avals {
+            let bytes = crate::host::shape_bytes(e.prim.name(), &a.shape, a.dtype)?;
+            crate::host::check_host_alloc(bytes, || {
+                format!("the result {a} of {}", e.prim.name())
+            })?;
+        }
         let outs = e.prim.eval_cpu_multi(&ins, &avals)?;
         for (o, x) in e.outs().zip(outs) {
             env[o.idx()] = Some(x);

@@ -124,6 +124,14 @@ pub(crate) fn norm_axis(op: &'static str, axis: i64, shape: &[usize]) -> Result<
     Ok(a as usize)
 }
 
+/// The product of `shape`, saturating instead of overflowing.
+pub(crate) fn saturating_size(shape: &[usize]) -> usize {
+    if shape.contains(&0) {
+        return 0;
+    }
+    shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
+}
+
 /// NumPy broadcast of two shapes.
 pub(crate) fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let n = a.len().max(b.len());
@@ -213,8 +221,9 @@ impl Tensor {
     pub fn ndim(&self) -> usize {
         self.shape().len()
     }
+    /// Number of elements (saturating at `usize::MAX`; shapes that large are refused when made).
     pub fn size(&self) -> usize {
-        self.shape().iter().product()
+        saturating_size(self.shape())
     }
     /// True while being traced by `jit` or a transform.
     pub fn is_traced(&self) -> bool {
@@ -260,6 +269,13 @@ impl Tensor {
         }
     }
     /// A tensor of `shape` filled with `value` (its dtype is the value's).
+    ///
+    /// Outside a trace it is made on the host; inside `jit` (or any transform) it is recorded as a
+    /// `full` primitive that the device computes, never materialized on the host. A shape whose
+    /// size overflows fails with [`Error::ShapeTooLarge`]; one the host cannot hold with
+    /// [`Error::OutOfMemory`] (device `host`); under `jit`, one over a device limit with
+    /// [`Error::OverLimit`]. The same holds for [`Tensor::zeros`], [`Tensor::ones`],
+    /// [`Tensor::iota`] and [`Tensor::arange`].
     pub fn full(value: impl Into<Scalar>, shape: &[usize]) -> Tensor {
         apply_eager_host(Prim::Full {
             value: value.into(),
@@ -1039,11 +1055,23 @@ impl Tensor {
             return Tensor::failed(e.clone());
         }
         let n = self.size();
-        let known: i64 = shape
-            .iter()
-            .filter(|&&d| d >= 0)
-            .try_fold(1i64, |n, &d| n.checked_mul(d))
-            .unwrap_or(i64::MAX);
+        let known = if shape.contains(&0) {
+            Some(0)
+        } else {
+            shape
+                .iter()
+                .filter(|&&d| d >= 0)
+                .try_fold(1i64, |n, &d| n.checked_mul(d))
+        };
+        let Some(known) = known else {
+            return self.fail_with(Error::ShapeTooLarge {
+                op: "reshape",
+                shape: self.shape().to_vec(),
+                detail: format!(
+                    "the target {shape:?} has more elements than 64-bit arithmetic counts"
+                ),
+            });
+        };
         let holes = shape.iter().filter(|&&d| d < 0).count();
         let to_usize = |fill: usize| {
             shape
@@ -1417,13 +1445,22 @@ pub fn select(pred: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Tensor {
 }
 
 /// Run a zero-input primitive (a constant) eagerly on the host: constants are cheap and
-/// should not wake a device until they are combined with device data.
+/// should not wake a device until they are combined with device data. While a trace is being
+/// recorded the primitive is recorded instead and never materialized on the host: the device
+/// computes it in its kernel (or refuses it with a typed error when it cannot hold it).
 fn apply_eager_host(prim: Prim) -> Tensor {
-    match prim.infer(&[]) {
-        Ok(aval) => {
-            let h = prim.eval_cpu(&[], &aval);
-            Array::from_constant(prim, h).into()
-        }
+    if crate::trace::tracer::current().is_some() {
+        return Tensor::apply(prim, &[]);
+    }
+    let h = prim.infer(&[]).and_then(|aval| {
+        let bytes = crate::host::shape_bytes(prim.name(), &aval.shape, aval.dtype)?;
+        crate::host::check_host_alloc(bytes, || {
+            format!("{} of shape {:?}", prim.name(), aval.shape)
+        })?;
+        Ok(prim.eval_cpu(&[], &aval))
+    });
+    match h {
+        Ok(h) => Array::from_constant(prim, h).into(),
         Err(e) => Tensor::failed(e),
     }
 }

@@ -239,7 +239,7 @@ type ReduceFn = fn(&Tensor, i64, bool) -> Tensor;
 type Case = (String, Box<dyn Fn(&[Tensor]) -> Vec<Tensor>>, Vec<Array>);
 
 fn zeros(dt: DType, shape: &[usize]) -> Array {
-    Array::full(brigade::Scalar::F32(0.0).cast(dt), shape)
+    Array::full(brigade::Scalar::F32(0.0).cast(dt), shape).expect("a small host array")
 }
 
 fn case(
@@ -864,7 +864,7 @@ fn an_input_over_the_binding_limit_is_an_over_limit_error() {
     let dev = device_of("vulkan");
     let limit = dev.limits().max_array_bytes();
     let n = (limit / 4) as usize + 16;
-    let big = Array::full(1.0f32, &[n]);
+    let big = Array::full(1.0f32, &[n]).expect("host memory for one binding");
     let f = jit(|x: &[Tensor]| vec![&x[0] * 2.0]).on(&dev);
     expect_over_limit(
         "input upload",

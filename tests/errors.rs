@@ -45,7 +45,12 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 fn zeros(shape: &[usize]) -> Array {
-    Array::full(0.0f32, shape)
+    full(0.0f32, shape)
+}
+
+/// A small host array of `shape` filled with `v` (`Array::full` can only fail for huge shapes).
+fn full(v: impl Into<brigade::Scalar>, shape: &[usize]) -> Array {
+    Array::full(v, shape).expect("a small host array")
 }
 
 fn assert_mentions(e: &Error, needles: &[&str]) {
@@ -90,7 +95,7 @@ fn binary_op_shape_mismatch() {
 fn select_shape_mismatch_and_non_bool_predicate() {
     let e = jit_error(
         |x| vec![select(&x[0], &x[1], &x[2])],
-        &[Array::full(true, &[2]), zeros(&[3]), zeros(&[])],
+        &[full(true, &[2]), zeros(&[3]), zeros(&[])],
     );
     assert!(
         matches!(&e, Error::ShapeMismatchBinaryOp { op: "select", .. }),
@@ -294,14 +299,14 @@ fn operand_dtype_mismatch() {
     };
     check(jit_error(
         |x| vec![&x[0] + &x[1]],
-        &[zeros(&[3]), Array::full(1i32, &[3])],
+        &[zeros(&[3]), full(1i32, &[3])],
     ));
     check(eager_error(|| {
-        Tensor::from(zeros(&[3])) + Tensor::from(Array::full(1i32, &[3]))
+        Tensor::from(zeros(&[3])) + Tensor::from(full(1i32, &[3]))
     }));
     let e = jit_error(
         |x| vec![Tensor::concatenate(&[&x[0], &x[1]], 0)],
-        &[zeros(&[3]), Array::full(1u32, &[3])],
+        &[zeros(&[3]), full(1u32, &[3])],
     );
     assert!(
         matches!(
@@ -315,7 +320,7 @@ fn operand_dtype_mismatch() {
     );
     let e = jit_error(
         |x| vec![x[0].matmul(&x[1])],
-        &[zeros(&[2, 3]), Array::full(1i32, &[3, 2])],
+        &[zeros(&[2, 3]), full(1i32, &[3, 2])],
     );
     assert!(matches!(e, Error::DTypeMismatch { .. }), "{e:?}");
 }
@@ -324,7 +329,7 @@ fn operand_dtype_mismatch() {
 fn pow_on_integers_is_a_bad_dtype() {
     let e = jit_error(
         |x| vec![x[0].pow(&x[1])],
-        &[Array::full(2i32, &[3]), Array::full(3i32, &[3])],
+        &[full(2i32, &[3]), full(3i32, &[3])],
     );
     assert!(
         matches!(
@@ -349,7 +354,7 @@ fn arithmetic_on_bools_is_a_bad_dtype() {
     ] {
         let e = jit_error(
             move |x| vec![op(&x[0], &x[1])],
-            &[Array::full(true, &[2]), Array::full(false, &[2])],
+            &[full(true, &[2]), full(false, &[2])],
         );
         assert!(
             matches!(
@@ -363,7 +368,7 @@ fn arithmetic_on_bools_is_a_bad_dtype() {
         );
         assert_mentions(&e, &[name, "bool"]);
     }
-    let e = jit_error(|x| vec![x[0].neg()], &[Array::full(true, &[2])]);
+    let e = jit_error(|x| vec![x[0].neg()], &[full(true, &[2])]);
     assert!(
         matches!(
             e,
@@ -375,7 +380,7 @@ fn arithmetic_on_bools_is_a_bad_dtype() {
         ),
         "{e:?}"
     );
-    let e = jit_error(|x| vec![x[0].max(0i64, false)], &[Array::full(true, &[2])]);
+    let e = jit_error(|x| vec![x[0].max(0i64, false)], &[full(true, &[2])]);
     assert!(
         matches!(
             e,
@@ -466,7 +471,7 @@ fn reading_a_traced_value_inside_jit() {
 fn take_with_float_indices() {
     let e = jit_error(
         |x| vec![x[0].take(&x[1], 0)],
-        &[zeros(&[5, 3]), Array::full(1.0f32, &[2])],
+        &[zeros(&[5, 3]), full(1.0f32, &[2])],
     );
     assert!(
         matches!(
@@ -481,12 +486,12 @@ fn take_with_float_indices() {
     assert_mentions(&e, &["take", "f32", "i32"]);
     let e = jit_error(
         |x| vec![x[0].take(&x[1], 2)],
-        &[zeros(&[5, 3]), Array::full(1i32, &[2])],
+        &[zeros(&[5, 3]), full(1i32, &[2])],
     );
     assert!(matches!(e, Error::BadAxis { axis: 2, .. }), "{e:?}");
     let e = jit_error(
         |x| vec![x[0].take(&x[1], 0)],
-        &[zeros(&[0, 3]), Array::full(1i32, &[2])],
+        &[zeros(&[0, 3]), full(1i32, &[2])],
     );
     assert!(matches!(e, Error::BadShapeArg { op: "take", .. }), "{e:?}");
     assert_mentions(&e, &["[0, 3]"]);

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::kernel::Kernel;
-use super::pool::{DeviceBuffer, Pool, PoolStats, bucket_size};
+use super::pool::{DeviceBuffer, MemoryStats, Pool, PoolStats, bucket_size};
+use super::runtime::MEMORY_LIMIT_ENV;
 use super::{DeviceInfo, DeviceLimits, backend_name, device_type_name, human_bytes};
 use crate::counters::bump;
 use crate::error::{Error, Result};
@@ -383,16 +384,31 @@ impl Device {
     /// free (see [`bucket_size`]). Its contents are unspecified.
     ///
     /// Errors: [`Error::OverLimit`] when `bytes` exceeds the device's storage-binding or buffer size
-    /// limit (never fits: split the work), [`Error::OutOfMemory`] when the device cannot allocate it
-    /// even after emptying the pool (free arrays and retry), [`Error::DeviceLost`],
+    /// limit (never fits: split the work), [`Error::OutOfMemory`] when it does not fit the device's
+    /// memory budget ([`Device::set_memory_limit`]) next to the buffers in use, or the device cannot
+    /// allocate it, even after the pool released its free buffers (free arrays and retry; the
+    /// message names the bytes requested, in use and the limit), [`Error::DeviceLost`],
     /// [`Error::Unsupported`] on the cpu device.
     pub fn alloc(&self, bytes: u64) -> Result<Arc<DeviceBuffer>> {
         let gpu = self.gpu("alloc")?;
         let size = self.check_fits(bytes, || format!("a buffer of {}", human_bytes(bytes)))?;
-        let capacity = bucket_size(size, self.inner.info.limits.max_array_bytes());
-        if let Some(buffer) = lock(&gpu.pool).take(capacity) {
-            return Ok(self.wrap(buffer, size, capacity));
+        let bucket = bucket_size(size, self.inner.info.limits.max_array_bytes());
+        let mut freed = Vec::new();
+        let reserved = {
+            let mut pool = lock(&gpu.pool);
+            if let Some(buffer) = pool.take(bucket) {
+                return Ok(self.wrap(buffer, size, bucket));
+            }
+            pool.reserve(bucket, size, &mut freed)
+        };
+        if !freed.is_empty() {
+            // Destroying wgpu buffers touches the GL context: serialize like every GL call.
+            let _gl = gpu.gl_guard();
+            drop(freed);
         }
+        let Some(capacity) = reserved else {
+            return Err(self.out_of_memory(bytes, "it does not fit the memory limit"));
+        };
         let create = || {
             gpu.capture(|| {
                 gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -420,6 +436,11 @@ impl Device {
             (buffer, err) = create();
         }
         if let Some(e) = err {
+            lock(&gpu.pool).unreserve(capacity);
+            if matches!(e, wgpu::Error::OutOfMemory { .. }) && gpu.state.lost().is_none() {
+                lock(&gpu.pool).oom += 1;
+                return Err(self.out_of_memory(bytes, "the device could not allocate it"));
+            }
             return Err(self.wgpu_error(e, || {
                 format!(
                     "allocating a buffer of {} ({capacity} bytes)",
@@ -427,12 +448,31 @@ impl Device {
                 )
             }));
         }
-        {
-            let mut pool = lock(&gpu.pool);
-            pool.stats.created += 1;
-            pool.mark_in_use(capacity);
-        }
+        lock(&gpu.pool).stats.created += 1;
         Ok(self.wrap(buffer, size, capacity))
+    }
+
+    /// [`Error::OutOfMemory`] for a buffer of `bytes` bytes, naming what is in use and the limit.
+    fn out_of_memory(&self, bytes: u64, why: &str) -> Error {
+        let m = self.memory_stats();
+        let limit = match m.limit {
+            Some(l) => format!(
+                "the memory limit is {} ({l} bytes; set by memory_limit or {MEMORY_LIMIT_ENV})",
+                human_bytes(l)
+            ),
+            None => "no memory limit is set".to_string(),
+        };
+        Error::OutOfMemory {
+            device: self.inner.label.clone(),
+            detail: format!(
+                "a buffer of {} ({bytes} bytes) was requested but {why}: {} ({} bytes) are in use \
+                 by live arrays and buffers, {} held free by the pool after releasing what it could; {limit}",
+                human_bytes(bytes),
+                human_bytes(m.bytes_in_use),
+                m.bytes_in_use,
+                human_bytes(m.bytes_held),
+            ),
+        }
     }
 
     fn wrap(&self, buffer: wgpu::Buffer, size: u64, capacity: u64) -> Arc<DeviceBuffer> {
@@ -471,6 +511,45 @@ impl Device {
             .as_ref()
             .map(|g| lock(&g.pool).stats)
             .unwrap_or_default()
+    }
+
+    /// The device memory brigade holds on this device and its budget (all zero on the cpu device,
+    /// whose arrays are host memory).
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.inner
+            .gpu
+            .as_ref()
+            .map(|g| lock(&g.pool).memory_stats())
+            .unwrap_or_default()
+    }
+
+    /// The memory budget of this device in bytes (None: unlimited).
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.inner.gpu.as_ref().and_then(|g| lock(&g.pool).budget)
+    }
+
+    /// Set the memory budget of this device: the bytes of its storage buffers, in use or held free
+    /// by the pool, never exceed `limit` (None: unlimited, the default); an allocation that would go
+    /// over fails with [`Error::OutOfMemory`] after the pool released its free buffers. Lowering it
+    /// below what is held frees pooled buffers now; buffers in use stay until dropped. Like JAX's
+    /// memory fraction, set per device, usually for all devices through
+    /// [`super::RuntimeBuilder::memory_limit`] or `BRIGADE_MEMORY_LIMIT`. No effect on the cpu device.
+    pub fn set_memory_limit(&self, limit: Option<u64>) {
+        if let Some(g) = &self.inner.gpu {
+            let freed = {
+                let mut pool = lock(&g.pool);
+                pool.budget = limit;
+                match limit {
+                    Some(l) => {
+                        let keep = l.saturating_sub(pool.stats.bytes_in_use);
+                        pool.shrink_to(keep)
+                    }
+                    None => Vec::new(),
+                }
+            };
+            let _gl = g.gl_guard();
+            drop(freed);
+        }
     }
 
     /// Bytes the pool may hold in free buffers (default 1 GiB).

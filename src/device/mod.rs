@@ -59,8 +59,11 @@ use std::fmt;
 pub use gpu::{BufferCopy, Command, Device, Dispatch};
 pub use kernel::{Kernel, KernelBinding, validate_wgsl};
 pub use layout::{BackendKind, DeviceLayout};
-pub use pool::{DeviceBuffer, PoolStats, bucket_size};
-pub use runtime::{AdapterSummary, DEVICES_ENV, Runtime, RuntimeBuilder, init};
+pub use pool::{DeviceBuffer, MemoryStats, PoolStats, bucket_size};
+pub use runtime::{
+    AdapterSummary, DEVICES_ENV, MEMORY_LIMIT_ENV, Runtime, RuntimeBuilder, init,
+    parse_memory_limit,
+};
 pub use transfer::download_all;
 pub(crate) use transfer::read_mapped;
 

@@ -4,6 +4,13 @@
 //! of a similar size (see [`bucket_size`]). Dropping the last `Arc<DeviceBuffer>` returns its wgpu
 //! buffer to the pool of its device instead of freeing it, until the pool holds its limit
 //! ([`super::Device::set_pool_limit`], default [`DEFAULT_POOL_LIMIT`]); beyond that, buffers are freed.
+//!
+//! A device may also have a memory budget ([`super::Device::set_memory_limit`],
+//! `Runtime::builder().memory_limit(..)`, `BRIGADE_MEMORY_LIMIT`): the bytes of its storage buffers,
+//! in use or held free by the pool, never exceed it. An allocation that would go over first frees
+//! held buffers, then fails with [`crate::Error::OutOfMemory`]. Software adapters such as lavapipe
+//! never fail an allocation themselves (device memory is host memory), so the budget is the way to
+//! bound what a device takes and to see out-of-memory as a typed error there.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -79,11 +86,47 @@ impl fmt::Display for PoolStats {
     }
 }
 
+/// The device memory a device's storage buffers take, and its budget
+/// ([`super::Device::memory_stats`]). Staging buffers of transfers are not counted (at most a few
+/// of them, bounded, are kept between transfers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes (capacity) of buffers handed out and not yet dropped: arrays and temporaries.
+    pub bytes_in_use: u64,
+    /// Bytes of free buffers the pool keeps for reuse.
+    pub bytes_held: u64,
+    /// `bytes_in_use + bytes_held`: the device memory brigade holds, which the budget bounds.
+    pub bytes_total: u64,
+    /// The highest `bytes_total` seen.
+    pub peak_bytes: u64,
+    /// The budget in bytes, if one is set.
+    pub limit: Option<u64>,
+    /// Allocations refused with [`crate::Error::OutOfMemory`] (over the budget, or by wgpu).
+    pub out_of_memory: u64,
+}
+
+impl fmt::Display for MemoryStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} in use, {} held by the pool, peak {}, limit {}",
+            super::human_bytes(self.bytes_in_use),
+            super::human_bytes(self.bytes_held),
+            super::human_bytes(self.peak_bytes),
+            self.limit.map_or("none".to_string(), super::human_bytes)
+        )
+    }
+}
+
 /// Free buffers of one device, by capacity.
 pub(crate) struct Pool {
     free: HashMap<u64, Vec<wgpu::Buffer>>,
     pub(crate) stats: PoolStats,
     pub(crate) limit: u64,
+    /// The memory budget (bytes in use + held), if any.
+    pub(crate) budget: Option<u64>,
+    pub(crate) peak: u64,
+    pub(crate) oom: u64,
 }
 
 impl Pool {
@@ -92,7 +135,66 @@ impl Pool {
             free: HashMap::new(),
             stats: PoolStats::default(),
             limit: DEFAULT_POOL_LIMIT,
+            budget: None,
+            peak: 0,
+            oom: 0,
         }
+    }
+
+    /// Bytes of device memory the pool accounts for: buffers in use plus free buffers held.
+    pub(crate) fn total(&self) -> u64 {
+        self.stats.bytes_in_use + self.stats.bytes_held
+    }
+
+    pub(crate) fn memory_stats(&self) -> MemoryStats {
+        MemoryStats {
+            bytes_in_use: self.stats.bytes_in_use,
+            bytes_held: self.stats.bytes_held,
+            bytes_total: self.total(),
+            peak_bytes: self.peak,
+            limit: self.budget,
+            out_of_memory: self.oom,
+        }
+    }
+
+    /// Account for a new buffer before it is created, under the budget. Tries `capacity` (the
+    /// bucket), then `exact` (the request rounded to 4 bytes) when only that fits. Held free
+    /// buffers are released first when the budget needs it (pushed to `freed`: the caller drops
+    /// them outside the lock). Returns the capacity reserved, or None when even `exact` does not
+    /// fit next to the buffers in use.
+    pub(crate) fn reserve(
+        &mut self,
+        capacity: u64,
+        exact: u64,
+        freed: &mut Vec<wgpu::Buffer>,
+    ) -> Option<u64> {
+        let cap = match self.budget {
+            None => capacity,
+            Some(limit) => {
+                let in_use = self.stats.bytes_in_use;
+                let fits = |c: u64| in_use.checked_add(c).is_some_and(|t| t <= limit);
+                let cap = if fits(capacity) {
+                    capacity
+                } else if fits(exact) {
+                    exact
+                } else {
+                    self.oom += 1;
+                    return None;
+                };
+                if self.total().saturating_add(cap) > limit {
+                    freed.extend(self.shrink_to(limit - in_use - cap));
+                }
+                cap
+            }
+        };
+        self.mark_in_use(cap);
+        Some(cap)
+    }
+
+    /// Undo [`Pool::reserve`] for a buffer that could not be created.
+    pub(crate) fn unreserve(&mut self, capacity: u64) {
+        self.stats.buffers_in_use = self.stats.buffers_in_use.saturating_sub(1);
+        self.stats.bytes_in_use = self.stats.bytes_in_use.saturating_sub(capacity);
     }
 
     /// A free buffer of exactly `capacity` bytes, marked in use.
@@ -112,6 +214,7 @@ impl Pool {
     pub(crate) fn mark_in_use(&mut self, capacity: u64) {
         self.stats.buffers_in_use += 1;
         self.stats.bytes_in_use += capacity;
+        self.peak = self.peak.max(self.total());
     }
 
     /// Take back a buffer that was in use. Returns it when the pool is full (the caller drops it
@@ -232,6 +335,34 @@ impl Drop for DeviceBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_budget_bounds_reservations() {
+        let mut p = Pool::new();
+        let mut freed = Vec::new();
+        // No budget: anything is reserved.
+        assert_eq!(p.reserve(1 << 40, 1 << 40, &mut freed), Some(1 << 40));
+        p.unreserve(1 << 40);
+        assert_eq!(p.stats.bytes_in_use, 0);
+        let mut p = Pool::new();
+        p.budget = Some(1000);
+        assert_eq!(p.reserve(600, 500, &mut freed), Some(600));
+        // Neither the bucket nor the exact size fits next to 600 bytes in use.
+        assert_eq!(p.reserve(600, 500, &mut freed), None);
+        assert_eq!(p.oom, 1);
+        // The bucket does not fit, the exact size does.
+        assert_eq!(p.reserve(512, 400, &mut freed), Some(400));
+        assert_eq!((p.stats.bytes_in_use, p.stats.buffers_in_use), (1000, 2));
+        assert_eq!(p.reserve(4, 4, &mut freed), None);
+        let m = p.memory_stats();
+        assert_eq!(
+            (m.bytes_total, m.peak_bytes, m.limit, m.out_of_memory),
+            (1000, 1000, Some(1000), 2)
+        );
+        p.unreserve(400);
+        assert_eq!(p.reserve(400, 400, &mut freed), Some(400));
+        assert!(freed.is_empty());
+    }
 
     #[test]
     fn buckets() {

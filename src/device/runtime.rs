@@ -12,6 +12,70 @@ use crate::error::{Error, Result};
 /// e.g. `BRIGADE_DEVICES=cpu:4` or `BRIGADE_DEVICES=vulkan:2,gl:1`.
 pub const DEVICES_ENV: &str = "BRIGADE_DEVICES";
 
+/// The environment variable that sets a memory budget for every GPU device of a runtime when
+/// [`RuntimeBuilder::memory_limit`] is not called: bytes, or a number with a binary suffix
+/// (`K`, `M`, `G`, `T`, optionally followed by `iB` or `B`: `512M`, `2GiB`, `1.5G`). See
+/// [`parse_memory_limit`] and [`crate::Device::set_memory_limit`].
+pub const MEMORY_LIMIT_ENV: &str = "BRIGADE_MEMORY_LIMIT";
+
+/// Parse a memory budget: bytes (`1048576`), or a number with a binary suffix `K`, `M`, `G` or `T`
+/// (×1024 each step), optionally followed by `iB` or `B` (`512M`, `512MiB`, `2G`, `1.5GB`; case
+/// and surrounding spaces ignored).
+///
+/// Errors: [`Error::BadDeviceSpec`] for anything else, for 0, and for sizes above 2^64 bytes.
+///
+/// ```
+/// use brigade::device::parse_memory_limit;
+/// assert_eq!(parse_memory_limit("512M").unwrap(), 512 << 20);
+/// assert_eq!(parse_memory_limit("1.5GiB").unwrap(), 3 << 29);
+/// assert!(parse_memory_limit("lots").is_err());
+/// ```
+pub fn parse_memory_limit(text: &str) -> Result<u64> {
+    let bad = |detail: String| Error::BadDeviceSpec {
+        spec: text.to_string(),
+        detail: format!(
+            "{detail}; a memory limit is a number of bytes, optionally with a suffix K, M, G or T (powers of 1024), e.g. 1073741824, 512M or 2G"
+        ),
+    };
+    let t = text.trim().to_ascii_uppercase();
+    let t = t
+        .strip_suffix("IB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(&t);
+    let (num, shift) = match t.chars().last() {
+        Some('K') => (&t[..t.len() - 1], 10),
+        Some('M') => (&t[..t.len() - 1], 20),
+        Some('G') => (&t[..t.len() - 1], 30),
+        Some('T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let num = num.trim();
+    if num.starts_with(['+', '-']) {
+        return Err(bad(format!("{:?} has a sign", text.trim())));
+    }
+    let bytes = if let Ok(n) = num.parse::<u64>() {
+        n.checked_mul(1u64 << shift)
+            .ok_or_else(|| bad("the size overflows 64 bits".into()))?
+    } else {
+        match num.parse::<f64>() {
+            Ok(x) if x.is_finite() => {
+                let b = (x * (1u64 << shift) as f64).round();
+                if b >= u64::MAX as f64 {
+                    return Err(bad("the size overflows 64 bits".into()));
+                }
+                b as u64
+            }
+            _ => return Err(bad(format!("{:?} is not a number", text.trim()))),
+        }
+    };
+    if bytes == 0 {
+        return Err(bad(
+            "a limit of 0 bytes leaves no memory for any array".into()
+        ));
+    }
+    Ok(bytes)
+}
+
 /// One wgpu adapter the runtime found (whether or not it got devices).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct AdapterSummary {
@@ -67,7 +131,7 @@ pub struct Runtime {
     inner: Arc<RuntimeInner>,
 }
 
-/// Options for [`Runtime`]: backends, layout, subset, cpu fallback.
+/// Options for [`Runtime`]: backends, layout, subset, cpu fallback, memory budget.
 #[derive(Clone, Debug)]
 pub struct RuntimeBuilder {
     backends: Option<Vec<String>>,
@@ -76,6 +140,7 @@ pub struct RuntimeBuilder {
     layout: Option<String>,
     from_env: bool,
     allow_cpu_fallback: bool,
+    memory_limit: Option<u64>,
 }
 
 impl Default for RuntimeBuilder {
@@ -87,6 +152,7 @@ impl Default for RuntimeBuilder {
             layout: None,
             from_env: false,
             allow_cpu_fallback: true,
+            memory_limit: None,
         }
     }
 }
@@ -135,6 +201,38 @@ impl RuntimeBuilder {
         self
     }
 
+    /// A memory budget of `bytes` for every GPU device (each device its own, like JAX's memory
+    /// fraction): the device's buffers, in use or pooled, never exceed it, and an allocation that
+    /// would go over fails with [`Error::OutOfMemory`] (see [`crate::Device::set_memory_limit`]).
+    /// Overrides [`MEMORY_LIMIT_ENV`]; 0 is refused by [`RuntimeBuilder::build`].
+    pub fn memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
+    /// The memory budget in effect: the builder's, else [`MEMORY_LIMIT_ENV`] when set and not empty.
+    fn memory_budget(&self) -> Result<Option<u64>> {
+        match self.memory_limit {
+            Some(0) => Err(Error::BadDeviceSpec {
+                spec: "memory_limit(0)".into(),
+                detail: "a limit of 0 bytes leaves no memory for any array; give at least 1 byte, or leave it unset for no limit".into(),
+            }),
+            Some(b) => Ok(Some(b)),
+            None => match std::env::var(MEMORY_LIMIT_ENV) {
+                Ok(v) if !v.trim().is_empty() => parse_memory_limit(&v)
+                    .map(Some)
+                    .map_err(|e| match e {
+                        Error::BadDeviceSpec { spec, detail } => Error::BadDeviceSpec {
+                            spec: format!("{MEMORY_LIMIT_ENV}={spec}"),
+                            detail: format!("{detail} (from the environment variable {MEMORY_LIMIT_ENV})"),
+                        },
+                        e => e,
+                    }),
+                _ => Ok(None),
+            },
+        }
+    }
+
     /// The layout string in effect and where it came from.
     fn layout_spec(&self) -> (String, &'static str) {
         if let Some(s) = &self.layout {
@@ -150,7 +248,8 @@ impl RuntimeBuilder {
 
     /// Discover adapters and request the devices.
     ///
-    /// Errors: [`Error::BadDeviceSpec`] (layout, backend names, subset, `devices_per_adapter(0)`),
+    /// Errors: [`Error::BadDeviceSpec`] (layout, backend names, subset, `devices_per_adapter(0)`,
+    /// `memory_limit(0)`, a bad [`MEMORY_LIMIT_ENV`]),
     /// [`Error::NoDevice`] (a requested backend has no adapter; the message lists what was found),
     /// [`Error::Wgpu`] (a device request failed).
     pub async fn build(self) -> Result<Runtime> {
@@ -171,6 +270,7 @@ impl RuntimeBuilder {
             });
         }
         let (wgpu_backends, cpu_allowed_by_filter) = self.backend_filter()?;
+        let memory_limit = self.memory_budget()?;
 
         // Enumerate adapters unless the layout needs none.
         let needs_adapters = !layout.cpu_only() && !wgpu_backends.is_empty();
@@ -225,6 +325,7 @@ impl RuntimeBuilder {
                     request_device(adapter, index, a).await?
                 }
             };
+            device.set_memory_limit(memory_limit);
             devices.push(device);
         }
         Ok(Runtime {
@@ -491,7 +592,8 @@ impl Runtime {
     }
 
     /// Options for a runtime. A builder ignores `BRIGADE_DEVICES` unless
-    /// [`RuntimeBuilder::layout_from_env`] is called.
+    /// [`RuntimeBuilder::layout_from_env`] is called; it reads [`MEMORY_LIMIT_ENV`]
+    /// (`BRIGADE_MEMORY_LIMIT`) unless [`RuntimeBuilder::memory_limit`] is given.
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder::default()
     }

@@ -358,6 +358,14 @@ impl Device {
             });
         }
         let total: u64 = groups.iter().sum();
+        // The host copy of what is read must fit in host memory (a typed error, not an abort).
+        crate::host::check_host_alloc(total as usize, || {
+            format!(
+                "reading {} back from device {}",
+                human_bytes(total),
+                self.name()
+            )
+        })?;
         let (staging, err) = gpu.capture(|| {
             let buffers: Vec<wgpu::Buffer> = groups
                 .iter()

@@ -315,7 +315,7 @@ impl Collective {
             }
             CollectiveKind::Ppermute { perm } => {
                 let mut outs: Vec<HostArray> = (0..n)
-                    .map(|_| HostArray::full(Scalar::F32(0.0).cast(out.dtype), &out.shape))
+                    .map(|_| HostArray::full_checked(Scalar::F32(0.0).cast(out.dtype), &out.shape))
                     .collect();
                 for &(s, d) in perm {
                     outs[d] = parts[s].clone();

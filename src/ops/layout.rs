@@ -117,7 +117,13 @@ pub fn concat_shape(shapes: &[&[usize]], axis: usize) -> Result<Vec<usize>> {
                 detail: format!("all arrays must match {first:?} except along axis {axis}"),
             });
         }
-        out[axis] += s[axis];
+        out[axis] = out[axis]
+            .checked_add(s[axis])
+            .ok_or_else(|| Error::ShapeTooLarge {
+                op: "concatenate",
+                shape: out.clone(),
+                detail: format!("adding {} rows along axis {axis} overflows", s[axis]),
+            })?;
     }
     Ok(out)
 }
@@ -146,10 +152,10 @@ pub fn pad_shape(
                 .and_then(|n| n.checked_add(shape[i]))
         })
         .collect::<Option<Vec<usize>>>()
-        .ok_or_else(|| Error::BadShapeArg {
+        .ok_or_else(|| Error::ShapeTooLarge {
             op: "pad",
             shape: shape.to_vec(),
-            detail: format!("padding lo {lo:?}, hi {hi:?}, interior {interior:?} overflows"),
+            detail: format!("padding it by lo {lo:?}, hi {hi:?}, interior {interior:?} overflows"),
         })
 }
 

@@ -179,11 +179,16 @@ impl Prim {
 
     /// Shape and dtype rule of every result (one for all but control flow).
     pub fn infer_outs(&self, ins: &[&Aval]) -> Result<Vec<Aval>> {
-        match self {
-            Prim::Cond { branches } => control::infer_cond(branches, ins),
-            Prim::Scan(p) => control::infer_scan(p, ins),
-            _ => Ok(vec![self.infer(ins)?]),
+        let outs = match self {
+            Prim::Cond { branches } => control::infer_cond(branches, ins)?,
+            Prim::Scan(p) => control::infer_scan(p, ins)?,
+            _ => return Ok(vec![self.infer(ins)?]),
+        };
+        // A loop's stacked outputs grow with its length: their sizes must be countable too.
+        for a in &outs {
+            crate::host::shape_bytes(self.name(), &a.shape, a.dtype)?;
         }
+        Ok(outs)
     }
 
     /// Can this primitive be inlined into a fused kernel (computed per output element with no
@@ -248,19 +253,7 @@ impl Prim {
             e => e,
         })?;
         // Sizes must be countable: a shape whose element count overflows can never exist.
-        if out
-            .shape
-            .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .and_then(|n| n.checked_mul(out.dtype.size_bytes()))
-            .is_none()
-        {
-            return Err(Error::BadShapeArg {
-                op: self.name(),
-                shape: out.shape.clone(),
-                detail: "the result has more elements than any memory can hold".into(),
-            });
-        }
+        crate::host::shape_bytes(self.name(), &out.shape, out.dtype)?;
         Ok(out)
     }
 
@@ -362,13 +355,7 @@ impl Prim {
                 Aval::new(layout::transpose_shape(&ins[0].shape, perm)?, ins[0].dtype)
             }
             Prim::Reshape { shape } => {
-                let (from_n, to_n) = (
-                    ins[0].size(),
-                    shape
-                        .iter()
-                        .try_fold(1usize, |n, &d| n.checked_mul(d))
-                        .unwrap_or(usize::MAX),
-                );
+                let (from_n, to_n) = (ins[0].size(), crate::host::shape_size("reshape", shape)?);
                 if from_n != to_n {
                     return Err(Error::BadReshape {
                         from: ins[0].shape.clone(),
@@ -464,7 +451,7 @@ impl Prim {
                 elementwise::fma_eval(ins[0].data.get(i), ins[1].data.get(i), ins[2].data.get(i))
             }),
             Prim::Cast(t) => map(&|i| ins[0].data.get(i).cast(*t)),
-            Prim::Full { value, shape } => HostArray::full(*value, shape),
+            Prim::Full { value, shape } => HostArray::full_checked(*value, shape),
             Prim::Iota { dtype, shape, axis } => {
                 let st = crate::host::strides(shape);
                 map(&|i| Scalar::U32(((i / st[*axis]) % shape[*axis].max(1)) as u32).cast(*dtype))
@@ -506,7 +493,7 @@ impl Prim {
                 // Single-result uses only; `eval_cpu_multi` is the general entry.
                 match self.eval_cpu_multi(ins, std::slice::from_ref(out)) {
                     Ok(mut v) if !v.is_empty() => v.remove(0),
-                    _ => HostArray::full(Scalar::F32(f32::NAN).cast(out.dtype), &out.shape),
+                    _ => HostArray::full_checked(Scalar::F32(f32::NAN).cast(out.dtype), &out.shape),
                 }
             }
         }

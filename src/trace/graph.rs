@@ -27,14 +27,17 @@ impl Aval {
     pub fn new(shape: Vec<usize>, dtype: DType) -> Aval {
         Aval { shape, dtype }
     }
+    /// Number of elements (saturating at `usize::MAX`: every shape rule refuses shapes whose size
+    /// overflows with [`crate::Error::ShapeTooLarge`], so only a hand-built aval can saturate).
     pub fn size(&self) -> usize {
-        self.shape.iter().product()
+        crate::tensor::saturating_size(&self.shape)
     }
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
+    /// Bytes of the value (saturating like [`Aval::size`]).
     pub fn size_bytes(&self) -> usize {
-        self.size() * self.dtype.size_bytes()
+        self.size().saturating_mul(self.dtype.size_bytes())
     }
 }
 

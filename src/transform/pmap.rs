@@ -1029,7 +1029,9 @@ impl ParallelExe {
         let (nc, nk) = (p.n_consts, p.n_carry);
         let n = devices.len();
         let mut carry: Vec<Vec<Array>> = ins.iter().map(|a| a[nc..nc + nk].to_vec()).collect();
-        let mut ys: Vec<Vec<Vec<Array>>> = vec![vec![Vec::with_capacity(p.length); p.n_ys()]; n];
+        // The loop length is user input: a capacity hint only, never an allocation it sizes.
+        let hint = p.length.min(4096);
+        let mut ys: Vec<Vec<Vec<Array>>> = vec![vec![Vec::with_capacity(hint); p.n_ys()]; n];
         for k in 0..p.length {
             let i = if p.reverse { p.length - 1 - k } else { k };
             let index = Array::scalar(i as i32);
@@ -1070,7 +1072,7 @@ impl ParallelExe {
                     let a = p.body.aval(p.body.outputs[r.len()]).clone();
                     let mut shape = vec![0];
                     shape.extend_from_slice(&a.shape);
-                    r.push(Array::from_host(crate::HostArray::full(
+                    r.push(Array::from_host(crate::HostArray::full_checked(
                         crate::Scalar::F32(0.0).cast(a.dtype),
                         &shape,
                     )));
