@@ -67,7 +67,7 @@ pub struct Runtime {
     inner: Arc<RuntimeInner>,
 }
 
-/// Options for [`Runtime`]: backends, layout, subset, cpu fallback.
+/// Options for [`Runtime`]: backends, layout, subset, cpu fallback, cache capacities.
 #[derive(Clone, Debug)]
 pub struct RuntimeBuilder {
     backends: Option<Vec<String>>,
@@ -76,6 +76,9 @@ pub struct RuntimeBuilder {
     layout: Option<String>,
     from_env: bool,
     allow_cpu_fallback: bool,
+    /// Cache capacities given to every device (None: the defaults or the environment's).
+    kernel_cache_capacity: Option<usize>,
+    program_cache_capacity: Option<usize>,
 }
 
 impl Default for RuntimeBuilder {
@@ -87,6 +90,8 @@ impl Default for RuntimeBuilder {
             layout: None,
             from_env: false,
             allow_cpu_fallback: true,
+            kernel_cache_capacity: None,
+            program_cache_capacity: None,
         }
     }
 }
@@ -132,6 +137,23 @@ impl RuntimeBuilder {
     /// `log::warn!` line) rather than failing with [`Error::NoDevice`]. Default true.
     pub fn allow_cpu_fallback(mut self, allow: bool) -> Self {
         self.allow_cpu_fallback = allow;
+        self
+    }
+
+    /// Compiled kernels each device keeps (least recently used evicted first; at least 1). Default
+    /// [`super::DEFAULT_KERNEL_CACHE_CAPACITY`], or [`super::KERNEL_CACHE_ENV`]
+    /// (`BRIGADE_KERNEL_CACHE`). See [`Device::kernel_cache_capacity`].
+    pub fn kernel_cache_capacity(mut self, n: usize) -> Self {
+        self.kernel_cache_capacity = Some(n.max(1));
+        self
+    }
+
+    /// Programs (argument signatures) that each `jit`, `pmap`/`shard_map` function and eager op
+    /// cache keep for these devices (least recently used evicted first; at least 1). Default
+    /// [`super::DEFAULT_PROGRAM_CACHE_CAPACITY`], or [`super::PROGRAM_CACHE_ENV`]
+    /// (`BRIGADE_PROGRAM_CACHE`). See [`Device::program_cache_capacity`].
+    pub fn program_cache_capacity(mut self, n: usize) -> Self {
+        self.program_cache_capacity = Some(n.max(1));
         self
     }
 
@@ -225,6 +247,12 @@ impl RuntimeBuilder {
                     request_device(adapter, index, a).await?
                 }
             };
+            if let Some(n) = self.kernel_cache_capacity {
+                device.set_kernel_cache_capacity(n);
+            }
+            if let Some(n) = self.program_cache_capacity {
+                device.set_program_cache_capacity(n);
+            }
             devices.push(device);
         }
         Ok(Runtime {
