@@ -29,10 +29,6 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         self.map.len()
     }
 
-    pub(crate) fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// The entry for `k`, marked as just used.
     pub(crate) fn get<Q>(&mut self, k: &Q) -> Option<&V>
     where
@@ -41,7 +37,10 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
     {
         let (_, used) = self.map.get_mut(k)?;
         self.tick += 1;
-        let key = self.order.remove(used).expect("every entry is in the order");
+        let key = self
+            .order
+            .remove(used)
+            .expect("every entry is in the order");
         *used = self.tick;
         self.order.insert(self.tick, key);
         self.map.get(k).map(|(v, _)| v)
@@ -82,24 +81,6 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         self.order.clear();
         self.map.drain().map(|(_, (v, _))| v).collect()
     }
-
-    /// Keep only the entries for which `keep` is true, returning the others' values.
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K, &V) -> bool) -> Vec<V> {
-        let gone: Vec<K> = self
-            .map
-            .iter()
-            .filter(|(k, (v, _))| !keep(k, v))
-            .map(|(k, _)| k.clone())
-            .collect();
-        let mut out = Vec::with_capacity(gone.len());
-        for k in gone {
-            if let Some((v, used)) = self.map.remove(&k) {
-                self.order.remove(&used);
-                out.push(v);
-            }
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -120,8 +101,11 @@ mod tests {
         assert!(c.insert(3, "c2").is_empty());
         assert_eq!(c.get(&3), Some(&"c2"));
         assert_eq!(c.set_capacity(1), vec!["a"]);
-        assert_eq!(c.retain(|_, _| false), vec!["c2"]);
+        assert_eq!(c.drain(), vec!["c2"]);
         assert_eq!(c.len(), 0);
-        assert_eq!(Lru::<u8, u8>::new(0).capacity(), 1);
+        // A capacity of 0 means 1.
+        let mut z: Lru<u8, u8> = Lru::new(0);
+        z.insert(1, 1);
+        assert_eq!(z.insert(2, 2), vec![1]);
     }
 }

@@ -43,7 +43,9 @@ impl Counters {
                 .bytes_downloaded
                 .saturating_sub(earlier.bytes_downloaded),
             kernels_evicted: self.kernels_evicted.saturating_sub(earlier.kernels_evicted),
-            programs_evicted: self.programs_evicted.saturating_sub(earlier.programs_evicted),
+            programs_evicted: self
+                .programs_evicted
+                .saturating_sub(earlier.programs_evicted),
         }
     }
 }

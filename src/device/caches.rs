@@ -48,14 +48,8 @@ pub(crate) struct CacheSettings {
 impl Default for CacheSettings {
     fn default() -> Self {
         CacheSettings {
-            kernels: AtomicUsize::new(from_env(
-                KERNEL_CACHE_ENV,
-                DEFAULT_KERNEL_CACHE_CAPACITY,
-            )),
-            programs: AtomicUsize::new(from_env(
-                PROGRAM_CACHE_ENV,
-                DEFAULT_PROGRAM_CACHE_CAPACITY,
-            )),
+            kernels: AtomicUsize::new(from_env(KERNEL_CACHE_ENV, DEFAULT_KERNEL_CACHE_CAPACITY)),
+            programs: AtomicUsize::new(from_env(PROGRAM_CACHE_ENV, DEFAULT_PROGRAM_CACHE_CAPACITY)),
             epoch: AtomicU64::new(0),
         }
     }
@@ -106,7 +100,10 @@ impl Device {
     /// Change [`Device::program_cache_capacity`] (at least 1). Caches shrink to it the next time
     /// they store a program for this device.
     pub fn set_program_cache_capacity(&self, n: usize) {
-        self.inner.caches.programs.store(n.max(1), Ordering::Relaxed);
+        self.inner
+            .caches
+            .programs
+            .store(n.max(1), Ordering::Relaxed);
     }
 
     /// The cache epoch: programs compiled for this device at an older epoch are stale.

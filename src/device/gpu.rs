@@ -967,11 +967,7 @@ impl<'a> Recorder<'_, 'a> {
                     .filter(|(_, l)| l.is_some())
                     .map(|(d, _)| d.kernel.label())
                     .collect();
-                format!(
-                    "running {} dispatches ({})",
-                    names.len(),
-                    names.join(", ")
-                )
+                format!("running {} dispatches ({})", names.len(), names.join(", "))
             }));
         }
         let n = pending

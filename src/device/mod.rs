@@ -58,7 +58,8 @@ mod transfer;
 use std::fmt;
 
 pub use caches::{
-    DEFAULT_KERNEL_CACHE_CAPACITY, DEFAULT_PROGRAM_CACHE_CAPACITY, KERNEL_CACHE_ENV, PROGRAM_CACHE_ENV,
+    DEFAULT_KERNEL_CACHE_CAPACITY, DEFAULT_PROGRAM_CACHE_CAPACITY, KERNEL_CACHE_ENV,
+    PROGRAM_CACHE_ENV,
 };
 pub use gpu::{BufferCopy, Command, Device, Dispatch};
 pub use kernel::{Kernel, KernelBinding, validate_wgsl};

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::array::{Array, ShardLayout, host_data, read_all};
-use crate::device::read_mapped;
 use crate::cache::Lru;
+use crate::device::read_mapped;
 use crate::device::{DEFAULT_PROGRAM_CACHE_CAPACITY, Device, Runtime};
 use crate::error::{Error, Result};
 use crate::exec::{Executable, TraceArg, count_program_evictions, trace_args};
@@ -343,6 +343,13 @@ where
     pub fn graph(&self, args: &[Array]) -> Result<Graph> {
         let (exe, _, _) = self.prepare(args)?;
         Ok(exe.shown.clone())
+    }
+
+    /// Number of argument signatures whose parallel programs this function holds (at most the
+    /// smallest [`Device::program_cache_capacity`] of the devices it last compiled for), and of
+    /// its single-device emulations ([`Parallel::emulate`]).
+    pub fn programs_cached(&self) -> (usize, usize) {
+        (self.cache.borrow().len(), self.emulated.borrow().len())
     }
 
     /// Number of stages and host round trips (collective exchanges) of the program for `args`.
