@@ -27,8 +27,11 @@ pub(crate) struct Executable {
     /// By device and the limits the program was planned against, with the device's cache epoch
     /// when compiled (an entry from before [`Device::clear_caches`] is compiled again). Bounded:
     /// devices that come and go (new runtimes) do not pile up programs here.
-    compiled: RefCell<Lru<(u64, DeviceLimits), (u64, Rc<Compiled>)>>,
+    compiled: RefCell<Lru<CompiledKey, (u64, Rc<Compiled>)>>,
 }
+
+/// A device's id and the limits a program was planned against.
+type CompiledKey = (u64, DeviceLimits);
 
 /// Devices one [`Executable`] keeps compiled programs for.
 const DEVICES_PER_EXECUTABLE: usize = 64;

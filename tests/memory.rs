@@ -501,7 +501,7 @@ fn many_shapes_keep_memory_bounded() {
     let run = |n: usize| {
         let args = [shaped(n, n as u64)];
         let got = f.call(&args).unwrap();
-        if n % 25 == 0 {
+        if n.is_multiple_of(25) {
             check_outputs(&got, &reference_of(two_kernels, &args), &format!("n = {n}"));
         } else {
             host(&got[1]);

@@ -526,9 +526,12 @@ impl Device {
     }
 
     /// Like [`Device::submit_only`], running `commands` in order: dispatches (by index into
-    /// `dispatches`, each may run many times with one bind group) and buffer-to-buffer copies, all
-    /// in one submission. A compiled loop (`scan`) runs this way: the body's dispatches once per
-    /// iteration, copies moving the carry and the per-iteration slices.
+    /// `dispatches`, each may run many times with one bind group) and buffer-to-buffer copies.
+    /// Up to 4096 commands (and 32 compute passes) go in one submission; longer lists are
+    /// submitted in chunks, each waiting for the chunk before the previous one, so that host
+    /// memory stays bounded at any length. A compiled loop (`scan`) runs this way: the body's
+    /// dispatches once per iteration, copies moving the per-iteration slices. Everything is
+    /// checked before anything is recorded.
     ///
     /// Errors as [`Device::submit_only`], and [`Error::Wgpu`] for a copy outside a buffer, not a
     /// multiple of 4 bytes, within one buffer, or with a buffer of another device.
