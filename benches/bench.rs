@@ -2,7 +2,8 @@
 //!
 //! `cargo bench --bench bench` measures: matmul GFLOP/s at 256, 512, 1024, 2048; fused elementwise and
 //! reduction GB/s; upload and readback GB/s; the per-call overhead of a tiny jitted function; the
-//! per-step cost of a compiled `fori_loop` against a host loop of jitted calls.
+//! per-step cost of a compiled `fori_loop` against a host loop of jitted calls, and the host memory
+//! a long `fori_loop` takes.
 //! Under `cargo test` (no `--bench` argument) it runs every measurement once at tiny sizes, as a smoke
 //! test that the harness itself works. Set `BRIGADE_DEVICES` to pick devices (e.g. `vulkan:1`).
 //! Timings on shared machines vary: compare ratios measured in one run.
@@ -20,6 +21,7 @@ struct Sizes {
     reps: usize,
     loop_iters: usize,
     loop_elems: usize,
+    long_loop_iters: usize,
 }
 
 fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
@@ -138,7 +140,8 @@ fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
         t.as_secs_f64() * 1e6
     );
     // A loop compiled into one program (fori_loop: the body's kernel per iteration, the carry
-    // moved by buffer copies, one submission) against the same steps as a host loop of calls.
+    // ping-ponging between two buffers, submitted in chunks) against the same steps as a host loop
+    // of calls.
     let iters = s.loop_iters;
     let x = Array::from_vec(data(s.loop_elems, 9), &[s.loop_elems])?.to_device(dev)?;
     let step = |v: &Tensor| v * 0.999 + 0.001;
@@ -160,7 +163,27 @@ fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
         t_host.as_secs_f64() / t_loop.as_secs_f64(),
         t_host.as_secs_f64() * 1e6 / iters as f64
     );
+    // A long loop: host memory (RSS) before and after, which chunked submission keeps flat.
+    let long = s.long_loop_iters;
+    let looped = jit(|a: &[Tensor]| fori_loop(0, long as i32, |_, v| vec![step(&v[0])], a)).on(dev);
+    wait(looped.call(std::slice::from_ref(&x))?)?;
+    let rss0 = rss();
+    let t_long = time(1, || wait(looped.call(std::slice::from_ref(&x))?))?;
+    println!(
+        "| fori_loop, {long} steps | {} f32 | {:.1} µs / step | RSS {:+.1} MiB over the call |",
+        s.loop_elems,
+        t_long.as_secs_f64() * 1e6 / long as f64,
+        (rss() as f64 - rss0 as f64) / (1u64 << 20) as f64
+    );
     Ok(())
+}
+
+/// Resident set size in bytes (`/proc/self/statm`; 0 where there is none).
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
 }
 
 fn main() -> Result<()> {
@@ -173,6 +196,7 @@ fn main() -> Result<()> {
             reps: 5,
             loop_iters: 1000,
             loop_elems: 1 << 10,
+            long_loop_iters: 100_000,
         }
     } else {
         Sizes {
@@ -182,6 +206,7 @@ fn main() -> Result<()> {
             reps: 1,
             loop_iters: 10,
             loop_elems: 64,
+            long_loop_iters: 5000,
         }
     };
     let rt = pollster::block_on(Runtime::new())?;

@@ -1,4 +1,4 @@
-//! Work counters: traces, pipelines created, dispatches, bytes moved.
+//! Work counters: traces, pipelines created, dispatches, bytes moved, cache evictions.
 //!
 //! Counters are kept per thread (brigade issues all device work from the calling thread), so a test
 //! can measure exactly the work its own calls caused while other tests run in parallel.
@@ -20,6 +20,12 @@ pub struct Counters {
     pub bytes_uploaded: u64,
     /// Bytes copied device → host.
     pub bytes_downloaded: u64,
+    /// Compiled kernels evicted from a device's full kernel cache
+    /// ([`crate::Device::kernel_cache_capacity`]).
+    pub kernels_evicted: u64,
+    /// Programs evicted from a full program cache of `jit`, `pmap`/`shard_map` or eager ops
+    /// ([`crate::Device::program_cache_capacity`]).
+    pub programs_evicted: u64,
 }
 
 impl Counters {
@@ -36,6 +42,10 @@ impl Counters {
             bytes_downloaded: self
                 .bytes_downloaded
                 .saturating_sub(earlier.bytes_downloaded),
+            kernels_evicted: self.kernels_evicted.saturating_sub(earlier.kernels_evicted),
+            programs_evicted: self
+                .programs_evicted
+                .saturating_sub(earlier.programs_evicted),
         }
     }
 }
@@ -43,6 +53,7 @@ impl Counters {
 thread_local! {
     static COUNTERS: Cell<Counters> = const { Cell::new(Counters {
         traces: 0, pipelines_created: 0, dispatches: 0, submits: 0, bytes_uploaded: 0, bytes_downloaded: 0,
+        kernels_evicted: 0, programs_evicted: 0,
     }) };
 }
 

@@ -1,11 +1,11 @@
 //! Running compiled programs on devices; `jit` and the eager path.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::array::{Array, host_data};
+use crate::cache::Lru;
 use crate::device::{
     BufferCopy, Command, Device, DeviceBuffer, DeviceLimits, Dispatch, Kernel, Runtime,
 };
@@ -24,9 +24,17 @@ pub(crate) struct Executable {
     /// What runs: `graph` without its prints, the printed values as extra outputs.
     run_graph: Graph,
     prints: Vec<crate::debug::PrintSpec>,
-    /// By device and the limits the program was planned against.
-    compiled: RefCell<HashMap<(u64, DeviceLimits), Rc<Compiled>>>,
+    /// By device and the limits the program was planned against, with the device's cache epoch
+    /// when compiled (an entry from before [`Device::clear_caches`] is compiled again). Bounded:
+    /// devices that come and go (new runtimes) do not pile up programs here.
+    compiled: RefCell<Lru<CompiledKey, (u64, Rc<Compiled>)>>,
 }
+
+/// A device's id and the limits a program was planned against.
+type CompiledKey = (u64, DeviceLimits);
+
+/// Devices one [`Executable`] keeps compiled programs for.
+const DEVICES_PER_EXECUTABLE: usize = 64;
 
 struct Compiled {
     program: Program,
@@ -45,7 +53,7 @@ impl Executable {
             graph,
             run_graph,
             prints,
-            compiled: RefCell::new(HashMap::new()),
+            compiled: RefCell::new(Lru::new(DEVICES_PER_EXECUTABLE)),
         }
     }
 
@@ -53,8 +61,11 @@ impl Executable {
     /// and upload constants: once per device and limits.
     fn compiled_for(&self, dev: &Device, limits: &DeviceLimits) -> Result<Rc<Compiled>> {
         let key = (dev.inner.id, *limits);
-        if let Some(c) = self.compiled.borrow().get(&key) {
-            return Ok(c.clone());
+        let epoch = dev.cache_epoch();
+        if let Some((e, c)) = self.compiled.borrow_mut().get(&key) {
+            if *e == epoch {
+                return Ok(c.clone());
+            }
         }
         let program = lower(&self.run_graph, limits).map_err(|e| match e {
             // The lowering knows the limits, not the device: name it here.
@@ -90,7 +101,8 @@ impl Executable {
             kernels,
             consts,
         });
-        self.compiled.borrow_mut().insert(key, c.clone());
+        let old = self.compiled.borrow_mut().insert(key, (epoch, c.clone()));
+        drop(old);
         Ok(c)
     }
 
@@ -196,12 +208,12 @@ impl Executable {
             })
             .collect();
         let buf = |s: usize| &**slots[s].as_ref().expect("every slot is filled");
-        let mut commands = Vec::new();
-        flatten(&p.schedule, 0, &buf, &mut commands);
-        if !commands.is_empty() {
-            // Submit and return: outputs are ready when read (reads wait on the queue).
-            dev.submit_commands(&dispatches, &commands)?;
-        }
+        // Loops are unrolled as they are recorded and submitted in chunks (bounded memory at
+        // any iteration count). Submit and return: outputs are ready when read (reads wait on
+        // the queue).
+        let mut rec = dev.recorder(&dispatches)?;
+        walk(&p.schedule, 0, &buf, &mut |c| rec.push(c))?;
+        rec.finish()?;
         Ok(p.output_slots
             .iter()
             .zip(&p.output_avals)
@@ -216,16 +228,16 @@ impl Executable {
     }
 }
 
-/// The device commands of a schedule, loops unrolled (`i`: the enclosing loop's iteration).
-fn flatten<'a>(
+/// Emit the device commands of a schedule, loops unrolled (`i`: the enclosing loop's iteration).
+fn walk<'a>(
     ops: &[Op],
     i: usize,
     buf: &dyn Fn(usize) -> &'a DeviceBuffer,
-    out: &mut Vec<Command<'a>>,
-) {
+    out: &mut dyn FnMut(Command<'a>) -> Result<()>,
+) -> Result<()> {
     for op in ops {
         match op {
-            Op::Launch(l) => out.push(Command::Dispatch(*l)),
+            Op::Launch(l) => out(Command::Dispatch(*l))?,
             Op::Copy {
                 src,
                 src_at,
@@ -234,27 +246,33 @@ fn flatten<'a>(
                 bytes,
             } => {
                 if *bytes > 0 {
-                    out.push(Command::Copy(BufferCopy {
+                    out(Command::Copy(BufferCopy {
                         src: buf(*src),
                         src_offset: src_at.at(i),
                         dst: buf(*dst),
                         dst_offset: dst_at.at(i),
                         size: *bytes,
-                    }))
+                    }))?
                 }
             }
             Op::Loop {
                 count,
                 reverse,
                 body,
+                odd,
             } => {
                 for k in 0..*count {
                     let it = if *reverse { count - 1 - k } else { k };
-                    flatten(body, it, buf, out);
+                    let ops = match odd {
+                        Some(o) if k % 2 == 1 => o,
+                        _ => body,
+                    };
+                    walk(ops, it, buf, out)?;
                 }
             }
         }
     }
+    Ok(())
 }
 
 /// Pick the device for a call: the explicit one, else the first argument on a device, else the
@@ -274,7 +292,10 @@ pub(crate) fn pick_device(explicit: Option<&Device>, args: &[&Array]) -> Result<
 }
 
 thread_local! {
-    static EAGER: RefCell<HashMap<String, Rc<Executable>>> = RefCell::new(HashMap::new());
+    /// Eager ops by primitive and operand signature, bounded by the program cache capacity of the
+    /// device each runs on.
+    static EAGER: RefCell<Lru<String, Rc<Executable>>> =
+        RefCell::new(Lru::new(crate::device::DEFAULT_PROGRAM_CACHE_CAPACITY));
     /// The cpu device eager f64 ops on host data run on (see [`eager`]).
     static HOST: Device = Device::new_cpu(0, 0);
 }
@@ -302,7 +323,7 @@ pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Vec<Array>> {
         String::new()
     };
     let cached = if cacheable {
-        EAGER.with(|c| c.borrow().get(&key).cloned())
+        EAGER.with(|c| c.borrow_mut().get(&key).cloned())
     } else {
         None
     };
@@ -329,7 +350,13 @@ pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Vec<Array>> {
             g.outputs = outs;
             let e = Rc::new(Executable::new(g));
             if cacheable {
-                EAGER.with(|c| c.borrow_mut().insert(key, e.clone()));
+                let evicted = EAGER.with(|c| {
+                    let mut c = c.borrow_mut();
+                    let mut out = c.set_capacity(dev.program_cache_capacity());
+                    out.extend(c.insert(key, e.clone()));
+                    out
+                });
+                count_program_evictions(evicted);
             }
             e
         }
@@ -437,30 +464,55 @@ where
 /// The compiled programs of a function called on arrays, by argument signature: what `jit`,
 /// `vmap(..).call` and `grad(..).call` share. The function is traced once per signature; the
 /// program is lowered and cached per device by [`Executable`].
+/// Bounded (least recently used first) by the program cache capacity of the device a call runs on.
 pub(crate) struct CompileCache {
-    map: RefCell<HashMap<Vec<Aval>, Rc<Executable>>>,
+    map: RefCell<Lru<Vec<Aval>, Rc<Executable>>>,
+}
+
+/// Count (and drop) programs evicted from a full program cache.
+pub(crate) fn count_program_evictions<T>(evicted: Vec<T>) {
+    if !evicted.is_empty() {
+        let n = evicted.len() as u64;
+        drop(evicted);
+        crate::counters::bump(|c| c.programs_evicted += n);
+    }
 }
 
 impl CompileCache {
     pub(crate) fn new() -> CompileCache {
         CompileCache {
-            map: RefCell::new(HashMap::new()),
+            map: RefCell::new(Lru::new(crate::device::DEFAULT_PROGRAM_CACHE_CAPACITY)),
         }
     }
-    /// The program of `f` for arguments like `args` (tracing it the first time).
+    /// Signatures held.
+    pub(crate) fn len(&self) -> usize {
+        self.map.borrow().len()
+    }
+    /// The program of `f` for arguments like `args` (tracing it the first time; then the cache
+    /// keeps at most `capacity` programs, when given).
     pub(crate) fn executable(
         &self,
         label: &str,
         f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
         args: &[Array],
+        capacity: Option<usize>,
     ) -> Result<Rc<Executable>> {
         let avals: Vec<Aval> = args.iter().map(|a| a.aval().clone()).collect();
-        if let Some(e) = self.map.borrow().get(&avals) {
+        if let Some(e) = self.map.borrow_mut().get(&avals) {
             return Ok(e.clone());
         }
         let g = trace_fn(label, &f, &avals)?;
         let e = Rc::new(Executable::new(g));
-        self.map.borrow_mut().insert(avals, e.clone());
+        let evicted = {
+            let mut map = self.map.borrow_mut();
+            let mut out = match capacity {
+                Some(n) => map.set_capacity(n),
+                None => Vec::new(),
+            };
+            out.extend(map.insert(avals, e.clone()));
+            out
+        };
+        count_program_evictions(evicted);
         Ok(e)
     }
     /// Run `f`'s program on the explicit device, else where [`pick_device`] says.
@@ -471,9 +523,9 @@ impl CompileCache {
         device: Option<&Device>,
         args: &[Array],
     ) -> Result<Vec<Array>> {
-        let exe = self.executable(label, f, args)?;
         let refs: Vec<&Array> = args.iter().collect();
         let dev = pick_device(device, &refs)?;
+        let exe = self.executable(label, f, args, Some(dev.program_cache_capacity()))?;
         exe.run(&dev, args)
     }
 }
@@ -530,19 +582,41 @@ where
     pub fn graph(&self, args: &[Array]) -> Result<Graph> {
         Ok(self
             .cache
-            .executable(&self.label, &self.f, args)?
+            .executable(&self.label, &self.f, args, None)?
             .graph
             .clone())
     }
     /// The compiled program (kernels, WGSL, buffer plan) for these arguments on `device`.
     pub fn program(&self, args: &[Array], device: &Device) -> Result<Program> {
         self.cache
-            .executable(&self.label, &self.f, args)?
+            .executable(
+                &self.label,
+                &self.f,
+                args,
+                Some(device.program_cache_capacity()),
+            )?
             .program_for(device)
+    }
+    /// Number of argument signatures whose programs this function holds (at most the
+    /// [`Device::program_cache_capacity`] of the device it last compiled for).
+    pub fn programs_cached(&self) -> usize {
+        self.cache.len()
     }
     /// Call with concrete arrays.
     pub fn call(&self, args: &[Array]) -> Result<Vec<Array>> {
         self.cache
             .call(&self.label, &self.f, self.device.as_ref(), args)
+    }
+}
+
+impl Device {
+    /// Drop this device's compiled kernels and make every program compiled for it stale: the next
+    /// call of any `jit`, `pmap` or eager op on this device compiles again (same results), and
+    /// frees its old program then. The calling thread's eager op cache is emptied now. Buffers,
+    /// arrays and the memory pool are not touched (see [`Device::trim_pool`]).
+    pub fn clear_caches(&self) {
+        self.clear_kernel_cache();
+        let dropped = EAGER.with(|c| c.borrow_mut().drain());
+        drop(dropped);
     }
 }

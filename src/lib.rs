@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod array;
+mod cache;
 pub mod collective;
 pub mod counters;
 pub mod debug;

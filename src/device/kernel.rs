@@ -178,7 +178,8 @@ pub fn validate_wgsl(label: &str, wgsl: &str) -> Result<()> {
 
 impl Device {
     /// The compiled kernel for `wgsl`, from this device's cache (keyed by the exact WGSL text) or
-    /// compiled now: validated with naga first ([`validate_wgsl`]), checked against the device's
+    /// compiled now (evicting the least recently used kernel beyond
+    /// [`Device::kernel_cache_capacity`]): validated with naga first ([`validate_wgsl`]), checked against the device's
     /// limits (storage buffers per stage, workgroup size), then a shader module and compute
     /// pipeline are created inside an error scope. A compile counts one
     /// [`crate::Counters::pipelines_created`]; a cache hit counts nothing.
@@ -299,7 +300,14 @@ impl Device {
             pipeline,
             bind_group_layout,
         });
-        cache.insert(wgsl.to_string(), kernel.clone());
+        let evicted = cache.insert(wgsl.to_string(), kernel.clone());
+        if !evicted.is_empty() {
+            let n = evicted.len() as u64;
+            // Destroying a pipeline is a GL call on GL.
+            let _gl = gpu.gl_guard();
+            drop(evicted);
+            bump(|c| c.kernels_evicted += n);
+        }
         Ok(kernel)
     }
 }

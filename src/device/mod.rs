@@ -47,6 +47,7 @@
 // wgpu types are not Send/Sync in the browser; `Arc` there is only for cheap clones.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
+mod caches;
 mod gpu;
 mod kernel;
 mod layout;
@@ -56,6 +57,10 @@ mod transfer;
 
 use std::fmt;
 
+pub use caches::{
+    DEFAULT_KERNEL_CACHE_CAPACITY, DEFAULT_PROGRAM_CACHE_CAPACITY, KERNEL_CACHE_ENV,
+    PROGRAM_CACHE_ENV,
+};
 pub use gpu::{BufferCopy, Command, Device, Dispatch};
 pub use kernel::{Kernel, KernelBinding, validate_wgsl};
 pub use layout::{BackendKind, DeviceLayout};

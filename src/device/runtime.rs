@@ -131,7 +131,7 @@ pub struct Runtime {
     inner: Arc<RuntimeInner>,
 }
 
-/// Options for [`Runtime`]: backends, layout, subset, cpu fallback, memory budget.
+/// Options for [`Runtime`]: backends, layout, subset, cpu fallback, memory budget, cache capacities.
 #[derive(Clone, Debug)]
 pub struct RuntimeBuilder {
     backends: Option<Vec<String>>,
@@ -141,6 +141,9 @@ pub struct RuntimeBuilder {
     from_env: bool,
     allow_cpu_fallback: bool,
     memory_limit: Option<u64>,
+    /// Cache capacities given to every device (None: the defaults or the environment's).
+    kernel_cache_capacity: Option<usize>,
+    program_cache_capacity: Option<usize>,
 }
 
 impl Default for RuntimeBuilder {
@@ -153,6 +156,8 @@ impl Default for RuntimeBuilder {
             from_env: false,
             allow_cpu_fallback: true,
             memory_limit: None,
+            kernel_cache_capacity: None,
+            program_cache_capacity: None,
         }
     }
 }
@@ -231,6 +236,23 @@ impl RuntimeBuilder {
                 _ => Ok(None),
             },
         }
+    }
+
+    /// Compiled kernels each device keeps (least recently used evicted first; at least 1). Default
+    /// [`super::DEFAULT_KERNEL_CACHE_CAPACITY`], or [`super::KERNEL_CACHE_ENV`]
+    /// (`BRIGADE_KERNEL_CACHE`). See [`Device::kernel_cache_capacity`].
+    pub fn kernel_cache_capacity(mut self, n: usize) -> Self {
+        self.kernel_cache_capacity = Some(n.max(1));
+        self
+    }
+
+    /// Programs (argument signatures) that each `jit`, `pmap`/`shard_map` function and eager op
+    /// cache keep for these devices (least recently used evicted first; at least 1). Default
+    /// [`super::DEFAULT_PROGRAM_CACHE_CAPACITY`], or [`super::PROGRAM_CACHE_ENV`]
+    /// (`BRIGADE_PROGRAM_CACHE`). See [`Device::program_cache_capacity`].
+    pub fn program_cache_capacity(mut self, n: usize) -> Self {
+        self.program_cache_capacity = Some(n.max(1));
+        self
     }
 
     /// The layout string in effect and where it came from.
@@ -326,6 +348,12 @@ impl RuntimeBuilder {
                 }
             };
             device.set_memory_limit(memory_limit);
+            if let Some(n) = self.kernel_cache_capacity {
+                device.set_kernel_cache_capacity(n);
+            }
+            if let Some(n) = self.program_cache_capacity {
+                device.set_program_cache_capacity(n);
+            }
             devices.push(device);
         }
         Ok(Runtime {

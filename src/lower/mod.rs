@@ -54,10 +54,13 @@ pub enum Op {
         bytes: u64,
     },
     /// Run `body` `count` times, iterations numbered `0..count` (or backwards with `reverse`).
+    /// With `odd`, every second run (the 2nd, 4th, … in execution order) runs `odd` instead: the
+    /// body with the carries' input and output buffers swapped (ping-pong, no carry copies).
     Loop {
         count: usize,
         reverse: bool,
         body: Vec<Op>,
+        odd: Option<Vec<Op>>,
     },
 }
 
@@ -701,47 +704,94 @@ fn lower_scan(
             carry_bytes[k],
         ));
     }
-    let mut iter = Vec::new();
-    for (j, a) in in_avals[nc + nk..].iter().enumerate() {
-        let slice = (a.size_bytes() / p.length.max(1)) as u64;
-        let at = At {
-            base: 0,
-            stride: slice,
-        };
-        iter.push(copy(
-            ins[nc + nk + j],
-            at,
-            body_in[nc + nk + j],
-            At::ZERO,
-            slice,
-        ));
+    // Ping-pong: odd iterations run a copy of the body with each carry's input and output
+    // buffers swapped, so no carry is copied between iterations. A loop without `xs` and `ys`
+    // (a `fori_loop`) is then dispatches only: one compute pass per chunk instead of one per
+    // iteration (wgpu records every pass into a driver command buffer of its own).
+    let ping_pong = nk > 0
+        && (0..nk).all(|k| {
+            let (i, o) = (body_in[nc + k], body_out[k]);
+            i != o && to.slot_bytes[i] == to.slot_bytes[o]
+        });
+    let mut swapped = map.clone();
+    if ping_pong {
+        for s in swapped.iter_mut() {
+            if let Some(k) = (0..nk).find(|&k| *s == body_in[nc + k]) {
+                *s = body_out[k];
+            } else if let Some(k) = (0..nk).find(|&k| *s == body_out[k]) {
+                *s = body_in[nc + k];
+            }
+        }
     }
-    iter.extend(remap_schedule(&body.schedule, base, &map));
-    for (j, a) in body.output_avals[nk..].iter().enumerate() {
-        let slice = a.size_bytes() as u64;
-        let at = At {
-            base: 0,
-            stride: slice,
-        };
-        iter.push(copy(body_out[nk + j], At::ZERO, outs[nk + j], at, slice));
+    let odd_base = to.launches.len();
+    if ping_pong {
+        to.launches.extend(body.launches.iter().map(|l| Launch {
+            slots: l.slots.iter().map(|&s| swapped[s]).collect(),
+            ..l.clone()
+        }));
     }
-    for k in 0..nk {
-        iter.push(copy(
-            body_out[k],
-            At::ZERO,
-            body_in[nc + k],
-            At::ZERO,
-            carry_bytes[k],
-        ));
-    }
+    // One iteration: slice `i` of each `xs` in, the body, each `y` out to slice `i`.
+    let iteration = |launch_base: usize, slots: &[usize]| {
+        let mut ops = Vec::new();
+        for (j, a) in in_avals[nc + nk..].iter().enumerate() {
+            let slice = (a.size_bytes() / p.length.max(1)) as u64;
+            let at = At {
+                base: 0,
+                stride: slice,
+            };
+            ops.push(copy(
+                ins[nc + nk + j],
+                at,
+                body_in[nc + nk + j],
+                At::ZERO,
+                slice,
+            ));
+        }
+        ops.extend(remap_schedule(&body.schedule, launch_base, slots));
+        for (j, a) in body.output_avals[nk..].iter().enumerate() {
+            let slice = a.size_bytes() as u64;
+            let at = At {
+                base: 0,
+                stride: slice,
+            };
+            ops.push(copy(body_out[nk + j], At::ZERO, outs[nk + j], at, slice));
+        }
+        ops
+    };
+    let mut iter = iteration(base, &map);
+    let odd = if ping_pong {
+        Some(iteration(odd_base, &swapped))
+    } else {
+        for k in 0..nk {
+            iter.push(copy(
+                body_out[k],
+                At::ZERO,
+                body_in[nc + k],
+                At::ZERO,
+                carry_bytes[k],
+            ));
+        }
+        None
+    };
     to.schedule.push(Op::Loop {
         count: p.length,
         reverse: p.reverse,
         body: iter,
+        odd,
     });
+    // Where the carry ends: after an odd number of ping-pong iterations, in the outputs' buffers.
+    let carry_at: Vec<usize> = (0..nk)
+        .map(|k| {
+            if ping_pong && p.length % 2 == 1 {
+                body_out[k]
+            } else {
+                body_in[nc + k]
+            }
+        })
+        .collect();
     for k in 0..nk {
         to.schedule.push(copy(
-            body_in[nc + k],
+            carry_at[k],
             At::ZERO,
             outs[k],
             At::ZERO,
@@ -773,10 +823,12 @@ fn remap_schedule(ops: &[Op], base: usize, map: &[usize]) -> Vec<Op> {
                 count,
                 reverse,
                 body,
+                odd,
             } => Op::Loop {
                 count: *count,
                 reverse: *reverse,
                 body: remap_schedule(body, base, map),
+                odd: odd.as_ref().map(|o| remap_schedule(o, base, map)),
             },
         })
         .collect()

@@ -12,10 +12,11 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::array::{Array, ShardLayout, host_data, read_all};
+use crate::cache::Lru;
 use crate::device::read_mapped;
-use crate::device::{Device, Runtime};
+use crate::device::{DEFAULT_PROGRAM_CACHE_CAPACITY, Device, Runtime};
 use crate::error::{Error, Result};
-use crate::exec::{Executable, TraceArg, trace_args};
+use crate::exec::{Executable, TraceArg, count_program_evictions, trace_args};
 use crate::host::HostArray;
 use crate::lower::stages::{Exchange, StagePlan, split_stages};
 use crate::ops::collective::take_block;
@@ -60,9 +61,10 @@ pub struct Parallel<F> {
     axis_size: Option<usize>,
     devices: Option<Vec<Device>>,
     static_argnums: Vec<usize>,
-    cache: RefCell<HashMap<Key, Rc<ParallelExe>>>,
-    /// Single-device emulations ([`Parallel::emulate`]) by signature.
-    emulated: RefCell<HashMap<Key, Rc<Executable>>>,
+    /// By signature, bounded by the first device's program cache capacity.
+    cache: RefCell<Lru<Key, Rc<ParallelExe>>>,
+    /// Single-device emulations ([`Parallel::emulate`]) by signature, bounded likewise.
+    emulated: RefCell<Lru<Key, Rc<Executable>>>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -90,7 +92,7 @@ struct ParallelExe {
     loop_bodies: Vec<Rc<ParallelExe>>,
     /// Per loop, the slicing program of each `xs` (`take` at a traced index) and the stacking
     /// program of its `ys`, by signature.
-    loop_kernels: RefCell<HashMap<LoopKernelKey, Rc<Executable>>>,
+    loop_kernels: RefCell<Lru<LoopKernelKey, Rc<Executable>>>,
     /// The prints of the program (their values are kept to the end of the run).
     prints: Vec<crate::debug::PrintSpec>,
     /// How a device's axis index is shown in its printed lines (`i` for axis name "i").
@@ -174,8 +176,8 @@ where
             axis_size: None,
             devices: None,
             static_argnums: Vec::new(),
-            cache: RefCell::new(HashMap::new()),
-            emulated: RefCell::new(HashMap::new()),
+            cache: RefCell::new(Lru::new(DEFAULT_PROGRAM_CACHE_CAPACITY)),
+            emulated: RefCell::new(Lru::new(DEFAULT_PROGRAM_CACHE_CAPACITY)),
         }
     }
     /// The name collectives inside `f` use for this axis (none by default, as in JAX).
@@ -321,8 +323,8 @@ where
             axis_size: self.axis_size,
             devices: self.devices,
             static_argnums: self.static_argnums,
-            cache: RefCell::new(HashMap::new()),
-            emulated: RefCell::new(HashMap::new()),
+            cache: RefCell::new(Lru::new(DEFAULT_PROGRAM_CACHE_CAPACITY)),
+            emulated: RefCell::new(Lru::new(DEFAULT_PROGRAM_CACHE_CAPACITY)),
         }
     }
 
@@ -341,6 +343,13 @@ where
     pub fn graph(&self, args: &[Array]) -> Result<Graph> {
         let (exe, _, _) = self.prepare(args)?;
         Ok(exe.shown.clone())
+    }
+
+    /// Number of argument signatures whose parallel programs this function holds (at most the
+    /// smallest [`Device::program_cache_capacity`] of the devices it last compiled for), and of
+    /// its single-device emulations ([`Parallel::emulate`]).
+    pub fn programs_cached(&self) -> (usize, usize) {
+        (self.cache.borrow().len(), self.emulated.borrow().len())
     }
 
     /// Number of stages and host round trips (collective exchanges) of the program for `args`.
@@ -406,7 +415,7 @@ where
             shards: n,
             statics,
         };
-        let cached = self.emulated.borrow().get(&key).cloned();
+        let cached = self.emulated.borrow_mut().get(&key).cloned();
         let exe = match cached {
             Some(e) => e,
             None => {
@@ -424,7 +433,13 @@ where
                 let f = |ts: &[Tensor]| self.emulated_body(ts, &mapped, n);
                 let g = trace_args(&format!("{} (emulated)", self.label), &f, &targs)?;
                 let e = Rc::new(Executable::new(g));
-                self.emulated.borrow_mut().insert(key, e.clone());
+                let evicted = {
+                    let mut c = self.emulated.borrow_mut();
+                    let mut out = c.set_capacity(device.program_cache_capacity());
+                    out.extend(c.insert(key, e.clone()));
+                    out
+                };
+                count_program_evictions(evicted);
                 e
             }
         };
@@ -596,12 +611,23 @@ where
             shards: n,
             statics,
         };
-        let cached = self.cache.borrow().get(&key).cloned();
+        let cached = self.cache.borrow_mut().get(&key).cloned();
         let exe = match cached {
             Some(e) => e,
             None => {
                 let e = Rc::new(self.trace(args, &key, &mapped)?);
-                self.cache.borrow_mut().insert(key, e.clone());
+                let capacity = devices
+                    .iter()
+                    .map(Device::program_cache_capacity)
+                    .min()
+                    .unwrap_or(DEFAULT_PROGRAM_CACHE_CAPACITY);
+                let evicted = {
+                    let mut c = self.cache.borrow_mut();
+                    let mut out = c.set_capacity(capacity);
+                    out.extend(c.insert(key, e.clone()));
+                    out
+                };
+                count_program_evictions(evicted);
                 e
             }
         };
@@ -987,7 +1013,7 @@ impl ParallelExe {
             shown,
             graph,
             loop_bodies,
-            loop_kernels: RefCell::new(HashMap::new()),
+            loop_kernels: RefCell::new(Lru::new(DEFAULT_PROGRAM_CACHE_CAPACITY)),
             prints,
             axis_label,
             plan,
@@ -1006,12 +1032,13 @@ impl ParallelExe {
         f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
     ) -> Result<Rc<Executable>> {
         let key = (avals, kind);
-        if let Some(e) = self.loop_kernels.borrow().get(&key) {
+        if let Some(e) = self.loop_kernels.borrow_mut().get(&key) {
             return Ok(e.clone());
         }
         let g = crate::exec::trace_fn("scan (host loop)", &f, &key.0)?;
         let e = Rc::new(Executable::new(g));
-        self.loop_kernels.borrow_mut().insert(key, e.clone());
+        let evicted = self.loop_kernels.borrow_mut().insert(key, e.clone());
+        count_program_evictions(evicted);
         Ok(e)
     }
 

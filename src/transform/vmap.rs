@@ -134,7 +134,7 @@ where
     pub fn graph(&self, args: &[Array]) -> Result<Graph> {
         Ok(self
             .compiled
-            .executable(&self.label, &|ts| self.apply(ts), args)?
+            .executable(&self.label, &|ts| self.apply(ts), args, None)?
             .graph
             .clone())
     }
