@@ -75,7 +75,40 @@ pub(crate) struct Gpu {
     pub(crate) is_gl: bool,
 }
 
+/// How long a call that failed waits for the device's queue to drain before it decides whether
+/// the device was lost (wgpu reports a destroyed device only once its queue is empty).
+#[cfg(not(target_arch = "wasm32"))]
+const LOSS_DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Gpu {
+    /// Why the device is lost, if it is, asking wgpu first.
+    ///
+    /// wgpu drops the errors of calls on a destroyed or lost device and reports the loss only from
+    /// a later poll (for `wgpu::Device::destroy`, once the queue is empty), so brigade's own state
+    /// lags behind. This polls once: without blocking, or with `drain` (after a call failed)
+    /// waiting up to [`LOSS_DRAIN_WAIT`] for submitted work, so that the lost callback runs.
+    pub(crate) fn lost_now(&self, drain: bool) -> Option<String> {
+        if let Some(reason) = self.state.lost() {
+            return Some(reason);
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let poll = if drain {
+                wgpu::PollType::Wait {
+                    submission_index: None,
+                    timeout: Some(LOSS_DRAIN_WAIT),
+                }
+            } else {
+                wgpu::PollType::Poll
+            };
+            let _gl = self.gl_guard();
+            // A poll error is no loss by itself; the callback decides.
+            let _ = self.device.poll(poll);
+        }
+        let _ = drain;
+        self.state.lost()
+    }
+
     /// Serialize GL calls across threads; a no-op on other backends and when this thread holds it.
     pub(crate) fn gl_guard(&self) -> GlGuard {
         if !self.is_gl || GL_HELD.with(|h| h.get()) {
@@ -213,7 +246,7 @@ impl Device {
             device.set_device_lost_callback(move |reason, msg| {
                 let reason = match reason {
                     wgpu::DeviceLostReason::Destroyed => format!(
-                        "destroyed{}",
+                        "its wgpu device was destroyed (wgpu::Device::destroy){}",
                         if msg.is_empty() {
                             String::new()
                         } else {
@@ -294,11 +327,15 @@ impl Device {
 
     /// True once the device was lost or destroyed; every later GPU call returns
     /// [`Error::DeviceLost`].
+    ///
+    /// Also true right after `device.wgpu().0.destroy()` (wgpu's own destroy, behind brigade's
+    /// back) once the work submitted before it has finished: this asks wgpu with one
+    /// non-blocking poll. False for the cpu device.
     pub fn is_lost(&self) -> bool {
         self.inner
             .gpu
             .as_ref()
-            .is_some_and(|g| g.state.lost().is_some())
+            .is_some_and(|g| g.lost_now(false).is_some())
     }
 
     /// The last wgpu error that no error scope caught (also logged with `log::error!`).
@@ -331,6 +368,27 @@ impl Device {
         }
     }
 
+    /// [`Device::gpu`] for a call that does work on the device (write, compile, allocate,
+    /// submit, read): also asks wgpu whether the device was lost behind brigade's back, with one
+    /// non-blocking poll ([`Gpu::lost_now`]), since wgpu silently drops such calls.
+    pub(crate) fn live_gpu(&self, op: &'static str) -> Result<&Gpu> {
+        let gpu = self.gpu(op)?;
+        match gpu.lost_now(false) {
+            Some(reason) => Err(self.lost_error(reason)),
+            None => Ok(gpu),
+        }
+    }
+
+    /// The error for a call that failed in a way a lost device also explains (a map that did not
+    /// complete, a callback that never ran): [`Error::DeviceLost`] when wgpu, once the queue has
+    /// drained, says the device is lost, else `otherwise`.
+    pub(crate) fn lost_or(&self, otherwise: impl FnOnce() -> Error) -> Error {
+        match self.inner.gpu.as_ref().and_then(|g| g.lost_now(true)) {
+            Some(reason) => self.lost_error(reason),
+            None => otherwise(),
+        }
+    }
+
     pub(crate) fn lost_error(&self, reason: String) -> Error {
         Error::DeviceLost {
             device: self.inner.label.clone(),
@@ -339,8 +397,23 @@ impl Device {
     }
 
     /// Turn a caught wgpu error into brigade's error (`what` says what was being done).
+    ///
+    /// A failure on a device that wgpu has invalidated (destroyed, lost) is [`Error::DeviceLost`]:
+    /// the device is polled once (letting its queue drain) so that wgpu reports the loss, and a
+    /// validation error that itself says the device is lost marks it lost.
     pub(crate) fn wgpu_error(&self, e: wgpu::Error, what: impl FnOnce() -> String) -> Error {
-        if let Some(reason) = self.inner.gpu.as_ref().and_then(|g| g.state.lost()) {
+        let Some(gpu) = self.inner.gpu.as_ref() else {
+            return Error::Wgpu {
+                device: self.inner.label.clone(),
+                message: format!("{}: {e}", what()),
+            };
+        };
+        if let Some(reason) = gpu.lost_now(true) {
+            return self.lost_error(reason);
+        }
+        if let Some(cause) = says_device_lost(&e) {
+            let reason = format!("{}: {cause}", what());
+            gpu.state.mark_lost(reason.clone());
             return self.lost_error(reason);
         }
         match e {
@@ -392,6 +465,10 @@ impl Device {
         let capacity = bucket_size(size, self.inner.info.limits.max_array_bytes());
         if let Some(buffer) = lock(&gpu.pool).take(capacity) {
             return Ok(self.wrap(buffer, size, capacity));
+        }
+        // wgpu hands out an invalid buffer, silently, on a device it has invalidated.
+        if let Some(reason) = gpu.lost_now(false) {
+            return Err(self.lost_error(reason));
         }
         let create = || {
             gpu.capture(|| {
@@ -447,7 +524,7 @@ impl Device {
     /// Like [`Device::alloc`], with every byte zero (one extra submit that clears the buffer).
     pub fn alloc_zeroed(&self, bytes: u64) -> Result<Arc<DeviceBuffer>> {
         let buf = self.alloc(bytes)?;
-        let gpu = self.gpu("alloc_zeroed")?;
+        let gpu = self.live_gpu("alloc_zeroed")?;
         let ((), err) = gpu.capture(|| {
             let mut enc = gpu
                 .device
@@ -613,6 +690,10 @@ impl Device {
         if !commands.iter().any(runs) {
             return Ok(());
         }
+        // wgpu drops a submit to a device it has invalidated without a word: ask it first.
+        if let Some(reason) = gpu.lost_now(false) {
+            return Err(self.lost_error(reason));
+        }
         let ((), err) = gpu.capture(|| {
             let groups: Vec<wgpu::BindGroup> = live
                 .iter()
@@ -741,13 +822,10 @@ impl Device {
             let _gl = gpu.gl_guard();
             gpu.device.poll(wgpu::PollType::wait_indefinitely())
         } {
-            return Err(match gpu.state.lost() {
-                Some(reason) => self.lost_error(reason),
-                None => Error::Wgpu {
-                    device: self.inner.label.clone(),
-                    message: format!("waiting for the device: {e}"),
-                },
-            });
+            return Err(self.lost_or(|| Error::Wgpu {
+                device: self.inner.label.clone(),
+                message: format!("waiting for the device: {e}"),
+            }));
         }
         match gpu.state.lost() {
             Some(reason) => Err(self.lost_error(reason)),
@@ -798,34 +876,25 @@ impl Device {
                     gpu.device.poll(wgpu::PollType::wait_indefinitely())
                 };
                 if let Err(e) = polled {
-                    return Err(match gpu.state.lost() {
-                        Some(reason) => self.lost_error(reason),
-                        None => Error::Wgpu {
-                            device: self.inner.label.clone(),
-                            message: format!("{what}: {e}"),
-                        },
-                    });
+                    return Err(self.lost_or(|| Error::Wgpu {
+                        device: self.inner.label.clone(),
+                        message: format!("{what}: {e}"),
+                    }));
                 }
             }
-            Err(match gpu.state.lost() {
-                Some(reason) => self.lost_error(reason),
-                None => Error::Transfer {
-                    device: self.inner.label.clone(),
-                    detail: format!("{what}: the callback never ran"),
-                },
-            })
+            Err(self.lost_or(|| Error::Transfer {
+                device: self.inner.label.clone(),
+                detail: format!("{what}: the callback never ran"),
+            }))
         }
         #[cfg(target_arch = "wasm32")]
         {
             match rx.await {
                 Ok(v) => Ok(v),
-                Err(_) => Err(match gpu.state.lost() {
-                    Some(reason) => self.lost_error(reason),
-                    None => Error::Transfer {
-                        device: self.inner.label.clone(),
-                        detail: format!("{what}: the callback was dropped"),
-                    },
-                }),
+                Err(_) => Err(self.lost_or(|| Error::Transfer {
+                    device: self.inner.label.clone(),
+                    detail: format!("{what}: the callback was dropped"),
+                })),
             }
         }
     }
@@ -853,6 +922,26 @@ impl Device {
             g.device.destroy();
         }
     }
+}
+
+/// The line of a wgpu error that says its device is lost or invalid, if one does (wgpu's
+/// `DeviceError::Lost` reads "Parent device is lost"; an invalid device, "Device ... is invalid").
+fn says_device_lost(e: &wgpu::Error) -> Option<String> {
+    let mut texts = vec![e.to_string()];
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        texts.push(s.to_string());
+        source = s.source();
+    }
+    texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .map(str::trim)
+        .find(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("device is lost") || (l.starts_with("device") && l.ends_with("is invalid"))
+        })
+        .map(str::to_string)
 }
 
 impl fmt::Display for Device {

@@ -196,6 +196,10 @@ impl Device {
             return Ok(k.clone());
         }
         let refl = reflect(label, wgsl)?;
+        // wgpu makes an invalid pipeline, silently, on a device it has invalidated.
+        if let Some(reason) = gpu.lost_now(false) {
+            return Err(self.lost_error(reason));
+        }
         let limits = self.limits();
         if refl.bindings.len() as u64 > u64::from(limits.max_storage_buffers_per_shader_stage) {
             return Err(compile_error(
@@ -279,7 +283,7 @@ impl Device {
                 wgpu::Error::OutOfMemory { .. } => {
                     self.wgpu_error(e, || format!("compiling kernel `{label}`"))
                 }
-                other => match gpu.state.lost() {
+                other => match gpu.lost_now(true) {
                     Some(reason) => self.lost_error(reason),
                     None => compile_error(
                         label,
