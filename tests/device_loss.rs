@@ -368,3 +368,51 @@ fn loss_during_pmap_calls(delay: Duration) {
     check_pmap(&rest, 4096, "pmap over the 3 remaining devices");
     check_pmap(fresh("vulkan:4").devices(), 4096, "a new runtime");
 }
+
+// ---- wgpu errors are typed (the native side of issue #10, item 12) --------------------------------
+
+/// A kernel that needs 32 bytes at binding 0 (`array<f32, 8>`).
+const FIXED8_WGSL: &str = "@group(0) @binding(0) var<storage, read_write> y: array<f32, 8>;
+@compute @workgroup_size(1) fn main() { y[7] = 1.0; }";
+
+/// Natively a dispatch that fails wgpu's validation (4 bytes bound where the shader needs 32) is
+/// `Error::Wgpu` from the call itself, on both adapters; nothing is left for `flush_errors`, the
+/// device is not counted lost, and it computes right afterwards. (In the browser the same
+/// dispatch returns at once and the next await reports it: `error_capture_check` in web.rs,
+/// checked by web/test/browser.mjs.)
+#[test]
+fn a_dispatch_failing_validation_is_error_wgpu_and_the_device_stays_usable() {
+    let rt = fresh("vulkan:1,gl:1");
+    for dev in rt.devices() {
+        let _gl = device_guard(dev);
+        let k = dev.kernel("fixed8", FIXED8_WGSL).unwrap();
+        let small = dev.alloc(4).unwrap();
+        let r = dev.submit_only(&[brigade::device::Dispatch {
+            kernel: &k,
+            buffers: vec![&small],
+            workgroups: [1, 1, 1],
+        }]);
+        match r {
+            Err(Error::Wgpu { device, message }) => {
+                assert_eq!(device, dev.name());
+                assert!(message.contains("fixed8"), "{message}");
+            }
+            other => panic!("{}: expected Error::Wgpu, got {other:?}", dev.name()),
+        }
+        pollster::block_on(dev.flush_errors()).unwrap();
+        assert!(!dev.is_lost(), "{}", dev.name());
+        let data = rows(1, 8);
+        let full = dev.upload(&HostData::F32(data.clone())).unwrap();
+        dev.run(&[brigade::device::Dispatch {
+            kernel: &k,
+            buffers: vec![&full],
+            workgroups: [1, 1, 1],
+        }])
+        .unwrap();
+        let mut want = data;
+        want[7] = 1.0;
+        let got = pollster::block_on(dev.download(&full, DType::F32, 8)).unwrap();
+        let got = HostArray::new(vec![8], got).unwrap();
+        assert_f32s(&got, &want, Tol::EXACT, dev.name());
+    }
+}

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::kernel::Kernel;
 use super::pool::{DeviceBuffer, Pool, PoolStats, bucket_size};
+use super::scopes::{Deferred, Origin};
 use super::{DeviceInfo, DeviceLimits, backend_name, device_type_name, human_bytes};
 use crate::counters::bump;
 use crate::error::{Error, Result};
@@ -73,6 +74,8 @@ pub(crate) struct Gpu {
     pub(crate) upload_staging: Mutex<Vec<(wgpu::Buffer, super::transfer::WriteMap)>>,
     /// True on wgpu's GL backend (see [`GL_CONTEXT`]).
     pub(crate) is_gl: bool,
+    /// Error scopes popped in the browser and not yet resolved (see `scopes.rs`).
+    pub(crate) deferred: Mutex<Deferred>,
 }
 
 /// How long a call that failed waits for the device's queue to drain before it decides whether
@@ -123,13 +126,24 @@ impl Gpu {
     /// error caught (out-of-memory first).
     ///
     /// Native scopes resolve immediately. In the browser popping a scope is asynchronous and these
-    /// calls are synchronous, so no scope is pushed there: errors reach the uncaptured-error handler,
-    /// which logs them and keeps the last one ([`Device::last_error`]).
+    /// calls are synchronous, so the popped scopes are kept (see `scopes.rs`) and the error, if
+    /// any, is returned by the next await on the device ([`Device::flush_errors`]); here the
+    /// result is always `None` there.
     pub(crate) fn capture<T>(&self, f: impl FnOnce() -> T) -> (T, Option<wgpu::Error>) {
+        self.capture_as(|| Origin::Work, f)
+    }
+
+    /// [`Gpu::capture`], saying what the work is (named in a browser error found later).
+    pub(crate) fn capture_as<T>(
+        &self,
+        origin: impl FnOnce() -> Origin,
+        f: impl FnOnce() -> T,
+    ) -> (T, Option<wgpu::Error>) {
         let _gl = self.gl_guard();
         #[cfg(not(target_arch = "wasm32"))]
         {
             use futures::FutureExt;
+            let _ = origin; // errors are the caller's to name natively
             let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
             let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
             let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -141,7 +155,18 @@ impl Gpu {
         }
         #[cfg(target_arch = "wasm32")]
         {
-            (f(), None)
+            let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
+            let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let out = f();
+            // Popping takes effect at once; only the results arrive later.
+            let (v, o, i) = (validation.pop(), oom.pop(), internal.pop());
+            let errors = async move {
+                let (v, o, i) = (v.await, o.await, i.await);
+                o.or(v).or(i)
+            };
+            lock(&self.deferred).push(origin(), Box::pin(errors));
+            (out, None)
         }
     }
 }
@@ -276,6 +301,7 @@ impl Device {
             upload_staging: Mutex::new(Vec::new()),
             kernels: Mutex::new(HashMap::new()),
             is_gl: adapter.backend == wgpu::Backend::Gl,
+            deferred: Mutex::new(Deferred::default()),
         };
         Device::from_parts(info, Some(gpu))
     }
@@ -849,6 +875,45 @@ impl Device {
         self.wait_for(rx, "waiting for submitted work").await
     }
 
+    /// Report the errors wgpu caught in work brigade submitted so far on this device.
+    ///
+    /// In the browser error scopes resolve asynchronously, so a kernel the browser rejects, a
+    /// dispatch that fails validation or an allocation that runs out of memory is not an error of
+    /// the call that did it: this awaits the scopes brigade pushed around that work and returns
+    /// the first error caught, once — [`Error::Compile`] for a shader (the kernel is dropped
+    /// from the cache, so compiling it again fails again), [`Error::OutOfMemory`], or
+    /// [`Error::Wgpu`] for other validation and internal errors. Every download and
+    /// [`Device::idle`] runs it first, and a parallel call's `call_async` before it returns.
+    /// Natively every call reports its own errors, so this only says whether the device is lost.
+    /// Nothing to do on the cpu device.
+    pub async fn flush_errors(&self) -> Result<()> {
+        let Some(gpu) = &self.inner.gpu else {
+            return Ok(());
+        };
+        let taken = lock(&gpu.deferred).take();
+        let first = if taken.is_empty() {
+            None
+        } else {
+            taken.first_error().await
+        };
+        if let Some(reason) = gpu.state.lost() {
+            return Err(self.lost_error(reason));
+        }
+        match first {
+            None => Ok(()),
+            Some((Origin::Kernel { label, wgsl }, e)) => {
+                lock(&gpu.kernels).remove(&wgsl);
+                Err(super::scopes::kernel_error(
+                    &self.inner.label,
+                    &label,
+                    &wgsl,
+                    e,
+                ))
+            }
+            Some((Origin::Work, e)) => Err(self.wgpu_error(e, || "device work".to_string())),
+        }
+    }
+
     /// Wait for a callback's channel: natively by polling the device, in the browser by awaiting.
     pub(crate) async fn wait_for<T>(
         &self,
@@ -889,6 +954,9 @@ impl Device {
         }
         #[cfg(target_arch = "wasm32")]
         {
+            let _ = gpu;
+            // Work before this wait may have failed: report that rather than its results.
+            self.flush_errors().await?;
             match rx.await {
                 Ok(v) => Ok(v),
                 Err(_) => Err(self.lost_or(|| Error::Transfer {

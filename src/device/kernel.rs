@@ -230,7 +230,11 @@ impl Device {
             ));
         }
 
-        let ((pipeline, bind_group_layout), err) = gpu.capture(|| {
+        let origin = || super::scopes::Origin::Kernel {
+            label: label.to_string(),
+            wgsl: wgsl.to_string(),
+        };
+        let ((pipeline, bind_group_layout), err) = gpu.capture_as(origin, || {
             let module = gpu
                 .device
                 .create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -285,11 +289,7 @@ impl Device {
                 }
                 other => match gpu.lost_now(true) {
                     Some(reason) => self.lost_error(reason),
-                    None => compile_error(
-                        label,
-                        wgsl,
-                        format!("device {} rejected the shader: {other}", self.name()),
-                    ),
+                    None => super::scopes::kernel_error(self.name(), label, wgsl, other),
                 },
             });
         }

@@ -52,6 +52,7 @@ mod kernel;
 mod layout;
 mod pool;
 mod runtime;
+mod scopes;
 mod transfer;
 
 use std::fmt;
