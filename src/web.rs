@@ -1638,7 +1638,21 @@ async fn error_capture_inner(layout: &str) -> Result<String> {
         dev.flush_errors().await
     }
     .await;
-    // 4. Each error is reported once: the device computes right afterwards.
+    // 4. The same failing dispatch, then a parallel call on the device: its `call_async`
+    //    returns the error before it returns.
+    let parallel: Result<()> = async {
+        let k = dev.kernel("fixed8", FIXED8_WGSL)?;
+        let small = dev.alloc(4)?;
+        one(&k, &small)?;
+        let x = Array::from_vec(vec![1.0f32, 2.0, 3.0], &[1, 3])?;
+        pmap(|a: &[Tensor]| vec![a[0].add(&a[0])])
+            .devices(std::slice::from_ref(&dev))
+            .call_async(&[x])
+            .await
+            .map(|_| ())
+    }
+    .await;
+    // 5. Each error is reported once: the device computes right afterwards.
     let input = vec![1.0f32, -2.5, 0.0, 3.0];
     let after: Result<crate::HostData> = async {
         let x = dev.upload(&crate::HostData::F32(input.clone()))?;
@@ -1654,6 +1668,7 @@ async fn error_capture_inner(layout: &str) -> Result<String> {
         .raw("shader", outcome_json(&shader))
         .raw("shader_again", outcome_json(&shader_again))
         .raw("validation", outcome_json(&validation))
+        .raw("call_async", outcome_json(&parallel))
         .bool("after_ok", after_ok)
         .str("after", &format!("{after:?}"))
         .end())

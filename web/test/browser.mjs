@@ -129,6 +129,8 @@ async function main() {
     check('… compiling it again fails again (not cached)', ec.shader_again?.kind === 'Compile', JSON.stringify(ec.shader_again));
     check('a dispatch that fails validation: the next await returns Error::Wgpu',
       ec.validation?.kind === 'Wgpu' && /fixed8|binding/i.test(ec.validation?.message ?? ''), JSON.stringify(ec.validation));
+    check('… and a parallel call after such a dispatch: call_async returns Error::Wgpu',
+      ec.call_async?.kind === 'Wgpu' && /fixed8|binding/i.test(ec.call_async?.message ?? ''), JSON.stringify(ec.call_async));
     check('… and the device computes right afterwards', ec.after_ok === true, ec.after);
 
     // 3. Screenshots in Chinese (the default), then the language toggle, then English.
