@@ -76,6 +76,17 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         out
     }
 
+    /// Remove the entry for `k`, returning its value.
+    pub(crate) fn remove<Q>(&mut self, k: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let (v, used) = self.map.remove(k)?;
+        self.order.remove(&used);
+        Some(v)
+    }
+
     /// Remove every entry, returning the values.
     pub(crate) fn drain(&mut self) -> Vec<V> {
         self.order.clear();

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::kernel::Kernel;
 use super::pool::{DeviceBuffer, MemoryStats, Pool, PoolStats, bucket_size};
 use super::runtime::MEMORY_LIMIT_ENV;
+use super::scopes::{Deferred, Origin};
 use super::{DeviceInfo, DeviceLimits, backend_name, device_type_name, human_bytes};
 use crate::counters::bump;
 use crate::error::{Error, Result};
@@ -74,9 +75,53 @@ pub(crate) struct Gpu {
     pub(crate) upload_staging: Mutex<Vec<(wgpu::Buffer, super::transfer::WriteMap)>>,
     /// True on wgpu's GL backend (see [`GL_CONTEXT`]).
     pub(crate) is_gl: bool,
+    /// Error scopes popped in the browser and not yet resolved (see `scopes.rs`).
+    pub(crate) deferred: Mutex<Deferred>,
+    /// Set once [`Device::wgpu`] handed the wgpu device out: from then on its owner may destroy
+    /// it behind brigade's back, which wgpu reports only from a poll (see [`Gpu::lost_now`]).
+    pub(crate) handed_out: std::sync::atomic::AtomicBool,
 }
 
+/// How long a call that failed waits for the device's queue to drain before it decides whether
+/// the device was lost (wgpu reports a destroyed device only once its queue is empty).
+#[cfg(not(target_arch = "wasm32"))]
+const LOSS_DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Gpu {
+    /// Why the device is lost, if it is, asking wgpu first.
+    ///
+    /// wgpu drops the errors of calls on a destroyed or lost device, and reports a
+    /// `wgpu::Device::destroy` only from a later poll, once the queue is empty, so brigade's own
+    /// state can lag behind. This polls once: with `drain` (after a call failed) waiting up to
+    /// [`LOSS_DRAIN_WAIT`] for submitted work so that the lost callback runs; without it, never
+    /// blocking, and only when the wgpu device was handed out ([`Device::wgpu`]): a driver loss
+    /// runs the callback at once, inside the call that met it, so only an outside `destroy`
+    /// needs the poll (about 8 µs on lavapipe, spared to every other submit).
+    pub(crate) fn lost_now(&self, drain: bool) -> Option<String> {
+        if let Some(reason) = self.state.lost() {
+            return Some(reason);
+        }
+        if !drain && !self.handed_out.load(Ordering::Acquire) {
+            return None;
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let poll = if drain {
+                wgpu::PollType::Wait {
+                    submission_index: None,
+                    timeout: Some(LOSS_DRAIN_WAIT),
+                }
+            } else {
+                wgpu::PollType::Poll
+            };
+            let _gl = self.gl_guard();
+            // A poll error is no loss by itself; the callback decides.
+            let _ = self.device.poll(poll);
+        }
+        let _ = drain;
+        self.state.lost()
+    }
+
     /// Serialize GL calls across threads; a no-op on other backends and when this thread holds it.
     pub(crate) fn gl_guard(&self) -> GlGuard {
         if !self.is_gl || GL_HELD.with(|h| h.get()) {
@@ -91,13 +136,24 @@ impl Gpu {
     /// error caught (out-of-memory first).
     ///
     /// Native scopes resolve immediately. In the browser popping a scope is asynchronous and these
-    /// calls are synchronous, so no scope is pushed there: errors reach the uncaptured-error handler,
-    /// which logs them and keeps the last one ([`Device::last_error`]).
+    /// calls are synchronous, so the popped scopes are kept (see `scopes.rs`) and the error, if
+    /// any, is returned by the next await on the device ([`Device::flush_errors`]); here the
+    /// result is always `None` there.
     pub(crate) fn capture<T>(&self, f: impl FnOnce() -> T) -> (T, Option<wgpu::Error>) {
+        self.capture_as(|| Origin::Work, f)
+    }
+
+    /// [`Gpu::capture`], saying what the work is (named in a browser error found later).
+    pub(crate) fn capture_as<T>(
+        &self,
+        origin: impl FnOnce() -> Origin,
+        f: impl FnOnce() -> T,
+    ) -> (T, Option<wgpu::Error>) {
         let _gl = self.gl_guard();
         #[cfg(not(target_arch = "wasm32"))]
         {
             use futures::FutureExt;
+            let _ = origin; // errors are the caller's to name natively
             let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
             let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
             let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -109,7 +165,18 @@ impl Gpu {
         }
         #[cfg(target_arch = "wasm32")]
         {
-            (f(), None)
+            let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
+            let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let out = f();
+            // Popping takes effect at once; only the results arrive later.
+            let (v, o, i) = (validation.pop(), oom.pop(), internal.pop());
+            let errors = async move {
+                let (v, o, i) = (v.await, o.await, i.await);
+                o.or(v).or(i)
+            };
+            lock(&self.deferred).push(origin(), Box::pin(errors));
+            (out, None)
         }
     }
 }
@@ -218,7 +285,7 @@ impl Device {
             device.set_device_lost_callback(move |reason, msg| {
                 let reason = match reason {
                     wgpu::DeviceLostReason::Destroyed => format!(
-                        "destroyed{}",
+                        "its wgpu device was destroyed (wgpu::Device::destroy){}",
                         if msg.is_empty() {
                             String::new()
                         } else {
@@ -250,6 +317,8 @@ impl Device {
                 super::caches::CacheSettings::default().kernel_capacity(),
             )),
             is_gl: adapter.backend == wgpu::Backend::Gl,
+            deferred: Mutex::new(Deferred::default()),
+            handed_out: std::sync::atomic::AtomicBool::new(false),
         };
         Device::from_parts(info, Some(gpu))
     }
@@ -302,11 +371,15 @@ impl Device {
 
     /// True once the device was lost or destroyed; every later GPU call returns
     /// [`Error::DeviceLost`].
+    ///
+    /// Also true right after `device.wgpu().0.destroy()` (wgpu's own destroy, behind brigade's
+    /// back) once the work submitted before it has finished: this asks wgpu with one
+    /// non-blocking poll. False for the cpu device.
     pub fn is_lost(&self) -> bool {
         self.inner
             .gpu
             .as_ref()
-            .is_some_and(|g| g.state.lost().is_some())
+            .is_some_and(|g| g.lost_now(false).is_some())
     }
 
     /// The last wgpu error that no error scope caught (also logged with `log::error!`).
@@ -318,8 +391,14 @@ impl Device {
     }
 
     /// The wgpu device and queue, for code that records its own commands (`None` on the cpu device).
+    ///
+    /// brigade checks for a loss more often from then on (one non-blocking poll before each
+    /// submit, write and read), since the caller may `destroy()` the device behind its back.
     pub fn wgpu(&self) -> Option<(&wgpu::Device, &wgpu::Queue)> {
-        self.inner.gpu.as_ref().map(|g| (&g.device, &g.queue))
+        self.inner.gpu.as_ref().map(|g| {
+            g.handed_out.store(true, Ordering::Release);
+            (&g.device, &g.queue)
+        })
     }
 
     /// The GPU half, or the error for a cpu or lost device.
@@ -339,6 +418,27 @@ impl Device {
         }
     }
 
+    /// [`Device::gpu`] for a call that does work on the device (write, compile, allocate,
+    /// submit, read): also asks wgpu whether the device was lost behind brigade's back, with one
+    /// non-blocking poll ([`Gpu::lost_now`]), since wgpu silently drops such calls.
+    pub(crate) fn live_gpu(&self, op: &'static str) -> Result<&Gpu> {
+        let gpu = self.gpu(op)?;
+        match gpu.lost_now(false) {
+            Some(reason) => Err(self.lost_error(reason)),
+            None => Ok(gpu),
+        }
+    }
+
+    /// The error for a call that failed in a way a lost device also explains (a map that did not
+    /// complete, a callback that never ran): [`Error::DeviceLost`] when wgpu, once the queue has
+    /// drained, says the device is lost, else `otherwise`.
+    pub(crate) fn lost_or(&self, otherwise: impl FnOnce() -> Error) -> Error {
+        match self.inner.gpu.as_ref().and_then(|g| g.lost_now(true)) {
+            Some(reason) => self.lost_error(reason),
+            None => otherwise(),
+        }
+    }
+
     pub(crate) fn lost_error(&self, reason: String) -> Error {
         Error::DeviceLost {
             device: self.inner.label.clone(),
@@ -347,8 +447,23 @@ impl Device {
     }
 
     /// Turn a caught wgpu error into brigade's error (`what` says what was being done).
+    ///
+    /// A failure on a device that wgpu has invalidated (destroyed, lost) is [`Error::DeviceLost`]:
+    /// the device is polled once (letting its queue drain) so that wgpu reports the loss, and a
+    /// validation error that itself says the device is lost marks it lost.
     pub(crate) fn wgpu_error(&self, e: wgpu::Error, what: impl FnOnce() -> String) -> Error {
-        if let Some(reason) = self.inner.gpu.as_ref().and_then(|g| g.state.lost()) {
+        let Some(gpu) = self.inner.gpu.as_ref() else {
+            return Error::Wgpu {
+                device: self.inner.label.clone(),
+                message: format!("{}: {e}", what()),
+            };
+        };
+        if let Some(reason) = gpu.lost_now(true) {
+            return self.lost_error(reason);
+        }
+        if let Some(cause) = says_device_lost(&e) {
+            let reason = format!("{}: {cause}", what());
+            gpu.state.mark_lost(reason.clone());
             return self.lost_error(reason);
         }
         match e {
@@ -416,6 +531,11 @@ impl Device {
         let Some(capacity) = reserved else {
             return Err(self.out_of_memory(bytes, "it does not fit the memory limit"));
         };
+        // wgpu hands out an invalid buffer, silently, on a device it has invalidated.
+        if let Some(reason) = gpu.lost_now(false) {
+            lock(&gpu.pool).unreserve(capacity);
+            return Err(self.lost_error(reason));
+        }
         let create = || {
             gpu.capture(|| {
                 gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -494,7 +614,7 @@ impl Device {
     /// Like [`Device::alloc`], with every byte zero (one extra submit that clears the buffer).
     pub fn alloc_zeroed(&self, bytes: u64) -> Result<Arc<DeviceBuffer>> {
         let buf = self.alloc(bytes)?;
-        let gpu = self.gpu("alloc_zeroed")?;
+        let gpu = self.live_gpu("alloc_zeroed")?;
         let ((), err) = gpu.capture(|| {
             let mut enc = gpu
                 .device
@@ -757,13 +877,10 @@ impl Device {
             let _gl = gpu.gl_guard();
             gpu.device.poll(wgpu::PollType::wait_indefinitely())
         } {
-            return Err(match gpu.state.lost() {
-                Some(reason) => self.lost_error(reason),
-                None => Error::Wgpu {
-                    device: self.inner.label.clone(),
-                    message: format!("waiting for the device: {e}"),
-                },
-            });
+            return Err(self.lost_or(|| Error::Wgpu {
+                device: self.inner.label.clone(),
+                message: format!("waiting for the device: {e}"),
+            }));
         }
         match gpu.state.lost() {
             Some(reason) => Err(self.lost_error(reason)),
@@ -785,6 +902,45 @@ impl Device {
             let _ = tx.send(());
         });
         self.wait_for(rx, "waiting for submitted work").await
+    }
+
+    /// Report the errors wgpu caught in work brigade submitted so far on this device.
+    ///
+    /// In the browser error scopes resolve asynchronously, so a kernel the browser rejects, a
+    /// dispatch that fails validation or an allocation that runs out of memory is not an error of
+    /// the call that did it: this awaits the scopes brigade pushed around that work and returns
+    /// the first error caught, once — [`Error::Compile`] for a shader (the kernel is dropped
+    /// from the cache, so compiling it again fails again), [`Error::OutOfMemory`], or
+    /// [`Error::Wgpu`] for other validation and internal errors. Every download and
+    /// [`Device::idle`] runs it first, and a parallel call's `call_async` before it returns.
+    /// Natively every call reports its own errors, so this only says whether the device is lost.
+    /// Nothing to do on the cpu device.
+    pub async fn flush_errors(&self) -> Result<()> {
+        let Some(gpu) = &self.inner.gpu else {
+            return Ok(());
+        };
+        let taken = lock(&gpu.deferred).take();
+        let first = if taken.is_empty() {
+            None
+        } else {
+            taken.first_error().await
+        };
+        if let Some(reason) = gpu.state.lost() {
+            return Err(self.lost_error(reason));
+        }
+        match first {
+            None => Ok(()),
+            Some((Origin::Kernel { label, wgsl }, e)) => {
+                lock(&gpu.kernels).remove(&wgsl);
+                Err(super::scopes::kernel_error(
+                    &self.inner.label,
+                    &label,
+                    &wgsl,
+                    e,
+                ))
+            }
+            Some((Origin::Work, e)) => Err(self.wgpu_error(e, || "device work".to_string())),
+        }
     }
 
     /// Wait for a callback's channel: natively by polling the device, in the browser by awaiting.
@@ -814,34 +970,28 @@ impl Device {
                     gpu.device.poll(wgpu::PollType::wait_indefinitely())
                 };
                 if let Err(e) = polled {
-                    return Err(match gpu.state.lost() {
-                        Some(reason) => self.lost_error(reason),
-                        None => Error::Wgpu {
-                            device: self.inner.label.clone(),
-                            message: format!("{what}: {e}"),
-                        },
-                    });
+                    return Err(self.lost_or(|| Error::Wgpu {
+                        device: self.inner.label.clone(),
+                        message: format!("{what}: {e}"),
+                    }));
                 }
             }
-            Err(match gpu.state.lost() {
-                Some(reason) => self.lost_error(reason),
-                None => Error::Transfer {
-                    device: self.inner.label.clone(),
-                    detail: format!("{what}: the callback never ran"),
-                },
-            })
+            Err(self.lost_or(|| Error::Transfer {
+                device: self.inner.label.clone(),
+                detail: format!("{what}: the callback never ran"),
+            }))
         }
         #[cfg(target_arch = "wasm32")]
         {
+            let _ = gpu;
+            // Work before this wait may have failed: report that rather than its results.
+            self.flush_errors().await?;
             match rx.await {
                 Ok(v) => Ok(v),
-                Err(_) => Err(match gpu.state.lost() {
-                    Some(reason) => self.lost_error(reason),
-                    None => Error::Transfer {
-                        device: self.inner.label.clone(),
-                        detail: format!("{what}: the callback was dropped"),
-                    },
-                }),
+                Err(_) => Err(self.lost_or(|| Error::Transfer {
+                    device: self.inner.label.clone(),
+                    detail: format!("{what}: the callback was dropped"),
+                })),
             }
         }
     }
@@ -964,6 +1114,10 @@ impl<'a> Recorder<'_, 'a> {
     fn flush(&mut self) -> Result<()> {
         if self.pending.is_empty() {
             return Ok(());
+        }
+        // wgpu drops a submit to a device it has invalidated without a word: ask it first.
+        if let Some(reason) = self.gpu.lost_now(false) {
+            return Err(self.dev.lost_error(reason));
         }
         while self.in_flight.len() >= MAX_IN_FLIGHT {
             if let Some(idx) = self.in_flight.pop_front() {
@@ -1095,6 +1249,26 @@ impl Device {
         let _ = idx;
         Ok(())
     }
+}
+
+/// The line of a wgpu error that says its device is lost or invalid, if one does (wgpu's
+/// `DeviceError::Lost` reads "Parent device is lost"; an invalid device, "Device ... is invalid").
+fn says_device_lost(e: &wgpu::Error) -> Option<String> {
+    let mut texts = vec![e.to_string()];
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        texts.push(s.to_string());
+        source = s.source();
+    }
+    texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .map(str::trim)
+        .find(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("device is lost") || (l.starts_with("device") && l.ends_with("is invalid"))
+        })
+        .map(str::to_string)
 }
 
 impl fmt::Display for Device {

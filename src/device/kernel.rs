@@ -197,6 +197,10 @@ impl Device {
             return Ok(k.clone());
         }
         let refl = reflect(label, wgsl)?;
+        // wgpu makes an invalid pipeline, silently, on a device it has invalidated.
+        if let Some(reason) = gpu.lost_now(false) {
+            return Err(self.lost_error(reason));
+        }
         let limits = self.limits();
         if refl.bindings.len() as u64 > u64::from(limits.max_storage_buffers_per_shader_stage) {
             return Err(compile_error(
@@ -227,7 +231,11 @@ impl Device {
             ));
         }
 
-        let ((pipeline, bind_group_layout), err) = gpu.capture(|| {
+        let origin = || super::scopes::Origin::Kernel {
+            label: label.to_string(),
+            wgsl: wgsl.to_string(),
+        };
+        let ((pipeline, bind_group_layout), err) = gpu.capture_as(origin, || {
             let module = gpu
                 .device
                 .create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -280,13 +288,9 @@ impl Device {
                 wgpu::Error::OutOfMemory { .. } => {
                     self.wgpu_error(e, || format!("compiling kernel `{label}`"))
                 }
-                other => match gpu.state.lost() {
+                other => match gpu.lost_now(true) {
                     Some(reason) => self.lost_error(reason),
-                    None => compile_error(
-                        label,
-                        wgsl,
-                        format!("device {} rejected the shader: {other}", self.name()),
-                    ),
+                    None => super::scopes::kernel_error(self.name(), label, wgsl, other),
                 },
             });
         }

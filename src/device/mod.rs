@@ -53,6 +53,7 @@ mod kernel;
 mod layout;
 mod pool;
 mod runtime;
+mod scopes;
 mod transfer;
 
 use std::fmt;

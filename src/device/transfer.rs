@@ -131,6 +131,10 @@ impl Device {
     /// unified memory, where `queue.write_buffer` stages into fresh memory every time); otherwise
     /// through `queue.write_buffer`. Both are ordered before work submitted later.
     fn write_bytes(&self, gpu: &super::gpu::Gpu, buf: &DeviceBuffer, bytes: &[u8]) -> Result<()> {
+        // wgpu drops a write to a device it has invalidated without a word: ask it first.
+        if let Some(reason) = gpu.lost_now(false) {
+            return Err(self.lost_error(reason));
+        }
         let n = bytes.len() as u64;
         let staged = if n >= STAGED_WRITE_MIN {
             self.write_staged(gpu, buf, bytes)?
@@ -299,7 +303,7 @@ impl Device {
         &self,
         reads: &[(&DeviceBuffer, DType, usize)],
     ) -> Result<PendingRead> {
-        let gpu = self.gpu("download")?;
+        let gpu = self.live_gpu("download")?;
         let max_staging = self.limits().max_buffer_size;
         let mut parts = Vec::with_capacity(reads.len());
         // (staging size, [(part index, source, bytes)])
@@ -427,16 +431,13 @@ impl PendingRead {
         for (_, _, rx) in &mut self.staging {
             let Some(rx) = rx.take() else { continue };
             let ok = self.device.wait_for(rx, "mapping a staging buffer").await?;
-            if ok.is_err() {
-                return Err(
-                    match self.device.inner.gpu.as_ref().and_then(|g| g.state.lost()) {
-                        Some(reason) => self.device.lost_error(reason),
-                        None => Error::Transfer {
-                            device: self.device.name().to_string(),
-                            detail: "map_async of a staging buffer failed".into(),
-                        },
-                    },
-                );
+            if let Err(e) = ok {
+                // A map fails at once on a device wgpu has invalidated; it reports the loss
+                // itself only once the queue has drained.
+                return Err(self.device.lost_or(|| Error::Transfer {
+                    device: self.device.name().to_string(),
+                    detail: format!("map_async of a staging buffer failed: {e}"),
+                }));
             }
         }
         Ok(())
@@ -447,12 +448,12 @@ impl PendingRead {
         self.staging
             .iter()
             .map(|(b, used, _)| {
-                b.slice(..*used)
-                    .get_mapped_range()
-                    .map_err(|e| Error::Transfer {
+                b.slice(..*used).get_mapped_range().map_err(|e| {
+                    self.device.lost_or(|| Error::Transfer {
                         device: self.device.name().to_string(),
                         detail: format!("reading a mapped staging buffer: {e:?}"),
                     })
+                })
             })
             .collect()
     }

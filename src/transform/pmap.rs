@@ -370,6 +370,11 @@ where
         let (exe, devices, plan) = self.prepare(args)?;
         let shard_args = self.shard_args(args, &plan, &devices).await?;
         let per_device = exe.run(&devices, shard_args).await?;
+        // In the browser a kernel or dispatch error arrives asynchronously: report it here.
+        #[cfg(target_arch = "wasm32")]
+        for d in &devices {
+            d.flush_errors().await?;
+        }
         Ok(exe
             .out_layouts
             .iter()

@@ -120,6 +120,19 @@ async function main() {
     const shown = await page.locator('#div-error').textContent().catch(() => '');
     check('… and the page displays it', /cannot be split evenly over \d+ devices/.test(shown ?? ''), shown);
 
+    // 2b. Shader and validation errors in the browser come back as brigade Error values (error
+    //     scopes popped asynchronously, reported on the next await), not as wrong numbers.
+    const ec = await page.evaluate(async () => JSON.parse(await (await import('./pkg/brigade.js')).error_capture_check()));
+    console.log(`error capture: ${JSON.stringify(ec)}`);
+    check('a shader the browser rejects: the next read returns brigade\'s Compile error',
+      ec.backend === 'webgpu' && ec.shader?.kind === 'Compile' && /inf_constant/.test(ec.shader?.message ?? ''), JSON.stringify(ec.shader));
+    check('… compiling it again fails again (not cached)', ec.shader_again?.kind === 'Compile', JSON.stringify(ec.shader_again));
+    check('a dispatch that fails validation: the next await returns Error::Wgpu',
+      ec.validation?.kind === 'Wgpu' && /fixed8|binding/i.test(ec.validation?.message ?? ''), JSON.stringify(ec.validation));
+    check('… and a parallel call after such a dispatch: call_async returns Error::Wgpu',
+      ec.call_async?.kind === 'Wgpu' && /fixed8|binding/i.test(ec.call_async?.message ?? ''), JSON.stringify(ec.call_async));
+    check('… and the device computes right afterwards', ec.after_ok === true, ec.after);
+
     // 3. Screenshots in Chinese (the default), then the language toggle, then English.
     mkdirSync(SHOTS, { recursive: true });
     const shoot = async (lang) => {
