@@ -2006,3 +2006,81 @@ fn floor_divide_and_remainder_follow_python() {
         "remainder f32",
     );
 }
+
+/// Odd but legal inputs: empty arrays, zero-length loops, clamped indices, zero-size random
+/// draws, contractions over nothing. Each gives JAX's answer (derived here) on every device.
+#[test]
+fn odd_but_legal_inputs_give_jaxs_answers() {
+    let mut n = 0;
+    for dev in gpu_devices() {
+        let _g = device_guard(&dev);
+        let run = |f: F, args: &[Array]| -> Vec<Array> {
+            jit(f)
+                .on(&dev)
+                .call(args)
+                .unwrap_or_else(|e| panic!("on {}: {e}", dev.name()))
+        };
+        let empty = |shape: &[usize]| Array::from_vec(Vec::<f32>::new(), shape).unwrap();
+        // No arguments, no outputs; no arguments, a constant output.
+        assert!(run(|_a| vec![], &[]).is_empty());
+        let c = run(|_a| vec![Tensor::scalar(1.5f32)], &[]);
+        assert_eq!(c[0].to_vec::<f32>().unwrap(), vec![1.5]);
+        // A contraction over k = 0 is all zeros (the empty sum), mean of nothing is NaN.
+        let m = run(
+            |a| vec![a[0].matmul(&a[1])],
+            &[empty(&[2, 0]), empty(&[0, 3])],
+        );
+        assert_eq!(m[0].to_vec::<f32>().unwrap(), vec![0.0; 6]);
+        let mean = run(|a| vec![a[0].mean_all()], &[empty(&[0])]);
+        assert!(mean[0].to_vec::<f32>().unwrap()[0].is_nan());
+        // Zero-size results keep their shapes.
+        let z = run(
+            |a| {
+                vec![
+                    a[0].cast(DType::I32).one_hot(0),
+                    random::split(&random::key(0), 0),
+                    a[1].take(&Tensor::from_vec(Vec::<i32>::new(), &[0]), 0),
+                    a[1].sum(1i64, false),
+                ]
+            },
+            &[f(&[2]), empty(&[0, 2])],
+        );
+        let shapes: Vec<&[usize]> = z.iter().map(|a| a.shape()).collect();
+        assert_eq!(shapes, vec![&[2, 0][..], &[0, 2], &[0, 2], &[0]]);
+        // A loop that runs no iteration returns its init; switch clamps its index.
+        let x = f(&[3]);
+        let xs = x.to_vec::<f32>().unwrap();
+        let l = run(
+            |a| {
+                let none = fori_loop(5, 0, |_, c| vec![&c[0] * 2.0], &a[..1]);
+                let neg = |o: &[Tensor]| vec![o[0].neg()];
+                let sq = |o: &[Tensor]| vec![o[0].square()];
+                let hi = switch(&Tensor::scalar(99i32), &[&neg, &sq], &a[..1]);
+                let lo = switch(&Tensor::scalar(-5i32), &[&neg, &sq], &a[..1]);
+                vec![none[0].clone(), hi[0].clone(), lo[0].clone()]
+            },
+            std::slice::from_ref(&x),
+        );
+        assert_eq!(l[0].to_vec::<f32>().unwrap(), xs);
+        let sq: Vec<f32> = xs.iter().map(|v| v * v).collect();
+        let neg: Vec<f32> = xs.iter().map(|v| -v).collect();
+        assert_eq!(l[1].to_vec::<f32>().unwrap(), sq);
+        assert_eq!(l[2].to_vec::<f32>().unwrap(), neg);
+        // randint with minval > maxval gives minval (JAX raises maxval to minval + 1).
+        let r = run(|_a| vec![random::randint(&random::key(3), &[5], 5, 2)], &[]);
+        assert_eq!(r[0].to_vec::<i32>().unwrap(), vec![5; 5]);
+        n += 7;
+    }
+    // ppermute with an empty permutation: every shard receives zeros, as in JAX.
+    let devs = devices_with("vulkan:2");
+    let p = pmap(|a: &[Tensor]| vec![ppermute(&a[0], "i", &[])])
+        .axis_name("i")
+        .devices(&devs)
+        .call(&[f(&[2, 3])])
+        .unwrap();
+    assert_eq!(p[0].to_vec::<f32>().unwrap(), vec![0.0; 6]);
+    println!(
+        "adversarial odd but legal inputs: {} inputs, each JAX's answer",
+        n + 1
+    );
+}
