@@ -48,9 +48,9 @@ impl HostData {
             Scalar::F64(v) => HostData::F64(try_vec(v, n, what)?),
         })
     }
-    /// `n` copies of `value`. Aborts the process if the host cannot allocate them: for sizes that
-    /// user input decides use [`HostData::try_filled`].
-    pub fn filled(value: Scalar, n: usize) -> HostData {
+    /// `n` copies of `value`, for sizes already checked (it aborts like `vec!` if the host cannot
+    /// allocate them); sizes that user input decides go through [`HostData::try_filled`].
+    pub(crate) fn filled(value: Scalar, n: usize) -> HostData {
         match value {
             Scalar::F32(v) => HostData::F32(vec![v; n]),
             Scalar::I32(v) => HostData::I32(vec![v; n]),
