@@ -185,6 +185,10 @@ pub trait Element: Copy + Send + Sync + 'static {
     const DTYPE: DType;
     fn wrap(v: Vec<Self>) -> HostData;
     fn unwrap(d: &HostData) -> Option<&[Self]>;
+    /// Fill `dst` from device bytes (little-endian, in the device's storage layout: 4 bytes per
+    /// bool); `src` holds exactly `dst.len()` elements.
+    #[doc(hidden)]
+    fn read_device_bytes(dst: &mut [Self], src: &[u8]);
 }
 macro_rules! element {
     ($t:ty, $d:ident) => {
@@ -200,13 +204,36 @@ macro_rules! element {
                     None
                 }
             }
+            fn read_device_bytes(dst: &mut [Self], src: &[u8]) {
+                // One memcpy: viewing `dst` as bytes needs no alignment, unlike viewing `src`
+                // (mapped memory) as elements.
+                bytemuck::cast_slice_mut::<$t, u8>(dst).copy_from_slice(src);
+            }
         }
     };
 }
 element!(f32, F32);
 element!(i32, I32);
 element!(u32, U32);
-element!(bool, Bool);
+
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+    fn wrap(v: Vec<Self>) -> HostData {
+        HostData::Bool(v)
+    }
+    fn unwrap(d: &HostData) -> Option<&[Self]> {
+        if let HostData::Bool(v) = d {
+            Some(v)
+        } else {
+            None
+        }
+    }
+    fn read_device_bytes(dst: &mut [Self], src: &[u8]) {
+        for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
+            *d = c != [0, 0, 0, 0];
+        }
+    }
+}
 element!(f64, F64);
 
 /// An array whose data lives in host memory.
