@@ -42,56 +42,53 @@ fn assert_f32_like_jax(got: &HostArray, want_bits: &[u32], what: &str) {
     }
 }
 
+/// lax.div, lax.rem, jnp.floor_divide and jnp.remainder of `a` by `b` on every device and the
+/// reference, against JAX's four answers.
+fn check_divisions<T: brigade::Element + PartialEq + std::fmt::Debug>(
+    a: &[T],
+    b: &[T],
+    want: [&[T]; 4],
+) {
+    let got = check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].div(&t[1]),
+                t[0].rem(&t[1]),
+                t[0].floor_divide(&t[1]),
+                t[0].remainder(&t[1]),
+            ]
+        },
+        &[arr(a), arr(b)],
+        Tol::EXACT,
+    );
+    let names = ["lax.div", "lax.rem", "jnp.floor_divide", "jnp.remainder"];
+    for (k, (w, what)) in want.iter().zip(names).enumerate() {
+        assert_eq!(&got[k].to_vec::<T>().unwrap(), w, "{:?} {what}", T::DTYPE);
+    }
+}
+
 #[test]
 fn integer_division_and_remainder_by_zero_are_xlas() {
-    let args = [arr(jax::I32_A), arr(jax::I32_B)];
-    let got = check_on_all(
-        |t: &[Tensor]| {
-            vec![
-                t[0].div(&t[1]),
-                t[0].rem(&t[1]),
-                t[0].floor_divide(&t[1]),
-                t[0].remainder(&t[1]),
-            ]
-        },
-        &args,
-        Tol::EXACT,
+    check_divisions(
+        jax::I32_A,
+        jax::I32_B,
+        [
+            jax::I32_LAX_DIV,
+            jax::I32_LAX_REM,
+            jax::I32_FLOOR_DIVIDE,
+            jax::I32_REMAINDER,
+        ],
     );
-    for (k, (want, what)) in [
-        (jax::I32_LAX_DIV, "lax.div"),
-        (jax::I32_LAX_REM, "lax.rem"),
-        (jax::I32_FLOOR_DIVIDE, "jnp.floor_divide"),
-        (jax::I32_REMAINDER, "jnp.remainder"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        assert_eq!(got[k].to_vec::<i32>().unwrap(), want, "i32 {what}");
-    }
-    let args = [arr(jax::U32_A), arr(jax::U32_B)];
-    let got = check_on_all(
-        |t: &[Tensor]| {
-            vec![
-                t[0].div(&t[1]),
-                t[0].rem(&t[1]),
-                t[0].floor_divide(&t[1]),
-                t[0].remainder(&t[1]),
-            ]
-        },
-        &args,
-        Tol::EXACT,
+    check_divisions(
+        jax::U32_A,
+        jax::U32_B,
+        [
+            jax::U32_LAX_DIV,
+            jax::U32_LAX_REM,
+            jax::U32_FLOOR_DIVIDE,
+            jax::U32_REMAINDER,
+        ],
     );
-    for (k, (want, what)) in [
-        (jax::U32_LAX_DIV, "lax.div"),
-        (jax::U32_LAX_REM, "lax.rem"),
-        (jax::U32_FLOOR_DIVIDE, "jnp.floor_divide"),
-        (jax::U32_REMAINDER, "jnp.remainder"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        assert_eq!(got[k].to_vec::<u32>().unwrap(), want, "u32 {what}");
-    }
 }
 
 #[test]

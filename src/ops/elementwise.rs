@@ -506,28 +506,22 @@ pub(crate) mod num_like {
         fn max_(self, o: Self) -> Self;
         fn min_(self, o: Self) -> Self;
     }
-    impl Float for f32 {
-        fn is_nan_(self) -> bool {
-            self.is_nan()
-        }
-        fn max_(self, o: Self) -> Self {
-            self.max(o)
-        }
-        fn min_(self, o: Self) -> Self {
-            self.min(o)
-        }
+    macro_rules! float {
+        ($($t:ty),*) => {$(
+            impl Float for $t {
+                fn is_nan_(self) -> bool {
+                    self.is_nan()
+                }
+                fn max_(self, o: Self) -> Self {
+                    self.max(o)
+                }
+                fn min_(self, o: Self) -> Self {
+                    self.min(o)
+                }
+            }
+        )*};
     }
-    impl Float for f64 {
-        fn is_nan_(self) -> bool {
-            self.is_nan()
-        }
-        fn max_(self, o: Self) -> Self {
-            self.max(o)
-        }
-        fn min_(self, o: Self) -> Self {
-            self.min(o)
-        }
-    }
+    float!(f32, f64);
 }
 
 fn cmp<T: PartialOrd>(op: BinaryOp, x: T, y: T) -> bool {
