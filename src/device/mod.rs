@@ -48,6 +48,7 @@
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
 mod caches;
+pub(crate) mod disk_cache;
 mod gpu;
 mod kernel;
 mod layout;
@@ -62,6 +63,7 @@ pub use caches::{
     DEFAULT_KERNEL_CACHE_CAPACITY, DEFAULT_PROGRAM_CACHE_CAPACITY, KERNEL_CACHE_ENV,
     PROGRAM_CACHE_ENV,
 };
+pub use disk_cache::CACHE_DIR_ENV;
 pub use gpu::{BufferCopy, Command, Device, Dispatch};
 pub use kernel::{Kernel, KernelBinding, validate_wgsl};
 pub use layout::{BackendKind, DeviceLayout};
