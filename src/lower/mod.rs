@@ -2,7 +2,8 @@
 //!
 //! Fusion rule: a variable is *materialized* (gets a buffer) when it is a graph input, constant or
 //! output, the result of a non-fusable primitive (reduction, matmul), or used more than once (unless it
-//! is cheap to recompute: constants and index-only layout ops of materialized values). Every other
+//! is cheap to recompute: constants, index-only layout ops of materialized values, and small
+//! elementwise trees used by at most 3 consumers). Every other
 //! variable is inlined into the kernel that consumes it, so a tree of elementwise ops with broadcasts
 //! becomes one kernel, and a reduction absorbs its elementwise prologue.
 
@@ -247,6 +248,10 @@ fn is_canonical_dot(p: &Prim) -> bool {
 
 /// Longest chain of ops inlined into one kernel.
 const MAX_FUSION_DEPTH: usize = 128;
+/// A value used by at most this many consumers, of at most this many inlined ops, is recomputed by
+/// each of them instead of stored.
+const MAX_RECOMPUTE_USES: usize = 3;
+const MAX_RECOMPUTE_OPS: usize = 4;
 
 /// Decide which variables get buffers.
 fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
@@ -295,9 +300,27 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
             _ => false,
         };
     }
+    // A small elementwise tree used a few times (softmax's `exp(x - max)`, read by its sum and by
+    // the division) is recomputed by each consumer: that costs a few ops per element where
+    // storing it costs a write and a read of the whole array, and memory is what kernels wait on.
+    let mut ops = vec![0usize; g.avals.len()];
     for e in &g.eqns {
-        if uses[e.out.idx()] > 1 && !cheap[e.out.idx()] {
-            mat[e.out.idx()] = true;
+        let o = e.out.idx();
+        let inlined: usize = e
+            .inputs
+            .iter()
+            .filter(|v| !mat[v.idx()] && !cheap[v.idx()])
+            .map(|v| ops[v.idx()])
+            .sum();
+        let arithmetic = matches!(
+            e.prim,
+            Prim::Unary(_) | Prim::Binary(_) | Prim::Cast(_) | Prim::Select | Prim::Fma
+        );
+        // Layout ops are index arithmetic only; they do not count.
+        ops[o] = usize::from(arithmetic) + inlined;
+        let recompute = arithmetic && uses[o] <= MAX_RECOMPUTE_USES && ops[o] <= MAX_RECOMPUTE_OPS;
+        if uses[o] > 1 && !cheap[o] && !recompute {
+            mat[o] = true;
         }
     }
     // Bound the depth of inlined trees: the generator recurses per fused op, and one giant kernel
