@@ -1,18 +1,21 @@
-// Fused elementwise kernel: one invocation per output element.
-// The body is an inlined tree of elementwise and layout ops over the input buffers.
+// Fused elementwise kernel: each invocation computes {{LANES}} adjacent output elements (`gb` is the
+// first one's linear index, `gv` the invocation's index among the groups of {{LANES}}).
+// The body is an inlined tree of elementwise and layout ops over the input buffers, once per element;
+// operands read at 4 adjacent aligned positions are one vec4 load shared by the 4 elements.
 {{BINDINGS}}
 {{HELPERS}}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     // Workgroups are laid out in x then y so that more than 65 535 of them can run.
-    let gi = (wid.y * nwg.x + wid.x) * 256u + lid;
+    let gv = (wid.y * nwg.x + wid.x) * 256u + lid;
     // A zero the shader compiler cannot see (nwg.z is never 0 when the kernel runs): float zeros
     // and non-finite constants are built from it, since compilers fold `x * 0.0` and `x / 0.0`.
     let bzero = u32(nwg.z == 0u);
-    if (gi >= {{N}}u) {
+    if (gv >= {{NV}}u) {
         return;
     }
+    let gb = gv * {{LANES}}u;
 {{INDEX}}
 {{BODY}}
-    out0[gi] = {{STORE}};
+{{STORE}}
 }

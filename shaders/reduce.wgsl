@@ -1,4 +1,5 @@
-// Reduction, one invocation per output element: loops over the reduced elements in row-major order.
+// Reduction, one invocation per output element: loops over the reduced elements in row-major order
+// ({{LANES}} of them per step, as one vec4 load per buffer when the reduced axis is the last one).
 // The reduced value's elementwise prologue is inlined into the loop body.
 {{BINDINGS}}
 {{HELPERS}}
@@ -12,10 +13,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
 {{INDEX}}
-    var acc: {{T}} = {{IDENTITY}};
-    for (var r: u32 = 0u; r < {{R}}u; r = r + 1u) {
+{{ACCS}}
+    for (var rv: u32 = 0u; rv < {{RV}}u; rv = rv + 1u) {
+        let r = rv * {{LANES}}u;
 {{BODY}}
-        acc = {{COMBINE}};
+{{COMBINE}}
     }
+{{FINISH}}
     out0[gi] = {{STORE}};
 }

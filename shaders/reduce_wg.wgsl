@@ -1,6 +1,7 @@
 // Cooperative reduction for long reductions: {{P}} workgroups of 256 invocations share each output.
-// Workgroup (o, p) reduces the chunk p of output o with a strided loop, then a tree in shared memory,
-// and writes one partial; a second kernel combines the {{P}} partials (skipped when P is 1).
+// Workgroup (o, p) reduces the chunk p of output o with a strided loop ({{LANES}} reduced elements per
+// step, as one vec4 load per buffer when the reduced axis is the last one), then a tree in shared
+// memory, and writes one partial; a second kernel combines the {{P}} partials (skipped when P is 1).
 {{BINDINGS}}
 {{HELPERS}}
 var<workgroup> partial: array<{{T}}, 256>;
@@ -13,14 +14,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let bzero = u32(nwg.z == 0u);
     let gi = wg / {{P}}u;
     let part = wg % {{P}}u;
-    var acc: {{T}} = {{IDENTITY}};
+{{ACCS}}
     if (gi < {{N}}u) {
 {{INDEX}}
-        for (var r: u32 = part * 256u + lid; r < {{R}}u; r = r + {{STEP}}u) {
+        for (var rv: u32 = part * 256u + lid; rv < {{RV}}u; rv = rv + {{STEP}}u) {
+            let r = rv * {{LANES}}u;
 {{BODY}}
-            acc = {{COMBINE}};
+{{COMBINE}}
         }
     }
+{{FINISH}}
     partial[lid] = acc;
     workgroupBarrier();
     for (var s: u32 = 128u; s > 0u; s = s >> 1u) {

@@ -202,15 +202,23 @@ fn a_reduction_absorbs_its_elementwise_prologue() {
 }
 
 #[test]
-fn values_used_twice_are_computed_once() {
-    // `e` feeds two outputs: it is stored once and read by both consumers.
-    let f = |x: &[Tensor]| {
+fn small_values_used_twice_are_recomputed_large_ones_stored() {
+    // A small `e` (2 ops) feeding two consumers is recomputed by each: no kernel stores it.
+    let small = |x: &[Tensor]| {
         let e = (&x[0] * 3.0).exp();
         vec![&e + 1.0, e.sum(0i64, false)]
     };
     let args = [rand_f32(&[5, 4], 31)];
-    check_on_all(f, &args, Tol::REDUCE);
-    let p = jit(f).program(&args, &device_of("vulkan")).unwrap();
+    check_on_all(small, &args, Tol::REDUCE);
+    let p = jit(small).program(&args, &device_of("vulkan")).unwrap();
+    assert_eq!(p.launches.len(), 2, "{}", labels(&p));
+    // A larger one (6 ops) is stored once and read by both consumers.
+    let large = |x: &[Tensor]| {
+        let e = ((&x[0] * 3.0).exp() * 2.0 + 1.0).tanh().sin();
+        vec![&e + 1.0, e.sum(0i64, false)]
+    };
+    check_on_all(large, &args, Tol::REDUCE);
+    let p = jit(large).program(&args, &device_of("vulkan")).unwrap();
     assert_eq!(p.launches.len(), 3, "{}", labels(&p));
 }
 
@@ -741,13 +749,15 @@ fn workgroup_counts_respect_a_small_per_dimension_limit() {
                     l.workgroups
                 );
             }
-            // The main kernel launches at least one invocation per output (per tile for matmul).
+            // The main kernel covers every output (one tile per invocation for matmul, several
+            // elements per invocation for vectorized elementwise kernels).
             let most = p
                 .launches
                 .iter()
                 .map(|l| {
                     l.workgroups.iter().map(|&w| w as u64).product::<u64>()
                         * workgroup_size(&l.wgsl)
+                        * elements_per_invocation(&l.wgsl)
                 })
                 .max()
                 .unwrap();
@@ -761,20 +771,57 @@ fn workgroup_counts_respect_a_small_per_dimension_limit() {
     }
 }
 
+/// Output elements per invocation of a generated kernel: `let gb = gv * N;` in vectorized
+/// elementwise kernels, else 1.
+fn elements_per_invocation(wgsl: &str) -> u64 {
+    wgsl.find("let gb = gv * ")
+        .map(|i| {
+            let rest = &wgsl[i + "let gb = gv * ".len()..];
+            rest[..rest.find('u').unwrap()].parse().unwrap()
+        })
+        .unwrap_or(1)
+}
+
 #[test]
 fn more_than_65535_workgroups_run_correctly_on_lavapipe() {
-    // 17 000 000 > 65 535 * 256 elements: the grid needs a second dimension.
+    // 17 000 000 > 65 535 * 256 elements. The elementwise kernel takes 4 per invocation, so its
+    // grid fits in x; the per-row reduction (one invocation per output) needs a second dimension.
     let n = 17_000_000usize;
     let dev = device_of("vulkan");
     let xs: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 - 500.0).collect();
     let x = Array::from_vec(xs.clone(), &[n]).unwrap();
     let f = jit(|x: &[Tensor]| vec![&x[0] * 2.0 + 1.0]).on(&dev);
     let p = f.program(std::slice::from_ref(&x), &dev).unwrap();
+    let w = p.launches[0].workgroups;
     assert!(
-        p.launches[0].workgroups[1] > 1,
-        "expected a 2-D grid: {}",
+        w.iter().map(|&w| w as u64).product::<u64>()
+            * 256
+            * elements_per_invocation(&p.launches[0].wgsl)
+            >= n as u64,
+        "the launch does not cover {n} elements: {}",
         labels(&p)
     );
+    let rows =
+        jit(|x: &[Tensor]| vec![(&x[0] * 2.0).reshape(&[n as i64, 1]).sum(1i64, false)]).on(&dev);
+    let pr = rows.program(std::slice::from_ref(&x), &dev).unwrap();
+    assert!(
+        pr.launches[0].workgroups[1] > 1,
+        "expected a 2-D grid: {}",
+        labels(&pr)
+    );
+    let sums = rows.call(std::slice::from_ref(&x)).unwrap()[0]
+        .to_vec::<f32>()
+        .unwrap();
+    for i in [
+        0,
+        1,
+        65_535 * 256 - 1,
+        65_535 * 256,
+        65_535 * 256 + 1,
+        n - 1,
+    ] {
+        assert_eq!(sums[i], 2.0 * xs[i], "row {i}");
+    }
     let y = f.call(&[x]).unwrap();
     let ys = y[0].to_vec::<f32>().unwrap();
     assert_eq!(ys.len(), n);

@@ -6,6 +6,8 @@
 
 pub(crate) mod matmul;
 
+use std::collections::{HashMap, HashSet};
+
 use crate::dtype::{DType, Scalar};
 use crate::ops::{ArgOp, Prim, ReduceOp, elementwise, indexing, layout, random};
 use crate::trace::graph::{Graph, Var};
@@ -48,6 +50,47 @@ pub(crate) struct Emitter<'a> {
     /// The kernel's own output index (per-axis names, shape, linear name): a read at exactly that
     /// position of an array of that shape uses the linear index directly, no re-linearizing.
     root: Option<(Vec<String>, Vec<usize>, String)>,
+    /// Set when the kernel computes several adjacent output elements ("lanes") per invocation.
+    lanes: Option<Lanes>,
+    /// Per input binding, after lane mode: whether it is declared `array<vec4<T>>`.
+    vec_inputs: Vec<bool>,
+}
+
+/// Lane state of an [`Emitter`] whose kernel computes `LANES` adjacent output elements per
+/// invocation: the body is emitted once per lane, and loads that all lanes make from 4 adjacent
+/// elements of one buffer become one `vec4` load (memory instructions per element, not math, are
+/// what software adapters pay for), while loads that do not depend on the lane are made once.
+struct Lanes {
+    /// The lane being emitted.
+    lane: usize,
+    /// Names whose values differ between lanes (the lanes' index names, and every name computed
+    /// from one). A `var` is always treated as lane-dependent: branches may assign it.
+    tainted: HashSet<String>,
+    /// Loads already emitted at the top level: (binding, index expression) -> name of the value.
+    memo: HashMap<(usize, String), String>,
+    /// Lane-independent expressions already bound at the top level -> their names.
+    cse: HashMap<String, String>,
+    /// Names of the last axis's index in each lane when lanes run along the last axis (its size a
+    /// multiple of 4), so a read whose last index is the lane's is a `vec4` load; `None` when each
+    /// lane unravels its own linear index.
+    last_axis: Option<[String; LANES]>,
+    /// The vector index of the lanes' group of output elements (`gv`), used by reads at exactly the
+    /// output index when every lane unravels its own index.
+    root_vec: String,
+    /// Per input binding: whether it is declared `array<vec4<T>>`.
+    vec_inputs: Vec<bool>,
+    /// Indentation of the body's top level (memoized loads are made there only).
+    top: usize,
+}
+
+/// Output elements per invocation of the vectorized elementwise kernel.
+pub(crate) const LANES: usize = 4;
+const LANE_FIELDS: [&str; LANES] = ["x", "y", "z", "w"];
+
+/// The identifiers an expression mentions.
+fn tokens(e: &str) -> impl Iterator<Item = &str> {
+    e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|t| !t.is_empty())
 }
 
 fn is_simple(e: &str) -> bool {
@@ -71,6 +114,8 @@ impl<'a> Emitter<'a> {
             n_tmp: 0,
             indent,
             root: None,
+            lanes: None,
+            vec_inputs: Vec::new(),
         }
     }
     /// Declare the kernel's output index (see `root`).
@@ -83,24 +128,57 @@ impl<'a> Emitter<'a> {
         format!("{p}{}", self.n_tmp)
     }
     fn line(&mut self, s: &str) {
+        if let Some(l) = &mut self.lanes {
+            // `let NAME = EXPR;` / `var NAME...` / `NAME = EXPR;`: track which names depend on the lane.
+            let (name, rhs, is_var) = if let Some(r) = s.strip_prefix("let ") {
+                let (n, e) = r.split_once('=').unwrap_or((r, ""));
+                (n.split(':').next().unwrap_or(n).trim(), e, false)
+            } else if let Some(r) = s.strip_prefix("var ") {
+                (
+                    r.split([':', '=', ';']).next().unwrap_or(r).trim(),
+                    "",
+                    true,
+                )
+            } else if let Some((n, e)) = s.split_once(" = ") {
+                (n.trim(), e, false)
+            } else {
+                ("", "", false)
+            };
+            if !name.is_empty() && (is_var || tokens(rhs).any(|t| l.tainted.contains(t))) {
+                l.tainted.insert(name.to_string());
+            }
+        }
         for _ in 0..self.indent {
             self.body.push_str("    ");
         }
         self.body.push_str(s);
         self.body.push('\n');
     }
+    /// `let NAME = expr;` with a new name. In lane mode an expression that does not depend on the
+    /// lane and was already bound at the top level reuses that name: the lanes share it.
+    fn bind(&mut self, prefix: &str, expr: String) -> String {
+        let shared =
+            self.lanes.as_ref().is_some_and(|l| self.indent == l.top) && !self.lane_dep(&expr);
+        if shared {
+            if let Some(n) = self.lanes.as_ref().and_then(|l| l.cse.get(&expr)) {
+                return n.clone();
+            }
+        }
+        let t = self.tmp(prefix);
+        self.line(&format!("let {t} = {expr};"));
+        if shared {
+            self.lanes
+                .as_mut()
+                .expect("lane mode")
+                .cse
+                .insert(expr, t.clone());
+        }
+        t
+    }
     /// Bind non-trivial index expressions to names so expressions stay small.
     fn bind_idx(&mut self, idx: Vec<String>) -> Vec<String> {
         idx.into_iter()
-            .map(|e| {
-                if is_simple(&e) {
-                    e
-                } else {
-                    let t = self.tmp("j");
-                    self.line(&format!("let {t} = {e};"));
-                    t
-                }
-            })
+            .map(|e| if is_simple(&e) { e } else { self.bind("j", e) })
             .collect()
     }
     /// The binding number of a materialized input.
@@ -124,14 +202,137 @@ impl<'a> Emitter<'a> {
     /// `bthreefry` of the counter `(0, lo)` bound to a name (a `vec2<u32>`).
     fn hash(&mut self, k0: &str, k1: &str, lo: &str) -> String {
         self.helpers.push(random::THREEFRY_WGSL);
-        let h = self.tmp("h");
-        self.line(&format!("let {h} = bthreefry({k0}, {k1}, 0u, {lo});"));
-        h
+        self.bind("h", format!("bthreefry({k0}, {k1}, 0u, {lo})"))
+    }
+    /// Switch to lane mode (see [`Lanes`]): `tainted` names the per-lane index names, `last_axis`
+    /// the last axis's index name per lane when lanes run along the last axis.
+    fn with_lanes(
+        mut self,
+        tainted: impl IntoIterator<Item = String>,
+        last_axis: Option<[String; LANES]>,
+        root_vec: &str,
+    ) -> Self {
+        self.lanes = Some(Lanes {
+            lane: 0,
+            tainted: tainted.into_iter().collect(),
+            memo: HashMap::new(),
+            cse: HashMap::new(),
+            last_axis,
+            root_vec: root_vec.to_string(),
+            vec_inputs: Vec::new(),
+            top: self.indent,
+        });
+        self
+    }
+    /// The binding of `v` in lane mode, declaring it `vec4` when its length allows.
+    fn lane_binding(&mut self, v: Var) -> (usize, bool) {
+        let b = self.binding(v);
+        let aval = self.g.aval(v);
+        let vec = aval.dtype.size_bytes() == 4 && aval.size() > 0 && aval.size().is_multiple_of(4);
+        let l = self.lanes.as_mut().expect("lane mode");
+        if l.vec_inputs.len() <= b {
+            l.vec_inputs.resize(b + 1, false);
+            l.vec_inputs[b] = vec;
+        }
+        (b, l.vec_inputs[b])
+    }
+    /// A load of materialized `v` at `idx` in the current lane: a component of a `vec4` load shared
+    /// by the lanes when they read 4 adjacent aligned elements, one load shared by all lanes when the
+    /// index does not depend on the lane, else a load of its own.
+    fn lane_load(&mut self, v: Var, idx: &[String]) -> String {
+        let aval = self.g.aval(v).clone();
+        let (b, vec) = self.lane_binding(v);
+        let l = self.lanes.as_ref().expect("lane mode");
+        let (lane, top) = (l.lane, self.indent == l.top);
+        let rank = aval.rank();
+        let is_root =
+            matches!(&self.root, Some((ri, rs, _)) if ri.as_slice() == idx && rs == &aval.shape);
+        // The vector index of a vec4 load shared by the lanes, when there is one.
+        let shared_vec = match (&l.last_axis, vec) {
+            (_, false) => None,
+            (_, true) if is_root => Some(l.root_vec.clone()),
+            (Some(last), true) => {
+                let aligned = rank > 0
+                    && aval.shape[rank - 1].is_multiple_of(4)
+                    && idx[rank - 1] == last[lane]
+                    && !idx[..rank - 1]
+                        .iter()
+                        .zip(&aval.shape)
+                        .any(|(e, &n)| n != 1 && self.lane_dep(e));
+                aligned.then(|| {
+                    let mut ii = idx.to_vec();
+                    ii[rank - 1] = last[0].clone();
+                    format!("({}) / 4u", layout::linear_wgsl(&aval.shape, &ii))
+                })
+            }
+            (None, true) => None,
+        };
+        let wrap = |e: String| {
+            if aval.dtype == DType::Bool {
+                format!("({e} != 0u)")
+            } else {
+                e
+            }
+        };
+        if let Some(vi) = shared_vec {
+            let key = (b, format!("v:{vi}"));
+            let known = self.lanes.as_ref().and_then(|l| l.memo.get(&key).cloned());
+            let name = match known {
+                Some(n) => n,
+                None => {
+                    let t = self.tmp("w");
+                    self.line(&format!("let {t} = in{b}[{vi}];"));
+                    if top {
+                        let l = self.lanes.as_mut().expect("lane mode");
+                        l.tainted.remove(&t);
+                        l.memo.insert(key, t.clone());
+                    }
+                    t
+                }
+            };
+            let t = self.tmp("v");
+            let field = format!("{name}.{}", LANE_FIELDS[lane]);
+            self.line(&format!("let {t} = {};", wrap(field)));
+            return t;
+        }
+        let lin = match &self.root {
+            Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => rl.clone(),
+            _ => layout::linear_wgsl(&aval.shape, idx),
+        };
+        let invariant = !self.lane_dep(&lin);
+        let key = (b, format!("s:{lin}"));
+        if invariant {
+            if let Some(n) = self.lanes.as_ref().and_then(|l| l.memo.get(&key).cloned()) {
+                return n;
+            }
+        }
+        let load = if vec {
+            let j = self.bind("j", lin);
+            format!("in{b}[{j} / 4u][{j} % 4u]")
+        } else {
+            format!("in{b}[{lin}]")
+        };
+        let t = self.tmp("v");
+        self.line(&format!("let {t} = {};", wrap(load)));
+        if invariant && top {
+            let l = self.lanes.as_mut().expect("lane mode");
+            l.memo.insert(key, t.clone());
+        }
+        t
+    }
+    /// Whether expression `e` depends on the lane (lane mode only).
+    fn lane_dep(&self, e: &str) -> bool {
+        self.lanes
+            .as_ref()
+            .is_some_and(|l| tokens(e).any(|t| l.tainted.contains(t)))
     }
     /// Emit statements computing `v` at multi-index `idx`; returns a WGSL expression for the value.
     pub fn value(&mut self, v: Var, idx: &[String]) -> String {
         let aval = self.g.aval(v).clone();
         if self.materialized[v.idx()] {
+            if self.lanes.is_some() {
+                return self.lane_load(v, idx);
+            }
             let b = self.binding(v);
             let lin = match &self.root {
                 Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => rl.clone(),
@@ -215,11 +416,7 @@ impl<'a> Emitter<'a> {
             }
             Prim::Reshape { .. } => {
                 let in_shape = self.g.aval(ins[0]).shape.clone();
-                let l = self.tmp("l");
-                self.line(&format!(
-                    "let {l} = {};",
-                    layout::linear_wgsl(&aval.shape, idx)
-                ));
+                let l = self.bind("l", layout::linear_wgsl(&aval.shape, idx));
                 let ii = self.bind_idx(layout::unravel_wgsl(&in_shape, &l));
                 return self.value(ins[0], &ii);
             }
@@ -287,11 +484,10 @@ impl<'a> Emitter<'a> {
                 let x_shape = self.g.aval(ins[0]).shape.clone();
                 let r = self.g.aval(ins[1]).rank();
                 let raw = self.value(ins[1], &idx[*axis..*axis + r]);
-                let j = self.tmp("k");
-                self.line(&format!(
-                    "let {j} = {};",
-                    indexing::norm_index_wgsl(&raw, in_dt(1), x_shape[*axis])
-                ));
+                let j = self.bind(
+                    "k",
+                    indexing::norm_index_wgsl(&raw, in_dt(1), x_shape[*axis]),
+                );
                 let mut ii: Vec<String> = idx[..*axis].to_vec();
                 ii.push(j);
                 ii.extend_from_slice(&idx[*axis + r..]);
@@ -309,9 +505,7 @@ impl<'a> Emitter<'a> {
                 )
             }
         };
-        let t = self.tmp("t");
-        self.line(&format!("let {t} = {expr};"));
-        t
+        self.bind("t", expr)
     }
 }
 
@@ -331,11 +525,21 @@ pub(crate) fn const_wgsl(v: Scalar) -> String {
 
 /// Binding declarations: inputs then the output.
 fn bindings(g: &Graph, inputs: &[Var], out_elem: &str) -> String {
+    bindings_vec(g, inputs, &[], out_elem)
+}
+
+/// Binding declarations, the inputs flagged in `vec` as `array<vec4<T>>`.
+fn bindings_vec(g: &Graph, inputs: &[Var], vec: &[bool], out_elem: &str) -> String {
     let mut s = String::new();
     for (i, v) in inputs.iter().enumerate() {
+        let t = g.aval(*v).dtype.wgsl_storage();
+        let t = if vec.get(i) == Some(&true) {
+            format!("vec4<{t}>")
+        } else {
+            t.to_string()
+        };
         s.push_str(&format!(
-            "@group(0) @binding({i}) var<storage, read> in{i}: array<{}>;\n",
-            g.aval(*v).dtype.wgsl_storage()
+            "@group(0) @binding({i}) var<storage, read> in{i}: array<{t}>;\n"
         ));
     }
     s.push_str(&format!(
@@ -398,7 +602,22 @@ const REDUCE: &str = include_str!("../../shaders/reduce.wgsl");
 const REDUCE_WG: &str = include_str!("../../shaders/reduce_wg.wgsl");
 const ARGREDUCE: &str = include_str!("../../shaders/argreduce.wgsl");
 
-/// A kernel materializing fusable variable `root` (one invocation per element).
+/// Split `n` workgroups over x and y so neither exceeds `max_per_dim`, with fewer than `y` idle
+/// workgroups (not up to a whole row of them, as filling x first would leave).
+pub(crate) fn balanced_grid(n_workgroups: usize, max_per_dim: u32) -> [u32; 3] {
+    if n_workgroups == 0 {
+        return [0, 1, 1];
+    }
+    let max = max_per_dim.max(1) as usize;
+    let y = n_workgroups.div_ceil(max);
+    let x = n_workgroups.div_ceil(y);
+    [x as u32, y as u32, 1]
+}
+
+/// A kernel materializing fusable variable `root`. Each invocation computes [`LANES`] adjacent
+/// output elements (one when there are fewer), reading operands at the output's own index, or along
+/// its last axis when that axis is a multiple of 4 long, as one `vec4` per buffer and storing one
+/// `vec4`; a final group past the end of the output stores only its elements that exist.
 pub(crate) fn elementwise_kernel(
     g: &Graph,
     producers: &[Option<usize>],
@@ -408,34 +627,108 @@ pub(crate) fn elementwise_kernel(
 ) -> KernelSrc {
     let aval = g.aval(root).clone();
     let n = aval.size();
-    let (index, idx) = index_lets(&aval.shape, "gi", "i", 1);
+    let lanes = if n >= LANES { LANES } else { 1 };
+    let nv = n.div_ceil(lanes);
     // Emit with `root` itself treated as computed (it is the output, not an input).
     let mut mat = materialized.to_vec();
     mat[root.idx()] = false;
-    let mut em = Emitter::new(g, producers, &mat, 1).with_root(&idx, &aval.shape, "gi");
-    let val = em.value(root, &idx);
+    let st = aval.dtype.wgsl_storage();
     let name = g.eqns[producers[root.idx()].expect("kernels compute produced variables")]
         .prim
         .name();
+    let (index, body, store, inputs, vec_inputs, helpers);
+    if lanes == 1 {
+        let (ix, idx) = index_lets(&aval.shape, "gb", "i", 1);
+        let mut em = Emitter::new(g, producers, &mat, 1).with_root(&idx, &aval.shape, "gb");
+        let val = em.value(root, &idx);
+        index = ix;
+        store = format!("    out0[gb] = {};", store_expr(aval.dtype, &val));
+        (body, inputs, vec_inputs, helpers) = (em.body, em.inputs, Vec::new(), em.helpers);
+    } else {
+        let rank = aval.rank();
+        let along_last = n.is_multiple_of(LANES) && rank > 0 && aval.shape[rank - 1].is_multiple_of(LANES);
+        let mut ix = String::new();
+        let mut tainted = Vec::new();
+        // Per lane: the output index, and its linear index.
+        let mut lane_idx: Vec<(Vec<String>, String)> = Vec::new();
+        let mut last = None;
+        if along_last {
+            let (s0, idx) = index_lets(&aval.shape, "gb", "i", 1);
+            ix.push_str(&s0);
+            let names: [String; LANES] = std::array::from_fn(|c| format!("lane{c}"));
+            for (c, nm) in names.iter().enumerate() {
+                ix.push_str(&format!("    let {nm} = {} + {c}u;\n", idx[rank - 1]));
+                ix.push_str(&format!("    let r{c} = gb + {c}u;\n"));
+                let mut ii = idx.clone();
+                ii[rank - 1] = nm.clone();
+                lane_idx.push((ii, format!("r{c}")));
+                tainted.extend([nm.clone(), format!("r{c}")]);
+            }
+            last = Some(names);
+        } else {
+            for c in 0..LANES {
+                // Lanes past the end (a final partial group) compute the last element again.
+                let l = if n.is_multiple_of(LANES) {
+                    format!("gb + {c}u")
+                } else {
+                    format!("min(gb + {c}u, {}u)", n - 1)
+                };
+                ix.push_str(&format!("    let r{c} = {l};\n"));
+                let (s0, idx) = index_lets(&aval.shape, &format!("r{c}"), &format!("i{c}_"), 1);
+                ix.push_str(&s0);
+                tainted.push(format!("r{c}"));
+                tainted.extend(idx.iter().filter(|e| is_simple(e)).cloned());
+                lane_idx.push((idx, format!("r{c}")));
+            }
+        }
+        let mut em = Emitter::new(g, producers, &mat, 1).with_lanes(tainted, last, "gv");
+        let mut vals = Vec::new();
+        for (c, (idx, lin)) in lane_idx.iter().enumerate() {
+            em.lanes.as_mut().expect("lane mode").lane = c;
+            em.root = Some((idx.clone(), aval.shape.clone(), lin.clone()));
+            let v = em.value(root, idx);
+            vals.push(store_expr(aval.dtype, &v));
+        }
+        index = ix;
+        store = if n.is_multiple_of(LANES) {
+            format!("    out0[gv] = vec4<{st}>({});", vals.join(", "))
+        } else {
+            let mut s = format!("    out0[gb] = {};", vals[0]);
+            for (c, v) in vals.iter().enumerate().skip(1) {
+                s.push_str(&format!(
+                    "\n    if (gb + {c}u < {n}u) {{\n        out0[gb + {c}u] = {v};\n    }}"
+                ));
+            }
+            s
+        };
+        let l = em.lanes.take().expect("lane mode");
+        (body, inputs, vec_inputs, helpers) = (em.body, em.inputs, l.vec_inputs, em.helpers);
+    }
+    let out_elem = if lanes == LANES && n.is_multiple_of(LANES) {
+        format!("vec4<{st}>")
+    } else {
+        st.to_string()
+    };
     let wgsl = fill(
         ELEMENTWISE,
         &[
             (
                 "BINDINGS",
-                &bindings(g, &em.inputs, aval.dtype.wgsl_storage()),
+                &bindings_vec(g, &inputs, &vec_inputs, &out_elem),
             ),
-            ("HELPERS", &helpers_src(&em.helpers)),
-            ("N", &n.to_string()),
+            ("HELPERS", &helpers_src(&helpers)),
+            ("NV", &nv.to_string()),
+            ("LANES", &lanes.to_string()),
             ("INDEX", index.trim_end()),
-            ("BODY", em.body.trim_end()),
-            ("STORE", &store_expr(aval.dtype, &val)),
+            ("BODY", body.trim_end()),
+            ("STORE", &store),
         ],
     );
     KernelSrc {
         label: format!("fused_{name}_{}", aval),
         wgsl,
-        inputs: em.inputs,
-        workgroups: grid(n.div_ceil(WG as usize), max_wg),
+        inputs,
+        workgroups: balanced_grid(nv.div_ceil(WG as usize), max_wg),
     }
 }
 
@@ -471,10 +764,36 @@ fn red_body<'a>(
     out_idx: &[String],
     indent: usize,
 ) -> (Emitter<'a>, String) {
+    let (mut em, full) = red_index(
+        g,
+        producers,
+        materialized,
+        input,
+        axes,
+        out_idx,
+        indent,
+        "r",
+    );
+    let v = em.value(input, &full);
+    (em, v)
+}
+
+/// A new emitter and the input's full index at (output index, reduction counter `r`).
+#[allow(clippy::too_many_arguments)]
+fn red_index<'a>(
+    g: &'a Graph,
+    producers: &'a [Option<usize>],
+    materialized: &'a [bool],
+    input: Var,
+    axes: &[usize],
+    out_idx: &[String],
+    indent: usize,
+    r: &str,
+) -> (Emitter<'a>, Vec<String>) {
     let in_shape = g.aval(input).shape.clone();
     let geo = red_geom(&in_shape, axes);
     let mut em = Emitter::new(g, producers, materialized, indent);
-    let ridx = em.bind_idx(layout::unravel_wgsl(&geo.red_shape, "r"));
+    let ridx = em.bind_idx(layout::unravel_wgsl(&geo.red_shape, r));
     let mut full = Vec::with_capacity(in_shape.len());
     let (mut ko, mut kr) = (0, 0);
     for d in 0..in_shape.len() {
@@ -486,8 +805,111 @@ fn red_body<'a>(
             ko += 1;
         }
     }
-    let v = em.value(input, &full);
-    (em, v)
+    (em, full)
+}
+
+/// The loop body of a reduction and how its steps combine: one reduced element per step, or
+/// [`LANES`] adjacent ones (`r .. r + 3`) when the last reduced axis is the input's last axis and a
+/// multiple of 4 long, each into its own accumulator (`acc0..acc3`, combined after the loop).
+struct RedLoop<'a> {
+    em: Emitter<'a>,
+    lanes: usize,
+    accs: String,
+    combine: String,
+    finish: String,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn red_loop<'a>(
+    g: &'a Graph,
+    producers: &'a [Option<usize>],
+    materialized: &'a [bool],
+    op: ReduceOp,
+    input: Var,
+    axes: &[usize],
+    out_idx: &[String],
+    indent: usize,
+    outer: usize,
+) -> RedLoop<'a> {
+    let in_aval = g.aval(input).clone();
+    let (dt, rank) = (in_aval.dtype, in_aval.rank());
+    let r: usize = axes.iter().map(|&a| in_aval.shape[a]).product();
+    let pad = "    ".repeat(indent);
+    let ident = const_wgsl(op.identity(dt));
+    let t = dt.wgsl();
+    let vectorize = rank > 0
+        && axes.last() == Some(&(rank - 1))
+        && in_aval.shape[rank - 1].is_multiple_of(LANES)
+        && r > 0;
+    if !vectorize {
+        let (mut em, full) = red_index(
+            g,
+            producers,
+            materialized,
+            input,
+            axes,
+            out_idx,
+            indent,
+            "r",
+        );
+        let v = em.value(input, &full);
+        em.line(&format!("let x = {v};"));
+        return RedLoop {
+            em,
+            lanes: 1,
+            accs: format!("{}var acc: {t} = {ident};", "    ".repeat(outer)),
+            combine: format!("{pad}acc = {};", op.wgsl_combine(dt, "acc", "x")),
+            finish: String::new(),
+        };
+    }
+    let (em, full) = red_index(
+        g,
+        producers,
+        materialized,
+        input,
+        axes,
+        out_idx,
+        indent,
+        "r",
+    );
+    let names: [String; LANES] = std::array::from_fn(|c| format!("lane{c}"));
+    let last = full[rank - 1].clone();
+    let mut em = em.with_lanes(names.iter().cloned(), Some(names.clone()), "");
+    for (c, nm) in names.iter().enumerate() {
+        em.line(&format!("let {nm} = {last} + {c}u;"));
+    }
+    let mut combine = Vec::new();
+    for (c, nm) in names.iter().enumerate() {
+        em.lanes.as_mut().expect("lane mode").lane = c;
+        let mut ii = full.clone();
+        ii[rank - 1] = nm.clone();
+        let v = em.value(input, &ii);
+        combine.push(format!(
+            "{pad}acc{c} = {};",
+            op.wgsl_combine(dt, &format!("acc{c}"), &v)
+        ));
+    }
+    let lanes = em.lanes.take().expect("lane mode");
+    em.vec_inputs = lanes.vec_inputs;
+    let outer = "    ".repeat(outer);
+    let accs = (0..LANES)
+        .map(|c| format!("{outer}var acc{c}: {t} = {ident};"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let pair = |a: &str, b: &str| op.wgsl_combine(dt, a, b);
+    let finish = format!(
+        "{outer}let acc01 = {};\n{outer}let acc23 = {};\n{outer}let acc = {};",
+        pair("acc0", "acc1"),
+        pair("acc2", "acc3"),
+        pair("acc01", "acc23"),
+    );
+    RedLoop {
+        em,
+        lanes: LANES,
+        accs,
+        combine: combine.join("\n"),
+        finish,
+    }
 }
 
 /// Kernels of `out = reduce(op, input, axes)`. One kernel, or two when a long reduction is shared by
@@ -515,27 +937,32 @@ pub(crate) fn reduce_kernels(
     let ident = const_wgsl(op.identity(dt));
     let t = dt.wgsl();
     let label = format!("{}_{}", op.name(), in_aval);
+    let combine = op.wgsl_combine(dt, "acc", "x");
     if n < 512 && r >= 4096 {
         // Cooperative: `parts` workgroups per output, 256 invocations each.
         let parts = (r / 16384).clamp(1, 64);
         let (index, idx) = index_lets(&geo.out_shape, "gi", "i", 2);
-        let (em, v) = red_body(g, producers, materialized, input, axes, &idx, 3);
-        let body = format!("{}\n            let x = {v};", em.body.trim_end());
-        let combine = op.wgsl_combine(dt, "acc", "x");
+        // The accumulators live outside the `if`, at the function's top level.
+        let rl = red_loop(g, producers, materialized, op, input, axes, &idx, 3, 1);
         let wgsl = fill(
             REDUCE_WG,
             &[
-                ("BINDINGS", &bindings(g, &em.inputs, dt.wgsl_storage())),
-                ("HELPERS", &helpers_src(&em.helpers)),
+                (
+                    "BINDINGS",
+                    &bindings_vec(g, &rl.em.inputs, &rl.em.vec_inputs, dt.wgsl_storage()),
+                ),
+                ("HELPERS", &helpers_src(&rl.em.helpers)),
                 ("T", t),
-                ("IDENTITY", &ident),
                 ("P", &parts.to_string()),
                 ("STEP", &(256 * parts).to_string()),
                 ("N", &n.to_string()),
-                ("R", &r.to_string()),
+                ("RV", &(r / rl.lanes).to_string()),
+                ("LANES", &rl.lanes.to_string()),
                 ("INDEX", index.trim_end()),
-                ("BODY", &body),
-                ("COMBINE", &combine),
+                ("ACCS", &rl.accs),
+                ("BODY", rl.em.body.trim_end()),
+                ("COMBINE", &rl.combine),
+                ("FINISH", &rl.finish),
                 ("COMBINE_SHARED", &op.wgsl_combine(dt, "a", "x")),
                 ("STORE", "acc"),
             ],
@@ -543,7 +970,7 @@ pub(crate) fn reduce_kernels(
         let first = KernelSrc {
             label: format!("{label}_wg"),
             wgsl,
-            inputs: em.inputs,
+            inputs: rl.em.inputs,
             workgroups: grid(n * parts, max_wg),
         };
         let second = (parts > 1).then(|| {
@@ -552,13 +979,14 @@ pub(crate) fn reduce_kernels(
                 &[
                     ("BINDINGS", &format!("@group(0) @binding(0) var<storage, read> in0: array<{t}>;\n@group(0) @binding(1) var<storage, read_write> out0: array<{t}>;\n")),
                     ("HELPERS", &helpers_src(&[])),
-                    ("T", t),
-                    ("IDENTITY", &ident),
                     ("N", &n.to_string()),
-                    ("R", &parts.to_string()),
+                    ("RV", &parts.to_string()),
+                    ("LANES", "1"),
                     ("INDEX", ""),
+                    ("ACCS", &format!("    var acc: {t} = {ident};")),
                     ("BODY", &format!("        let x = in0[gi * {parts}u + r];")),
-                    ("COMBINE", &combine),
+                    ("COMBINE", &format!("        acc = {combine};")),
+                    ("FINISH", ""),
                     ("STORE", "acc"),
                 ],
             );
@@ -567,20 +995,23 @@ pub(crate) fn reduce_kernels(
         return ReducePlan { first, second };
     }
     let (index, idx) = index_lets(&geo.out_shape, "gi", "i", 1);
-    let (em, v) = red_body(g, producers, materialized, input, axes, &idx, 2);
-    let body = format!("{}\n        let x = {v};", em.body.trim_end());
+    let rl = red_loop(g, producers, materialized, op, input, axes, &idx, 2, 1);
     let wgsl = fill(
         REDUCE,
         &[
-            ("BINDINGS", &bindings(g, &em.inputs, dt.wgsl_storage())),
-            ("HELPERS", &helpers_src(&em.helpers)),
-            ("T", t),
-            ("IDENTITY", &ident),
+            (
+                "BINDINGS",
+                &bindings_vec(g, &rl.em.inputs, &rl.em.vec_inputs, dt.wgsl_storage()),
+            ),
+            ("HELPERS", &helpers_src(&rl.em.helpers)),
             ("N", &n.to_string()),
-            ("R", &r.to_string()),
+            ("RV", &(r / rl.lanes).to_string()),
+            ("LANES", &rl.lanes.to_string()),
             ("INDEX", index.trim_end()),
-            ("BODY", &body),
-            ("COMBINE", &op.wgsl_combine(dt, "acc", "x")),
+            ("ACCS", &rl.accs),
+            ("BODY", rl.em.body.trim_end()),
+            ("COMBINE", &rl.combine),
+            ("FINISH", &rl.finish),
             ("STORE", "acc"),
         ],
     );
@@ -588,7 +1019,7 @@ pub(crate) fn reduce_kernels(
         first: KernelSrc {
             label,
             wgsl,
-            inputs: em.inputs,
+            inputs: rl.em.inputs,
             workgroups: grid(n.div_ceil(WG as usize), max_wg),
         },
         second: None,
