@@ -1,7 +1,8 @@
 // The bench page: brigade (its `bench` export, src/web.rs) against jax-js on the same work in the
 // same page: a plain n × n f32 matmul and the fused chain tanh(exp(x*1.5+2))*y, on WebGPU and
 // on the CPU (brigade's cpu device; jax-js's wasm backend). web/test/bench.mjs drives it headless
-// (npm run bench); the Run button does the same by hand.
+// (npm run bench); the Run button does the same by hand. A hand-written WGSL kernel of each
+// (`wgsl webgpu`) shows what the adapter reaches without a framework.
 //
 // Both sides are timed alike: inputs already on the device, `warmup` untimed calls (the first
 // compiles), then `reps` calls, each timed with performance.now() from the call until the device
@@ -153,12 +154,129 @@ export async function jaxBench(kind, n, device, warmup, reps) {
   }
 }
 
+// ---- a hand-written WGSL reference -------------------------------------------------------------
+// What this adapter reaches with a plain, well-shaped kernel (no framework): the matmul with a
+// 4 × 4 block of C per invocation and vec4 loads of A and B, no shared memory or barriers (the
+// kind that runs best on CPU-emulated GPUs); the chain with one vec4 per invocation. A ceiling
+// to read brigade's and jax-js's figures against, like the native bench's vec4 copy kernel.
+
+const WGSL_MATMUL = `
+@group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> b: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;
+@group(0) @binding(3) var<uniform> dims: vec4<u32>; // n, n / 4
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+  let n = dims.x; let q = dims.y;
+  let col = g.x; let row = g.y * 4u; // this invocation: C[row..row+4, 4*col..4*col+4]
+  if (col >= q || row >= n) { return; }
+  var c0 = vec4<f32>(); var c1 = vec4<f32>(); var c2 = vec4<f32>(); var c3 = vec4<f32>();
+  for (var k = 0u; k < q; k++) {
+    let a0 = a[row * q + k]; let a1 = a[(row + 1u) * q + k];
+    let a2 = a[(row + 2u) * q + k]; let a3 = a[(row + 3u) * q + k];
+    let b0 = b[(4u * k) * q + col]; let b1 = b[(4u * k + 1u) * q + col];
+    let b2 = b[(4u * k + 2u) * q + col]; let b3 = b[(4u * k + 3u) * q + col];
+    c0 += a0.x * b0 + a0.y * b1 + a0.z * b2 + a0.w * b3;
+    c1 += a1.x * b0 + a1.y * b1 + a1.z * b2 + a1.w * b3;
+    c2 += a2.x * b0 + a2.y * b1 + a2.z * b2 + a2.w * b3;
+    c3 += a3.x * b0 + a3.y * b1 + a3.z * b2 + a3.w * b3;
+  }
+  c[row * q + col] = c0; c[(row + 1u) * q + col] = c1;
+  c[(row + 2u) * q + col] = c2; c[(row + 3u) * q + col] = c3;
+}`;
+
+const WGSL_FUSED = `
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> y: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> o: array<vec4<f32>>;
+@group(0) @binding(3) var<uniform> dims: vec4<u32>; // n / 4, invocations per row of the grid
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+  let i = g.y * dims.y + g.x;
+  if (i >= dims.x) { return; }
+  o[i] = tanh(exp(x[i] * 1.5 + 2.0)) * y[i];
+}`;
+
+let wgsl = null;
+
+async function wgslDevice() {
+  if (!wgsl) {
+    const adapter = await navigator.gpu?.requestAdapter();
+    if (!adapter) throw new Error('no WebGPU adapter');
+    const device = await adapter.requestDevice();
+    const pipe = (code) => device.createComputePipeline({ layout: 'auto', compute: { module: device.createShaderModule({ code }), entryPoint: 'main' } });
+    wgsl = { device, matmul: pipe(WGSL_MATMUL), fused: pipe(WGSL_FUSED) };
+  }
+  return wgsl;
+}
+
+/** The hand-written kernels on a WebGPU device of their own, timed like the others. */
+export async function wgslBench(kind, n, warmup, reps) {
+  if (n % 4 !== 0) throw new Error(`the WGSL reference needs n divisible by 4 (got ${n})`);
+  const { device, ...pipes } = await wgslDevice();
+  const { shape, flops, bytes } = work(kind, n);
+  const size = shape.reduce((p, d) => p * d, 1);
+  const xs = [data(size, 21), data(size, 22)];
+  const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+  const bufs = xs.map((v) => {
+    const buf = device.createBuffer({ size: v.byteLength, usage });
+    device.queue.writeBuffer(buf, 0, v);
+    return buf;
+  });
+  const out = device.createBuffer({ size: size * 4, usage });
+  // The fused grid: at most 65535 workgroups a row, rows as needed.
+  const groups = Math.ceil(size / 4 / 256);
+  const perRow = Math.min(groups, 65535);
+  const grid = kind === 'matmul' ? [Math.ceil(n / 4 / 8), Math.ceil(n / 4 / 8)] : [perRow, Math.ceil(groups / perRow)];
+  const dims = device.createBuffer({ size: 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+  device.queue.writeBuffer(dims, 0, new Uint32Array(kind === 'matmul' ? [n, n / 4, 0, 0] : [size / 4, perRow * 256, 0, 0]));
+  const pipeline = pipes[kind];
+  const bind = device.createBindGroup({
+    layout: pipeline.getBindGroupLayout(0),
+    entries: [...bufs, out, dims].map((buffer, binding) => ({ binding, resource: { buffer } })),
+  });
+  await device.queue.onSubmittedWorkDone();
+  const times = [];
+  let coldMs = NaN;
+  for (let i = 0; i < warmup + reps; i++) {
+    const t0 = performance.now();
+    const enc = device.createCommandEncoder();
+    const pass = enc.beginComputePass();
+    pass.setPipeline(pipeline);
+    pass.setBindGroup(0, bind);
+    pass.dispatchWorkgroups(...grid);
+    pass.end();
+    device.queue.submit([enc.finish()]);
+    await device.queue.onSubmittedWorkDone();
+    const t = performance.now() - t0;
+    if (i === 0) coldMs = t;
+    if (i >= warmup) times.push(t);
+  }
+  const staging = device.createBuffer({ size: size * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  const enc = device.createCommandEncoder();
+  enc.copyBufferToBuffer(out, 0, staging, 0, size * 4);
+  device.queue.submit([enc.finish()]);
+  await staging.mapAsync(GPUMapMode.READ);
+  const got = new Float32Array(staging.getMappedRange().slice(0));
+  for (const b of [...bufs, out, dims, staging]) b.destroy();
+  const idx = sample(kind, n);
+  const want = reference(kind, n, xs, idx);
+  const picked = kind === 'matmul' ? idx.flatMap((r) => Array.from(got.subarray(r * n, (r + 1) * n))) : idx.map((i) => got[i]);
+  const err = relErr(picked, want);
+  const ms = median(times);
+  return {
+    kind, n, device: 'webgpu', adapter: 'hand-written WGSL', warmup, reps, ms, ms_min: Math.min(...times), cold_ms: coldMs,
+    times_ms: times, flops, bytes, gflops: flops / (ms * 1e6), gbps: bytes / (ms * 1e6), checked: want.length, err, tol: TOL, ok: err <= TOL,
+  };
+}
+
 // ---- both, alternating -------------------------------------------------------------------------
 
 export const TARGETS = {
   'brigade webgpu': (kind, n, w, r) => brigade.bench(kind, n, 'webgpu', w, r).then(JSON.parse),
   'brigade cpu': (kind, n, w, r) => brigade.bench(kind, n, 'cpu', w, r).then(JSON.parse),
   'jax-js webgpu': (kind, n, w, r) => jaxBench(kind, n, 'webgpu', w, r),
+  'wgsl webgpu': (kind, n, w, r) => wgslBench(kind, n, w, r),
   'jax-js wasm': (kind, n, w, r) => jaxBench(kind, n, 'wasm', w, r),
 };
 
@@ -253,7 +371,7 @@ async function main() {
     const cfg = {
       matmul: document.getElementById('sizes').value.split(',').map(Number).filter((v) => v > 0),
       fused: [Number(document.getElementById('fused').value)],
-      targets: Object.keys(TARGETS).filter((t) => status.jax.ok || !t.startsWith('jax')),
+      targets: Object.keys(TARGETS).filter((t) => (status.jax.ok || !t.startsWith('jax')) && (status.webgpu || !t.endsWith('webgpu'))),
       rounds: 1, warmup: 1, reps: 5, cpuReps: 2,
     };
     let seen = 0;

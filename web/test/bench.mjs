@@ -1,7 +1,8 @@
 // brigade against jax-js in one headless Chromium page (web/bench.html): a plain n × n f32 matmul
 // and the fused chain tanh(exp(x*1.5+2))*y, on WebGPU (SwiftShader when there is no GPU) and on
 // the CPU (brigade's cpu device, jax-js's wasm backend). Prints GFLOP/s (matmul) and GB/s (chain)
-// per target and the ratio brigade / jax-js on each.
+// per target and the ratios brigade / jax-js, and brigade / a hand-written WGSL kernel (the
+// adapter's ceiling for a plain kernel, `wgsl webgpu`).
 //
 //   web/build.sh && (cd web && npm ci) && node web/test/bench.mjs      (or: cd web && npm run bench)
 //
@@ -9,7 +10,7 @@
 // [4194304] (elements; empty for none), BRIGADE_BENCH_CPU_MATMUL [= BRIGADE_BENCH_MATMUL] (the
 // matmul sizes the CPU targets run), BRIGADE_BENCH_ROUNDS [2] (the targets alternate within
 // a round; each row pools every round's runs), BRIGADE_BENCH_REPS [5] (timed runs per round, after
-// one warm-up), BRIGADE_BENCH_CPU_REPS [2] (on the CPU targets), BRIGADE_BENCH_TARGETS [all four],
+// one warm-up), BRIGADE_BENCH_CPU_REPS [2] (on the CPU targets), BRIGADE_BENCH_TARGETS [all five],
 // BRIGADE_BENCH_JSON (write every result there), CHROMIUM.
 // Exits non-zero if a target fails or a result does not check out.
 
@@ -28,13 +29,18 @@ const CFG = {
   // The CPU targets' matmul sizes (brigade's cpu device may be the reference interpreter: slow).
   cpuMatmul: list(env.BRIGADE_BENCH_CPU_MATMUL, env.BRIGADE_BENCH_MATMUL ?? '512,1024').map(Number),
   fused: list(env.BRIGADE_BENCH_FUSED, '4194304').map(Number),
-  targets: list(env.BRIGADE_BENCH_TARGETS, 'brigade webgpu,jax-js webgpu,brigade cpu,jax-js wasm'),
+  targets: list(env.BRIGADE_BENCH_TARGETS, 'brigade webgpu,jax-js webgpu,wgsl webgpu,brigade cpu,jax-js wasm'),
   rounds: Number(env.BRIGADE_BENCH_ROUNDS ?? 2),
   warmup: 1,
   reps: Number(env.BRIGADE_BENCH_REPS ?? 5),
   cpuReps: Number(env.BRIGADE_BENCH_CPU_REPS ?? 2),
 };
-const PAIRS = [['brigade webgpu', 'jax-js webgpu'], ['brigade cpu', 'jax-js wasm']];
+// The table's columns: a target's figure, or the ratio of two (brigade over the other).
+const COLUMNS = [
+  ['brigade webgpu'], ['jax-js webgpu'], ['brigade webgpu', 'jax-js webgpu'],
+  ['wgsl webgpu'], ['brigade webgpu', 'wgsl webgpu'],
+  ['brigade cpu'], ['jax-js wasm'], ['brigade cpu', 'jax-js wasm'],
+];
 
 async function main() {
   const server = await serve(WEB, 0);
@@ -96,21 +102,22 @@ const rate = (r) => (r.kind === 'matmul' ? `${r.gflops.toFixed(2)} GFLOP/s` : `$
 const num = (r) => (r && r.ok ? (r.kind === 'matmul' ? r.gflops : r.gbps) : NaN);
 const fmt = (v, d = 2) => (Number.isFinite(v) ? v.toFixed(d) : '–');
 
-/** The table: one line per case, each pair's figures and their ratio. Returns the failures. */
+/** The table: one line per case, each target's figure and the ratios. Returns the failures. */
 function table(rows) {
   const cases = [...new Set(rows.map((r) => `${r.kind} ${r.n}`))];
-  const pairs = PAIRS.filter(([a, b]) => CFG.targets.includes(a) || CFG.targets.includes(b));
-  const head = ['work', 'unit', ...pairs.flatMap(([a, b]) => [a, b, 'ratio'])];
+  const cols = COLUMNS.filter((c) => c.every((t) => CFG.targets.includes(t)));
+  const short = (t) => t.replace(' webgpu', ' gpu');
+  const head = ['work', 'unit', ...cols.map((c) => (c.length === 1 ? c[0] : `${short(c[0])} / ${short(c[1])}`))];
   const lines = [head];
   for (const c of cases) {
-    const get = (t) => rows.find((r) => `${r.kind} ${r.n}` === c && r.target === t);
+    const get = (t) => num(rows.find((r) => `${r.kind} ${r.n}` === c && r.target === t));
     const unit = c.startsWith('matmul') ? 'GFLOP/s' : 'GB/s';
-    const d = unit === 'GB/s' ? 3 : 2;
-    lines.push([c, unit, ...pairs.flatMap(([a, b]) => [fmt(num(get(a)), d), fmt(num(get(b)), d), fmt(num(get(a)) / num(get(b)))])]);
+    lines.push([c, unit, ...cols.map((k) => (k.length === 1 ? fmt(get(k[0]), unit === 'GB/s' ? 3 : 2) : fmt(get(k[0]) / get(k[1]))))]);
   }
   const w = head.map((_, i) => Math.max(...lines.map((l) => String(l[i]).length)));
   for (const l of lines) console.log(l.map((v, i) => (i < 2 ? String(v).padEnd(w[i]) : String(v).padStart(w[i]))).join('  '));
-  console.log('\n(ratio = brigade / jax-js; medians of every round\'s timed runs; each run ends when the device has finished)');
+  console.log('\n(medians of every round\'s timed runs, each ending when the device has finished; wgsl = a hand-written'
+    + '\n 4x4-block vec4 matmul / vec4 chain kernel, the adapter\'s ceiling for plain kernels; – = not run)');
   const failed = rows.filter((r) => !r.ok);
   for (const r of failed) console.log(`FAIL ${r.target} ${r.kind} ${r.n}: ${r.errors.join('; ') || `check err ${r.err}`}`);
   return failed.length;

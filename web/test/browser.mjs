@@ -199,11 +199,13 @@ async function main() {
     const bst = await bp.evaluate(() => window.benchStatus);
     check('bench page: brigade and jax-js (wasm, webgpu) load', bst.brigade && bst.jax?.ok
       && bst.jax.devices.includes('webgpu') && bst.jax.devices.includes('wasm'), JSON.stringify(bst));
-    const rows = await bp.evaluate(() => window.benchPage.runAll({
-      matmul: [48], fused: [3000], targets: Object.keys(window.benchPage.TARGETS), rounds: 1, warmup: 1, reps: 2,
-    }));
-    check('bench page: all four targets ran both benchmarks, results checked',
-      rows.length === 8 && rows.every((r) => r.ok && r.runs === 2), JSON.stringify(rows.filter((r) => !r.ok || r.runs !== 2)));
+    const targets = await bp.evaluate(() => Object.keys(window.benchPage.TARGETS));
+    const rows = await bp.evaluate((t) => window.benchPage.runAll({
+      matmul: [48], fused: [3000], targets: t, rounds: 1, warmup: 1, reps: 2,
+    }), targets);
+    check(`bench page: every target (${targets.join(', ')}) ran both benchmarks, results checked`,
+      targets.length === 5 && rows.length === 10 && rows.every((r) => r.ok && r.runs === 2),
+      JSON.stringify(rows.filter((r) => !r.ok || r.runs !== 2)));
     await bp.close();
   } catch (e) {
     failed++;
