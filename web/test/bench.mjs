@@ -106,8 +106,8 @@ const fmt = (v, d = 2) => (Number.isFinite(v) ? v.toFixed(d) : '–');
 function table(rows) {
   const cases = [...new Set(rows.map((r) => `${r.kind} ${r.n}`))];
   const cols = COLUMNS.filter((c) => c.every((t) => CFG.targets.includes(t)));
-  const short = (t) => t.replace(' webgpu', ' gpu');
-  const head = ['work', 'unit', ...cols.map((c) => (c.length === 1 ? c[0] : `${short(c[0])} / ${short(c[1])}`))];
+  // Ratios are brigade over the column just before (its peer): "÷ jax-js", "÷ wgsl".
+  const head = ['work', 'unit', ...cols.map((c) => (c.length === 1 ? c[0] : `÷ ${c[1].split(' ')[0]}`))];
   const lines = [head];
   for (const c of cases) {
     const get = (t) => num(rows.find((r) => `${r.kind} ${r.n}` === c && r.target === t));
@@ -116,8 +116,9 @@ function table(rows) {
   }
   const w = head.map((_, i) => Math.max(...lines.map((l) => String(l[i]).length)));
   for (const l of lines) console.log(l.map((v, i) => (i < 2 ? String(v).padEnd(w[i]) : String(v).padStart(w[i]))).join('  '));
-  console.log('\n(medians of every round\'s timed runs, each ending when the device has finished; wgsl = a hand-written'
-    + '\n 4x4-block vec4 matmul / vec4 chain kernel, the adapter\'s ceiling for plain kernels; – = not run)');
+  console.log('\n(÷ X: brigade on that device divided by X; medians of every round\'s timed runs, each ending when the'
+    + '\n device has finished; wgsl: a hand-written 4x4-block vec4 matmul / vec4 chain, the adapter\'s ceiling'
+    + '\n for a plain kernel; –: not run)');
   const failed = rows.filter((r) => !r.ok);
   for (const r of failed) console.log(`FAIL ${r.target} ${r.kind} ${r.n}: ${r.errors.join('; ') || `check err ${r.err}`}`);
   return failed.length;
