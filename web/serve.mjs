@@ -33,9 +33,10 @@ export function serve(root = ROOT, port = 0) {
       const url = new URL(req.url, 'http://127.0.0.1');
       let rel = decodeURIComponent(url.pathname);
       if (rel.endsWith('/')) rel += 'index.html';
-      const vendor = /^\/vendor\/([^/]+)(\/.*)$/.exec(rel);
-      const base = vendor && VENDOR[vendor[1]] ? path.join(root, VENDOR[vendor[1]]) : root;
-      const file = path.join(base, path.normalize(vendor && VENDOR[vendor[1]] ? vendor[2] : rel));
+      const m = /^\/vendor\/([^/]+)(\/.*)$/.exec(rel);
+      const vendor = m && Object.hasOwn(VENDOR, m[1]) ? m : null;
+      const base = vendor ? path.join(root, VENDOR[vendor[1]]) : root;
+      const file = path.join(base, path.normalize(vendor ? vendor[2] : rel));
       // Nothing outside the folder (or the vendored package), and not the test's own tooling.
       if (!file.startsWith(base + path.sep) || (base === root && file.includes(`${path.sep}node_modules${path.sep}`))) {
         res.writeHead(403).end('forbidden');
