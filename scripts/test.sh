@@ -240,8 +240,8 @@ setup_web_tools() {
         apt_get install -y -q nodejs npm
     fi
     command -v node >/dev/null || die "node not found: the browser test needs Node.js (>= 18) and npm"
-    # playwright-core only, from web/package-lock.json; it must never download a browser.
-    if ! (cd web && npm ls playwright-core >/dev/null 2>&1); then
+    # playwright-core and jax-js (the bench page's peer), from web/package-lock.json; never a browser.
+    if ! (cd web && npm ls >/dev/null 2>&1); then
         (cd web && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund)
     fi
     log "$(wasm-bindgen --version); node $(node --version); $(/usr/lib/chromium/chromium --version 2>/dev/null || chromium --version)"

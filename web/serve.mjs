@@ -10,6 +10,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = path.dirname(fileURLToPath(import.meta.url));
+// Packages a page imports, served read-only from node_modules under /vendor/NAME/ (the bench
+// page's jax-js); nothing else in node_modules is served.
+const VENDOR = { 'jax-js': 'node_modules/@jax-js/jax' };
 
 const TYPES = {
   '.html': 'text/html; charset=utf-8',
@@ -30,9 +33,12 @@ export function serve(root = ROOT, port = 0) {
       const url = new URL(req.url, 'http://127.0.0.1');
       let rel = decodeURIComponent(url.pathname);
       if (rel.endsWith('/')) rel += 'index.html';
-      const file = path.join(root, path.normalize(rel));
-      // Nothing outside the folder, and not the test's own tooling.
-      if (!file.startsWith(root + path.sep) || file.includes(`${path.sep}node_modules${path.sep}`)) {
+      const m = /^\/vendor\/([^/]+)(\/.*)$/.exec(rel);
+      const vendor = m && Object.hasOwn(VENDOR, m[1]) ? m : null;
+      const base = vendor ? path.join(root, VENDOR[vendor[1]]) : root;
+      const file = path.join(base, path.normalize(vendor ? vendor[2] : rel));
+      // Nothing outside the folder (or the vendored package), and not the test's own tooling.
+      if (!file.startsWith(base + path.sep) || (base === root && file.includes(`${path.sep}node_modules${path.sep}`))) {
         res.writeHead(403).end('forbidden');
         return;
       }

@@ -1,5 +1,6 @@
 // The browser test: serve web/ on 127.0.0.1, open the page in headless Chromium with WebGPU
-// (SwiftShader when there is no GPU), let it run every mode (?test=1), and check what it reports.
+// (SwiftShader when there is no GPU), let it run every mode (?test=1), and check what it reports;
+// then the `bench` export at tiny sizes and the bench page (brigade against jax-js) once.
 //
 //   node web/test/browser.mjs
 //
@@ -8,24 +9,18 @@
 // Screenshots of every mode, in both languages, go to web/screenshots/ (git-ignored).
 // A browser without a WebGPU adapter is a failure, not a skip.
 
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { serve } from '../serve.mjs';
+import { FLAGS, chromiumPath } from './chromium.mjs';
 
 const WEB = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const SHOTS = path.join(WEB, 'screenshots');
 const DEVICES = Number(process.env.BRIGADE_WEB_DEVICES ?? 2);
 const TIMEOUT_S = Number(process.env.BRIGADE_WEB_TIMEOUT_S ?? 900);
 const MODES = ['basics', 'advanced', 'handson', 'optimize'];
-const FLAGS = [
-  '--no-sandbox', '--enable-unsafe-webgpu',
-  // Stay off the network and keep the profile fresh (playwright gives a temporary user-data-dir).
-  '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  '--no-first-run', '--disable-quic',
-];
 
 let passed = 0;
 let failed = 0;
@@ -38,16 +33,6 @@ function check(what, ok, detail = '') {
     console.log(`  FAIL ${what}${detail ? `: ${detail}` : ''}`);
   }
   return ok;
-}
-
-function chromiumPath() {
-  if (process.env.CHROMIUM) return process.env.CHROMIUM;
-  if (existsSync('/usr/lib/chromium/chromium')) return '/usr/lib/chromium/chromium';
-  try {
-    return execFileSync('which', ['chromium'], { encoding: 'utf8' }).trim();
-  } catch {
-    throw new Error('no Chromium found: apt-get install -y chromium (or set CHROMIUM=/path/to/chromium)');
-  }
 }
 
 async function openPage(browser, url, log) {
@@ -133,6 +118,39 @@ async function main() {
       ec.call_async?.kind === 'Wgpu' && /fixed8|binding/i.test(ec.call_async?.message ?? ''), JSON.stringify(ec.call_async));
     check('… and the device computes right afterwards', ec.after_ok === true, ec.after);
 
+    // 2c. The `bench` export (issue #11) at tiny sizes on both devices: the check inside passed,
+    //     and its figures agree with each other (median of the runs, rates from the median).
+    const bench = await page.evaluate(async () => {
+      const bg = await import('./pkg/brigade.js');
+      const out = {};
+      for (const [kind, n] of [['matmul', 64], ['fused', 8192]]) {
+        for (const dev of ['webgpu', 'cpu']) out[`${kind} ${dev}`] = JSON.parse(await bg.bench(kind, n, dev, 1, 3));
+      }
+      const reject = async (...a) => { try { await bg.bench(...a); return null; } catch (e) { return String(e); } };
+      out.bad = [await reject('matmul', 0, 'webgpu', 1, 3), await reject('conv', 8, 'webgpu', 1, 3), await reject('fused', 8, 'webgpu', 1, 0)];
+      return out;
+    });
+    for (const [key, r] of Object.entries(bench)) {
+      if (key === 'bad') continue;
+      const [kind, dev] = key.split(' ');
+      const n = kind === 'matmul' ? 64 : 8192;
+      const flops = kind === 'matmul' ? 2 * n ** 3 : 5 * n;
+      const times = r.times_ms ?? [];
+      const sorted = [...times].sort((a, b) => a - b);
+      // performance.now() is coarse (0.1 ms) here: a run may read 0 ms, and then no rate.
+      const rateOk = r.ms > 0 ? Math.abs(r.gflops - flops / (r.ms * 1e6)) <= 1e-3 * r.gflops + 1e-6
+        && Math.abs(r.gbps - r.bytes / (r.ms * 1e6)) <= 1e-3 * r.gbps + 1e-6 : r.ms === 0 && r.gflops === null;
+      check(`bench ${key}: checked against the reference, ${times.length} timed runs, median and rates consistent`,
+        r.ok === true && r.err <= r.tol && r.checked > 0 && r.device === dev && r.kind === kind && r.n === n
+        && r.flops === flops && times.length === 3 && times.every((t) => Number.isFinite(t) && t >= 0)
+        && r.ms === sorted[1] && r.ms_min === sorted[0] && rateOk
+        && (dev !== 'webgpu' || r.work?.dispatches >= 4), JSON.stringify(r));
+    }
+    console.log(`bench (tiny): ${Object.entries(bench).filter(([k]) => k !== 'bad').map(([k, r]) => `${k} ${r.ms} ms`).join(', ')}`);
+    check('bench rejects a zero size, an unknown benchmark and zero runs with brigade\'s errors',
+      /every size must be at least 1/.test(bench.bad[0] ?? '') && /unknown benchmark/.test(bench.bad[1] ?? '')
+      && /reps must be/.test(bench.bad[2] ?? ''), JSON.stringify(bench.bad));
+
     // 3. Screenshots in Chinese (the default), then the language toggle, then English.
     mkdirSync(SHOTS, { recursive: true });
     const shoot = async (lang) => {
@@ -173,6 +191,22 @@ async function main() {
       banner && c.backend === 'cpu' && c.modes.basics?.ok === true, JSON.stringify({ banner, backend: c.backend, basics: c.modes.basics }));
     await cpu.screenshot({ path: path.join(SHOTS, 'fallback-cpu.png'), fullPage: false });
     await cpu.close();
+
+    // 5. The bench page (brigade against jax-js, web/test/bench.mjs) at tiny sizes: every
+    //    target runs and its result checks out.
+    const bp = await openPage(browser, `${base}/bench.html`, log);
+    await bp.waitForFunction(() => window.benchStatus?.ready, null, { timeout: 120_000 });
+    const bst = await bp.evaluate(() => window.benchStatus);
+    check('bench page: brigade and jax-js (wasm, webgpu) load', bst.brigade && bst.jax?.ok
+      && bst.jax.devices.includes('webgpu') && bst.jax.devices.includes('wasm'), JSON.stringify(bst));
+    const targets = await bp.evaluate(() => Object.keys(window.benchPage.TARGETS));
+    const rows = await bp.evaluate((t) => window.benchPage.runAll({
+      matmul: [48], fused: [3000], targets: t, rounds: 1, warmup: 1, reps: 2,
+    }), targets);
+    check(`bench page: every target (${targets.join(', ')}) ran both benchmarks, results checked`,
+      targets.length === 5 && rows.length === 10 && rows.every((r) => r.ok && r.runs === 2),
+      JSON.stringify(rows.filter((r) => !r.ok || r.runs !== 2)));
+    await bp.close();
   } catch (e) {
     failed++;
     console.log(`  FAIL ${e.message}`);
