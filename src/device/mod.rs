@@ -65,7 +65,7 @@ pub use caches::{
 };
 pub use disk_cache::CACHE_DIR_ENV;
 pub use gpu::{BufferCopy, Command, Device, Dispatch};
-pub use kernel::{Kernel, KernelBinding, validate_wgsl};
+pub use kernel::{Kernel, KernelBinding, SKIP_WORKGROUP_ZERO_INIT, validate_wgsl};
 pub use layout::{BackendKind, DeviceLayout};
 pub use pool::{DeviceBuffer, MemoryStats, PoolStats, bucket_size};
 pub use runtime::{
