@@ -40,7 +40,11 @@ fn main() -> brigade::Result<()> {
             "host: clone into a fresh Vec",
             "host: Vec::with_capacity + extend_from_slice",
             "tiny jitted call + to_host (µs)",
+            "kernel: fused tanh(exp(x*1.5+2))*x + wait (GB/s of x)",
         ];
+        let fused = jit(|a: &[Tensor]| vec![(&a[0] * 1.5 + 2.0).exp().tanh() * &a[0]]).on(dev);
+        drop(fused.call(std::slice::from_ref(&on_dev))?);
+        dev.wait()?;
         let mut times: Vec<Vec<Duration>> = vec![Vec::new(); rows.len()];
         for _ in 0..REPS {
             let t = Instant::now();
@@ -78,6 +82,11 @@ fn main() -> brigade::Result<()> {
                 f.call(std::slice::from_ref(&tiny))?[0].to_host()?;
             }
             times[6].push(t.elapsed() / 20);
+            let t = Instant::now();
+            let out = fused.call(std::slice::from_ref(&on_dev))?;
+            dev.wait()?;
+            times[7].push(t.elapsed());
+            drop(out);
         }
         let memcpy = median(times[3].clone()).as_secs_f64();
         println!("| what | {mib} MiB | GB/s | vs warm memcpy |");

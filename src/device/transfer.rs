@@ -429,7 +429,12 @@ impl Device {
         pollster::block_on(self.download(buf, dtype, len))
     }
 
-    /// True when reads of arrays on this device map their storage buffers (see the module docs).
+    /// True when reads of arrays on this device map the arrays' storage buffers in place (a
+    /// unified-memory adapter with `MAPPABLE_PRIMARY_BUFFERS`, unless `BRIGADE_MAPPED_READS=off`):
+    /// one copy out of device memory, no staging buffer. Storage buffers are then also
+    /// `MAP_READ`. brigade keeps its own submits off a buffer while a read has it mapped; code that
+    /// submits its own commands through [`Device::wgpu`] must not use an array's buffer while
+    /// another thread reads that array (wgpu rejects a submit that uses a mapped buffer).
     pub fn maps_reads(&self) -> bool {
         self.inner
             .gpu
