@@ -273,7 +273,7 @@ impl Array {
             Storage::Host(h) => Ok(h.clone()),
             Storage::Device { device, buffer } => {
                 let a = &self.inner.aval;
-                let data = device.download(buffer, a.dtype, a.size()).await?;
+                let data = device.read_array(buffer, a.dtype, a.size()).await?;
                 HostArray::new(a.shape.clone(), data)
             }
             Storage::Sharded { layout, shards, .. } => {
@@ -427,7 +427,7 @@ pub(crate) async fn read_all(arrays: &[Array]) -> Result<Vec<HostArray>> {
             _ => None,
         })
         .collect();
-    let mut fetched = crate::device::download_all(&reads).await?.into_iter();
+    let mut fetched = crate::device::download_arrays(&reads).await?.into_iter();
     let mut out = Vec::with_capacity(arrays.len());
     for a in arrays {
         out.push(match &a.inner.storage {

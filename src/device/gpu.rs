@@ -80,6 +80,11 @@ pub(crate) struct Gpu {
     /// Set once [`Device::wgpu`] handed the wgpu device out: from then on its owner may destroy
     /// it behind brigade's back, which wgpu reports only from a poll (see [`Gpu::lost_now`]).
     pub(crate) handed_out: std::sync::atomic::AtomicBool,
+    /// Present when array reads map storage buffers in place (`MAPPABLE_PRIMARY_BUFFERS` on a
+    /// unified-memory adapter): storage buffers are also `MAP_READ`, and submits go through it.
+    pub(crate) map_gate: Option<super::transfer::MapGate>,
+    /// The on-disk pipeline cache, where the backend has one (`PIPELINE_CACHE`: Vulkan).
+    pub(crate) pipelines: Option<super::kernel::PipelineDisk>,
 }
 
 /// How long a call that failed waits for the device's queue to drain before it decides whether
@@ -307,7 +312,6 @@ impl Device {
             });
         }
         let gpu = Gpu {
-            device,
             queue,
             state,
             pool: Mutex::new(Pool::new()),
@@ -319,6 +323,12 @@ impl Device {
             is_gl: adapter.backend == wgpu::Backend::Gl,
             deferred: Mutex::new(Deferred::default()),
             handed_out: std::sync::atomic::AtomicBool::new(false),
+            map_gate: device
+                .features()
+                .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+                .then(super::transfer::MapGate::default),
+            pipelines: super::kernel::PipelineDisk::open(&device, adapter),
+            device,
         };
         Device::from_parts(info, Some(gpu))
     }
@@ -536,14 +546,19 @@ impl Device {
             lock(&gpu.pool).unreserve(capacity);
             return Err(self.lost_error(reason));
         }
+        // Mappable too where array reads map their buffer in place (see `transfer.rs`).
+        let mut usage = wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_SRC
+            | wgpu::BufferUsages::COPY_DST;
+        if gpu.map_gate.is_some() {
+            usage |= wgpu::BufferUsages::MAP_READ;
+        }
         let create = || {
             gpu.capture(|| {
                 gpu.device.create_buffer(&wgpu::BufferDescriptor {
                     label: None,
                     size: capacity,
-                    usage: wgpu::BufferUsages::STORAGE
-                        | wgpu::BufferUsages::COPY_SRC
-                        | wgpu::BufferUsages::COPY_DST,
+                    usage,
                     mapped_at_creation: false,
                 })
             })
@@ -1193,7 +1208,21 @@ impl<'a> Recorder<'_, 'a> {
                     i += 1;
                 }
             }
-            gpu.queue.submit([enc.finish()])
+            let cmd = enc.finish();
+            // Not while another thread's read has one of these buffers mapped (see `transfer.rs`).
+            let uses = |k: usize| {
+                pending.iter().any(|c| match c {
+                    Command::Dispatch(d) => dispatches[*d]
+                        .buffers
+                        .iter()
+                        .any(|b| super::transfer::gate_key(b) == k),
+                    Command::Copy(c) => {
+                        super::transfer::gate_key(c.src) == k
+                            || super::transfer::gate_key(c.dst) == k
+                    }
+                })
+            };
+            gpu.unmapped(uses, || gpu.queue.submit([cmd]))
         });
         if let Some(e) = err {
             return Err(self.dev.wgpu_error(e, || {

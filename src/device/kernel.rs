@@ -68,6 +68,161 @@ impl fmt::Debug for Kernel {
     }
 }
 
+/// A line that, anywhere in a kernel's WGSL, turns off wgpu's zero-initialization of its
+/// `var<workgroup>` memory. Only for kernels whose invocations never read workgroup memory that
+/// no invocation of the workgroup wrote before a barrier (a reduction tree that stores every
+/// lane's partial first). WGSL says workgroup memory starts zeroed, so every other kernel,
+/// including every user kernel without this line, keeps that.
+///
+/// Why: on GL, naga emulates the zeroing with one invocation assigning a constructor of every
+/// element (`partial = float[256](0.0, 0.0, ...)`), which llvmpipe compiles for seconds: a
+/// 256-lane tree reduction took 5.1 s to its first dispatch with it, 1.2 s without (Vulkan drivers
+/// zero natively and see no difference).
+pub const SKIP_WORKGROUP_ZERO_INIT: &str =
+    "// brigade: workgroup memory is written before it is read";
+
+/// A device's `wgpu::PipelineCache`, loaded from and saved to the disk cache
+/// ([`super::disk_cache`]) so that a second process on the same machine compiles warm.
+///
+/// Only where the backend has `PIPELINE_CACHE` (Vulkan) and a cache directory exists. The file
+/// is wgpu's data (which wgpu checks itself: adapter, driver, version) inside brigade's envelope
+/// (magic, length, checksum): a file that fails either check is ignored and the cache starts empty
+/// (`fallback: true`), so a corrupt file costs a cold compile and nothing else.
+///
+/// Saved after a compile unless the last save was recent (at most ~10 % of the time goes to
+/// saving: the wait after a save is ten times what the save took, at least 20 ms), and when the
+/// device is dropped; [`Device::save_pipeline_cache`] saves now.
+pub(crate) struct PipelineDisk {
+    pub(crate) cache: wgpu::PipelineCache,
+    file: String,
+    /// Bytes of intact cache data read from the file when the device was made (0: none).
+    loaded: u64,
+    saves: std::sync::Mutex<SaveState>,
+}
+
+#[derive(Default)]
+struct SaveState {
+    /// Compiles since the last save.
+    dirty: bool,
+    /// When the last save finished, and how long it took.
+    last: Option<(std::time::Instant, std::time::Duration)>,
+}
+
+/// The envelope's magic (brigade pipeline cache, format 1).
+const PIPELINE_MAGIC: &[u8; 8] = b"BRGDPC01";
+
+/// A 64-bit checksum of `bytes` (FNV-1a over 8-byte words, then the tail): catches truncated and
+/// damaged files, not tampering.
+fn checksum(bytes: &[u8]) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+        h = (h ^ v).wrapping_mul(PRIME);
+        h ^= h >> 29;
+    }
+    for &b in words.remainder() {
+        h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+    }
+    h
+}
+
+/// wgpu's cache data inside the envelope: magic, payload length, checksum, payload.
+fn wrap_pipeline_data(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24 + data.len());
+    out.extend_from_slice(PIPELINE_MAGIC);
+    out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    out.extend_from_slice(&checksum(data).to_le_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// The payload of an envelope, or `None` when anything about it is off.
+fn unwrap_pipeline_data(file: &[u8]) -> Option<&[u8]> {
+    let (head, data) = file.split_at_checked(24)?;
+    let len = u64::from_le_bytes(head[8..16].try_into().ok()?);
+    let sum = u64::from_le_bytes(head[16..24].try_into().ok()?);
+    (&head[..8] == PIPELINE_MAGIC && len == data.len() as u64 && sum == checksum(data))
+        .then_some(data)
+}
+
+impl PipelineDisk {
+    /// The cache for a new device: from its file when that is intact, else empty. `None` without
+    /// `PIPELINE_CACHE` or without a cache directory (then nothing is read or written).
+    pub(crate) fn open(device: &wgpu::Device, info: &wgpu::AdapterInfo) -> Option<PipelineDisk> {
+        if !device.features().contains(wgpu::Features::PIPELINE_CACHE) {
+            return None;
+        }
+        super::disk_cache::cache_dir()?;
+        let key = wgpu::util::pipeline_cache_key(info)?;
+        // The driver is part of the name, so two drivers of one device do not evict each other's
+        // file (wgpu would also refuse the other's data).
+        let driver =
+            checksum(format!("{}|{}|{}", info.name, info.driver, info.driver_info).as_bytes());
+        let file = format!("pipelines-{key}-{driver:016x}.bin");
+        let raw = super::disk_cache::read(&file);
+        let data = raw.as_deref().and_then(|f| {
+            let d = unwrap_pipeline_data(f);
+            if d.is_none() {
+                log::debug!("brigade cache: ignoring damaged pipeline cache file {file}");
+            }
+            d
+        });
+        // SAFETY: `data` is what `PipelineCache::get_data` returned on an adapter with the same
+        // `pipeline_cache_key` (the file name), byte for byte (the checksum); wgpu checks its own
+        // header against this adapter and driver and, with `fallback`, starts empty otherwise.
+        let cache = unsafe {
+            device.create_pipeline_cache(&wgpu::PipelineCacheDescriptor {
+                label: Some("brigade pipeline cache"),
+                data,
+                fallback: true,
+            })
+        };
+        Some(PipelineDisk {
+            cache,
+            file,
+            loaded: data.map_or(0, |d| d.len() as u64),
+            saves: std::sync::Mutex::new(SaveState::default()),
+        })
+    }
+
+    /// After a compile: save unless the last save was too recent (then at the next chance).
+    pub(crate) fn compiled(&self) {
+        let due = {
+            let mut s = lock(&self.saves);
+            s.dirty = true;
+            s.last.is_none_or(|(at, took)| {
+                at.elapsed() >= (took * 10).max(std::time::Duration::from_millis(20))
+            })
+        };
+        if due {
+            self.save();
+        }
+    }
+
+    /// Write the cache's data to its file now (if there is any). Returns whether it was written.
+    pub(crate) fn save(&self) -> bool {
+        let start = std::time::Instant::now();
+        let Some(data) = self.cache.get_data() else {
+            return false;
+        };
+        let written = super::disk_cache::write(&self.file, &wrap_pipeline_data(&data));
+        let mut s = lock(&self.saves);
+        s.dirty = false;
+        s.last = Some((std::time::Instant::now(), start.elapsed()));
+        written
+    }
+}
+
+impl Drop for PipelineDisk {
+    fn drop(&mut self) {
+        if lock(&self.saves).dirty {
+            self.save();
+        }
+    }
+}
+
 /// What naga tells us about a shader.
 pub(crate) struct Reflection {
     pub(crate) bindings: Vec<KernelBinding>,
@@ -231,6 +386,8 @@ impl Device {
             ));
         }
 
+        #[cfg(not(target_arch = "wasm32"))]
+        let started = std::time::Instant::now();
         let origin = || super::scopes::Origin::Kernel {
             label: label.to_string(),
             wgsl: wgsl.to_string(),
@@ -278,8 +435,11 @@ impl Device {
                     layout: Some(&layout),
                     module: &module,
                     entry_point: Some("main"),
-                    compilation_options: Default::default(),
-                    cache: None,
+                    compilation_options: wgpu::PipelineCompilationOptions {
+                        zero_initialize_workgroup_memory: !wgsl.contains(SKIP_WORKGROUP_ZERO_INIT),
+                        ..Default::default()
+                    },
+                    cache: gpu.pipelines.as_ref().map(|p| &p.cache),
                 });
             (pipeline, bgl)
         });
@@ -295,6 +455,14 @@ impl Device {
             });
         }
         bump(|c| c.pipelines_created += 1);
+        #[cfg(not(target_arch = "wasm32"))]
+        log::debug!(
+            "brigade: compiled kernel `{label}` on device {} in {:.1} ms ({} bytes of WGSL)",
+            self.name(),
+            started.elapsed().as_secs_f64() * 1e3,
+            wgsl.len()
+        );
+        log::trace!("brigade: WGSL of kernel `{label}`:\n{wgsl}");
         let kernel = Arc::new(Kernel {
             label: label.to_string(),
             wgsl: wgsl.to_string(),
@@ -305,6 +473,7 @@ impl Device {
             bind_group_layout,
         });
         let evicted = cache.insert(wgsl.to_string(), kernel.clone());
+        drop(cache);
         if !evicted.is_empty() {
             let n = evicted.len() as u64;
             // Destroying a pipeline is a GL call on GL.
@@ -312,13 +481,65 @@ impl Device {
             drop(evicted);
             bump(|c| c.kernels_evicted += n);
         }
+        // Outside the kernel cache's lock: other compiles need not wait for the file.
+        if let Some(p) = &gpu.pipelines {
+            p.compiled();
+        }
         Ok(kernel)
+    }
+
+    /// The on-disk pipeline cache of this device: `None` when it has none (backends without
+    /// `PIPELINE_CACHE`, i.e. all but Vulkan; the disk cache off; the cpu device), else the bytes
+    /// of intact cache data read from disk when the device was made (0: it started empty, with no
+    /// file or a damaged one). Note that some drivers keep little in it: lavapipe stores only its
+    /// 32-byte header and relies on Mesa's own shader cache (`MESA_SHADER_CACHE_DIR`) instead.
+    pub fn pipeline_cache_loaded(&self) -> Option<u64> {
+        self.inner
+            .gpu
+            .as_ref()
+            .and_then(|g| g.pipelines.as_ref())
+            .map(|p| p.loaded)
+    }
+
+    /// Write this device's pipeline cache to disk now; true when a file was written. Brigade also
+    /// saves it after compiles (debounced) and when the device is dropped; this is for a process
+    /// about to exit without dropping its runtime (the global runtime is never dropped) right
+    /// after compiling. False on backends without a pipeline cache (only Vulkan has one), when the
+    /// disk cache is off (`BRIGADE_CACHE_DIR=off`), and on the cpu device.
+    pub fn save_pipeline_cache(&self) -> bool {
+        self.inner
+            .gpu
+            .as_ref()
+            .and_then(|g| g.pipelines.as_ref())
+            .is_some_and(|p| p.save())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pipeline_envelope_rejects_damage() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let file = wrap_pipeline_data(&data);
+        assert_eq!(unwrap_pipeline_data(&file), Some(&data[..]));
+        // Truncated, extended, one bit flipped anywhere, another magic: all refused.
+        assert_eq!(unwrap_pipeline_data(&file[..file.len() - 1]), None);
+        assert_eq!(unwrap_pipeline_data(&file[..10]), None);
+        let mut longer = file.clone();
+        longer.push(0);
+        assert_eq!(unwrap_pipeline_data(&longer), None);
+        for at in [0, 9, 17, 24, 500, file.len() - 1] {
+            let mut bad = file.clone();
+            bad[at] ^= 0x10;
+            assert_eq!(unwrap_pipeline_data(&bad), None, "flip at {at}");
+        }
+        assert_eq!(
+            unwrap_pipeline_data(&wrap_pipeline_data(&[])),
+            Some(&[][..])
+        );
+    }
 
     #[test]
     fn reflects_bindings() {

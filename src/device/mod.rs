@@ -65,15 +65,15 @@ pub use caches::{
 };
 pub use disk_cache::CACHE_DIR_ENV;
 pub use gpu::{BufferCopy, Command, Device, Dispatch};
-pub use kernel::{Kernel, KernelBinding, validate_wgsl};
+pub use kernel::{Kernel, KernelBinding, SKIP_WORKGROUP_ZERO_INIT, validate_wgsl};
 pub use layout::{BackendKind, DeviceLayout};
 pub use pool::{DeviceBuffer, MemoryStats, PoolStats, bucket_size};
 pub use runtime::{
-    AdapterSummary, DEVICES_ENV, MEMORY_LIMIT_ENV, Runtime, RuntimeBuilder, init,
+    AdapterSummary, DEVICES_ENV, MAPPED_READS_ENV, MEMORY_LIMIT_ENV, Runtime, RuntimeBuilder, init,
     parse_memory_limit,
 };
 pub use transfer::download_all;
-pub(crate) use transfer::read_mapped;
+pub(crate) use transfer::{download_arrays, read_mapped};
 
 /// The limits of one device that brigade plans around (a subset of `wgpu::Limits`).
 ///

@@ -588,7 +588,39 @@ async fn enumerate(
     (Some(instance), out)
 }
 
-/// Request one logical device with the adapter's own limits and no extra features.
+/// The environment variable that turns off mapped reads (`off` or `0`): every read then copies
+/// through a staging buffer, as on adapters without unified memory. For measuring and debugging.
+pub const MAPPED_READS_ENV: &str = "BRIGADE_MAPPED_READS";
+
+/// The optional wgpu features brigade uses when the adapter has them:
+/// - `MAPPABLE_PRIMARY_BUFFERS` on unified-memory adapters (device type cpu or integrated:
+///   lavapipe, Apple, integrated GPUs), so an array is read by mapping its own storage buffer
+///   (one copy, no staging buffer; see `transfer.rs`). Not on discrete GPUs, where wgpu warns that
+///   mappable storage buffers are slow to compute on, and not when [`MAPPED_READS_ENV`] is `off`.
+/// - `PIPELINE_CACHE` (Vulkan), so compiled pipelines persist on disk between processes
+///   (see `kernel.rs`).
+fn wanted_features(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> wgpu::Features {
+    let have = adapter.features();
+    let mut want = wgpu::Features::empty();
+    let unified = matches!(
+        info.device_type,
+        wgpu::DeviceType::Cpu | wgpu::DeviceType::IntegratedGpu
+    );
+    let mapped_off = std::env::var(MAPPED_READS_ENV).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "off" | "0" | "false"
+        )
+    });
+    if unified && !mapped_off {
+        want |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+    }
+    want |= wgpu::Features::PIPELINE_CACHE;
+    want & have
+}
+
+/// Request one logical device with the adapter's own limits and the optional features of
+/// [`wanted_features`] that the adapter has.
 async fn request_device(
     adapter: &wgpu::Adapter,
     index: usize,
@@ -598,7 +630,7 @@ async fn request_device(
     let label = format!("brigade device {index}");
     let desc = wgpu::DeviceDescriptor {
         label: Some(&label),
-        required_features: wgpu::Features::empty(),
+        required_features: wanted_features(adapter, &info),
         required_limits: adapter.limits(),
         ..Default::default()
     };

@@ -6,6 +6,23 @@
 //! channel (never blocking). The copy and submit happen when the download function is *called*, not
 //! when its future is first polled, so calling `download` on several devices and then awaiting the
 //! futures overlaps the devices' work; [`download_all`] does exactly that.
+//!
+//! # Mapped reads
+//! On unified-memory adapters (device type cpu or integrated) that have
+//! `MAPPABLE_PRIMARY_BUFFERS` (Vulkan, Metal, DX12; never GL or the browser), storage buffers are
+//! created `MAP_READ` too and reads of an [`crate::Array`] map the array's own buffer: no staging
+//! buffer, no copy on the device, one copy out of mapped memory. wgpu makes the map wait for the
+//! submitted work that writes the buffer (and flushes pending `write_buffer`s to it first).
+//!
+//! A buffer whose map is pending or active must not be used by a submission (wgpu rejects the
+//! whole submit), and arrays are shared between threads, so each such device has a [`MapGate`]:
+//! a read marks its buffers mapped (waiting while another read has them, or while a submit is
+//! under way), and every submit, `write_buffer` and copy checks, under the same lock, that none
+//! of its buffers is marked, waiting until the read has unmapped them. A read holds its marks only
+//! from the map request to the unmap, inside one await (the map is requested when the read is
+//! awaited, not when it is issued), so the thread that reads never submits while it holds them.
+//! Arrays are immutable, so reading at await time sees what the array holds; raw buffer reads
+//! ([`Device::download`], [`download_all`]) keep the staging copy made when they are called.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,13 +37,117 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::HostData;
 
+/// Where the bytes of one read come from.
+#[derive(Clone, Copy)]
+enum Source {
+    /// An empty read.
+    Empty,
+    /// `PendingRead::staging[group]`, from `offset`.
+    Staging { group: usize, offset: u64 },
+    /// `PendingRead::direct.buffers[index]`, mapped itself, from its start.
+    Direct { index: usize },
+}
+
 /// One requested read inside a pending batch.
 struct Part {
     dtype: DType,
     len: usize,
-    /// Index into `PendingRead::staging`, `None` for an empty read.
-    staging: Option<usize>,
-    offset: u64,
+    source: Source,
+}
+
+/// The buffer key a [`MapGate`] tracks: the address of the [`DeviceBuffer`] (stable while it is
+/// alive; a read holds its `Arc`, a submit borrows it).
+pub(crate) fn gate_key(buf: &DeviceBuffer) -> usize {
+    buf as *const DeviceBuffer as usize
+}
+
+/// Keeps submissions off storage buffers that a mapped read has mapped (see the module docs).
+#[derive(Default)]
+pub(crate) struct MapGate {
+    /// Keys of the buffers mapped now (or about to be), one entry per holder.
+    mapped: std::sync::Mutex<Vec<usize>>,
+    unmapped: std::sync::Condvar,
+}
+
+impl MapGate {
+    fn wait<'a>(
+        &self,
+        mut g: std::sync::MutexGuard<'a, Vec<usize>>,
+    ) -> std::sync::MutexGuard<'a, Vec<usize>> {
+        g = self.unmapped.wait(g).unwrap_or_else(|e| e.into_inner());
+        g
+    }
+
+    /// Run `f` (a submit, a `write_buffer`) once no buffer for which `uses` is true is mapped,
+    /// holding the gate during it so that no map request comes in between. With nothing mapped
+    /// (the usual case) this costs one uncontended lock and `uses` is never called.
+    pub(crate) fn unmapped<T>(&self, uses: impl Fn(usize) -> bool, f: impl FnOnce() -> T) -> T {
+        let mut g = super::gpu::lock(&self.mapped);
+        while g.iter().any(|&k| uses(k)) {
+            g = self.wait(g);
+        }
+        let out = f();
+        drop(g);
+        out
+    }
+
+    /// Mark `keys` mapped, waiting while another read holds any of them. All at once, so two
+    /// reads of overlapping buffers never hold one each while waiting for the other.
+    fn hold(&self, keys: &[usize]) {
+        let mut g = super::gpu::lock(&self.mapped);
+        while g.iter().any(|k| keys.contains(k)) {
+            g = self.wait(g);
+        }
+        g.extend_from_slice(keys);
+    }
+
+    /// Undo [`MapGate::hold`] (after the buffers were unmapped) and wake the waiters.
+    fn release(&self, keys: &[usize]) {
+        let mut g = super::gpu::lock(&self.mapped);
+        for k in keys {
+            if let Some(i) = g.iter().position(|x| x == k) {
+                g.swap_remove(i);
+            }
+        }
+        drop(g);
+        self.unmapped.notify_all();
+    }
+}
+
+/// The storage buffers a pending read maps itself, with the bytes mapped of each. Mapped and
+/// marked in the device's [`MapGate`] by [`PendingRead::mapped`]; dropping this unmaps them and
+/// lifts the marks, also when the read failed or its future was dropped half way.
+#[derive(Default)]
+struct DirectMaps {
+    device: Option<Device>,
+    buffers: Vec<(Arc<DeviceBuffer>, u64)>,
+    /// True between the gate's hold and release.
+    held: bool,
+}
+
+impl DirectMaps {
+    fn keys(&self) -> Vec<usize> {
+        self.buffers.iter().map(|(b, _)| gate_key(b)).collect()
+    }
+}
+
+impl Drop for DirectMaps {
+    fn drop(&mut self) {
+        if !self.held {
+            return;
+        }
+        let Some(gpu) = self.device.as_ref().and_then(|d| d.inner.gpu.as_ref()) else {
+            return;
+        };
+        // Unmapping a buffer whose map is still pending cancels it (its callback sees an error).
+        for (b, _) in &self.buffers {
+            b.buffer.unmap();
+        }
+        if let Some(gate) = &gpu.map_gate {
+            gate.release(&self.keys());
+        }
+        self.held = false;
+    }
 }
 
 /// The re-map of an upload staging buffer: pending, or complete (the buffer is mapped and idle).
@@ -42,6 +163,8 @@ pub(crate) struct PendingRead {
     device: Device,
     /// Staging buffers with the bytes used in each and their map callbacks.
     staging: Vec<(wgpu::Buffer, u64, Option<MapCallback>)>,
+    /// Storage buffers read by mapping them (mapped reads; empty elsewhere).
+    direct: DirectMaps,
     parts: Vec<Part>,
 }
 
@@ -142,7 +265,13 @@ impl Device {
             false
         };
         if !staged {
-            let ((), err) = gpu.capture(|| gpu.queue.write_buffer(&buf.buffer, 0, bytes));
+            let key = gate_key(buf);
+            let ((), err) = gpu.capture(|| {
+                gpu.unmapped(
+                    |k| k == key,
+                    || gpu.queue.write_buffer(&buf.buffer, 0, bytes),
+                )
+            });
             if let Some(e) = err {
                 return Err(self.wgpu_error(e, || format!("writing {} bytes", bytes.len())));
             }
@@ -222,7 +351,9 @@ impl Device {
                         label: Some("brigade upload"),
                     });
                 enc.copy_buffer_to_buffer(&staging, 0, &buf.buffer, 0, n);
-                gpu.queue.submit([enc.finish()]);
+                let cmd = enc.finish();
+                let key = gate_key(buf);
+                gpu.unmapped(|k| k == key, || gpu.queue.submit([cmd]));
             }
             // Map again right away: it completes once the copy has run, ready for the next write.
             let (tx, rx) = oneshot::channel();
@@ -298,18 +429,80 @@ impl Device {
         pollster::block_on(self.download(buf, dtype, len))
     }
 
+    /// True when reads of arrays on this device map the arrays' storage buffers in place (a
+    /// unified-memory adapter with `MAPPABLE_PRIMARY_BUFFERS`, unless `BRIGADE_MAPPED_READS=off`):
+    /// one copy out of device memory, no staging buffer. Storage buffers are then also
+    /// `MAP_READ`. brigade keeps its own submits off a buffer while a read has it mapped; code that
+    /// submits its own commands through [`Device::wgpu`] must not use an array's buffer while
+    /// another thread reads that array (wgpu rejects a submit that uses a mapped buffer).
+    pub fn maps_reads(&self) -> bool {
+        self.inner
+            .gpu
+            .as_ref()
+            .is_some_and(|g| g.map_gate.is_some())
+    }
+
     /// Encode copies of `reads` into staging buffers, submit once, request the maps.
     pub(crate) fn issue_reads(
         &self,
         reads: &[(&DeviceBuffer, DType, usize)],
     ) -> Result<PendingRead> {
+        self.issue(reads, None)
+    }
+
+    /// [`Device::issue_reads`] for the buffers of arrays (immutable, kept alive by the read): on a
+    /// device that [maps reads](Device::maps_reads) nothing is submitted and the buffers
+    /// themselves are mapped when the read is awaited.
+    pub(crate) fn issue_array_reads(
+        &self,
+        reads: &[(Arc<DeviceBuffer>, DType, usize)],
+    ) -> Result<PendingRead> {
+        let refs: Vec<(&DeviceBuffer, DType, usize)> =
+            reads.iter().map(|(b, d, l)| (&**b, *d, *l)).collect();
+        if self.maps_reads() {
+            let keep: Vec<Arc<DeviceBuffer>> = reads.iter().map(|r| r.0.clone()).collect();
+            self.issue(&refs, Some(&keep))
+        } else {
+            self.issue(&refs, None)
+        }
+    }
+
+    /// Read the first `len` elements of an array's buffer: [`Device::download`], mapping the
+    /// buffer itself where the device [maps reads](Device::maps_reads).
+    pub(crate) async fn read_array(
+        &self,
+        buf: &Arc<DeviceBuffer>,
+        dtype: DType,
+        len: usize,
+    ) -> Result<HostData> {
+        let mut out = self
+            .issue_array_reads(&[(buf.clone(), dtype, len)])?
+            .finish()
+            .await?;
+        Ok(out
+            .pop()
+            .unwrap_or_else(|| HostData::from_bytes(dtype, &[])))
+    }
+
+    /// Check reads and plan them: copies into staging buffers, or (with `direct`, the `Arc`s of
+    /// the buffers of `reads` in order) maps of the buffers themselves. Copies are submitted now.
+    fn issue(
+        &self,
+        reads: &[(&DeviceBuffer, DType, usize)],
+        direct: Option<&[Arc<DeviceBuffer>]>,
+    ) -> Result<PendingRead> {
         let gpu = self.live_gpu("download")?;
         let max_staging = self.limits().max_buffer_size;
         let mut parts = Vec::with_capacity(reads.len());
+        let mut maps = DirectMaps {
+            device: Some(self.clone()),
+            buffers: Vec::new(),
+            held: false,
+        };
         // (staging size, [(part index, source, bytes)])
         let mut groups: Vec<u64> = Vec::new();
         let mut copies: Vec<(&DeviceBuffer, usize, u64, u64)> = Vec::new(); // (src, staging, offset, bytes)
-        for (buf, dtype, len) in reads.iter().copied() {
+        for (i, (buf, dtype, len)) in reads.iter().copied().enumerate() {
             self.check_owner(buf, "download")?;
             if dtype == DType::F64 {
                 return Err(crate::error::f64_on_gpu(
@@ -332,8 +525,30 @@ impl Device {
                 parts.push(Part {
                     dtype,
                     len,
-                    staging: None,
-                    offset: 0,
+                    source: Source::Empty,
+                });
+                continue;
+            }
+            if let Some(keep) = direct {
+                // One map per buffer, however often it is read in this batch.
+                let index = match maps
+                    .buffers
+                    .iter()
+                    .position(|(b, _)| std::ptr::eq(&**b, buf))
+                {
+                    Some(k) => {
+                        maps.buffers[k].1 = maps.buffers[k].1.max(bytes);
+                        k
+                    }
+                    None => {
+                        maps.buffers.push((keep[i].clone(), bytes));
+                        maps.buffers.len() - 1
+                    }
+                };
+                parts.push(Part {
+                    dtype,
+                    len,
+                    source: Source::Direct { index },
                 });
                 continue;
             }
@@ -350,18 +565,29 @@ impl Device {
             parts.push(Part {
                 dtype,
                 len,
-                staging: Some(g),
-                offset,
+                source: Source::Staging { group: g, offset },
             });
         }
+        let mapped_bytes: u64 = maps.buffers.iter().map(|(_, b)| b).sum();
+        let total: u64 = groups.iter().sum::<u64>() + mapped_bytes;
         if groups.is_empty() {
+            if mapped_bytes > 0 {
+                crate::host::check_host_alloc(mapped_bytes as usize, || {
+                    format!(
+                        "reading {} back from device {}",
+                        human_bytes(mapped_bytes),
+                        self.name()
+                    )
+                })?;
+                bump(|c| c.bytes_downloaded += mapped_bytes);
+            }
             return Ok(PendingRead {
                 device: self.clone(),
                 staging: Vec::new(),
+                direct: maps,
                 parts,
             });
         }
-        let total: u64 = groups.iter().sum();
         // The host copy of what is read must fit in host memory (a typed error, not an abort).
         crate::host::check_host_alloc(total as usize, || {
             format!(
@@ -397,7 +623,12 @@ impl Device {
             for &(src, g, offset, bytes) in &copies {
                 enc.copy_buffer_to_buffer(&src.buffer, 0, &buffers[g], offset, bytes);
             }
-            gpu.queue.submit([enc.finish()]);
+            let cmd = enc.finish();
+            // A source another thread's mapped read has mapped cannot be copied until unmapped.
+            gpu.unmapped(
+                |k| copies.iter().any(|c| gate_key(c.0) == k),
+                || gpu.queue.submit([cmd]),
+            );
             buffers
                 .into_iter()
                 .zip(&groups)
@@ -420,14 +651,70 @@ impl Device {
         Ok(PendingRead {
             device: self.clone(),
             staging,
+            direct: maps,
             parts,
         })
     }
 }
 
+impl super::gpu::Gpu {
+    /// Run `f` (work that submits or writes buffers) under the device's [`MapGate`], once no
+    /// buffer for which `uses` is true is mapped by a read; just `f` on devices without one.
+    pub(crate) fn unmapped<T>(&self, uses: impl Fn(usize) -> bool, f: impl FnOnce() -> T) -> T {
+        match &self.map_gate {
+            Some(gate) => gate.unmapped(uses, f),
+            None => f(),
+        }
+    }
+}
+
 impl PendingRead {
-    /// Wait until every staging buffer of this batch is mapped.
+    /// Wait until every staging buffer of this batch is mapped, and map the buffers read in
+    /// place (marking them in the device's [`MapGate`] first).
     async fn mapped(&mut self) -> Result<()> {
+        if !self.direct.buffers.is_empty() && !self.direct.held {
+            let gpu = self.device.gpu("download")?;
+            let Some(gate) = &gpu.map_gate else {
+                return Err(Error::Transfer {
+                    device: self.device.name().to_string(),
+                    detail: "a mapped read on a device that does not map reads".into(),
+                });
+            };
+            gate.hold(&self.direct.keys());
+            self.direct.held = true;
+            let (rxs, err) = gpu.capture(|| {
+                self.direct
+                    .buffers
+                    .iter()
+                    .map(|(b, used)| {
+                        let (tx, rx) = oneshot::channel();
+                        b.buffer
+                            .slice(..*used)
+                            .map_async(wgpu::MapMode::Read, move |r| {
+                                let _ = tx.send(r);
+                            });
+                        rx
+                    })
+                    .collect::<Vec<_>>()
+            });
+            if let Some(e) = err {
+                return Err(self
+                    .device
+                    .wgpu_error(e, || "mapping an array's buffer".into()));
+            }
+            for rx in rxs {
+                let ok = self
+                    .device
+                    .wait_for(rx, "mapping an array's buffer")
+                    .await?;
+                if let Err(e) = ok {
+                    return Err(self.device.lost_or(|| Error::Transfer {
+                        device: self.device.name().to_string(),
+                        detail: format!("map_async of an array's buffer failed: {e}"),
+                    }));
+                }
+            }
+        }
         for (_, _, rx) in &mut self.staging {
             let Some(rx) = rx.take() else { continue };
             let ok = self.device.wait_for(rx, "mapping a staging buffer").await?;
@@ -443,15 +730,22 @@ impl PendingRead {
         Ok(())
     }
 
-    /// The mapped bytes of each staging buffer (call after [`PendingRead::mapped`]).
+    /// The mapped bytes of each staging buffer, then of each buffer read in place (call after
+    /// [`PendingRead::mapped`]).
     fn views(&self) -> Result<Vec<wgpu::BufferView>> {
-        self.staging
+        let staging = self.staging.iter().map(|(b, used, _)| (b, *used));
+        let direct = self
+            .direct
+            .buffers
             .iter()
-            .map(|(b, used, _)| {
-                b.slice(..*used).get_mapped_range().map_err(|e| {
+            .map(|(b, used)| (&b.buffer, *used));
+        staging
+            .chain(direct)
+            .map(|(b, used)| {
+                b.slice(..used).get_mapped_range().map_err(|e| {
                     self.device.lost_or(|| Error::Transfer {
                         device: self.device.name().to_string(),
-                        detail: format!("reading a mapped staging buffer: {e:?}"),
+                        detail: format!("reading a mapped buffer: {e:?}"),
                     })
                 })
             })
@@ -460,20 +754,27 @@ impl PendingRead {
 
     /// Each part's bytes inside `views`.
     fn part_bytes<'v>(&self, views: &'v [wgpu::BufferView]) -> Vec<&'v [u8]> {
+        let n = self.staging.len();
         self.parts
             .iter()
-            .map(|p| match p.staging {
-                None => &[][..],
-                Some(g) => {
-                    let start = p.offset as usize;
-                    &views[g][start..start + p.len * p.dtype.size_bytes()]
+            .map(|p| {
+                let bytes = p.len * p.dtype.size_bytes();
+                match p.source {
+                    Source::Empty => &[][..],
+                    Source::Staging { group, offset } => {
+                        let start = offset as usize;
+                        &views[group][start..start + bytes]
+                    }
+                    Source::Direct { index } => &views[n + index][..bytes],
                 }
             })
             .collect()
     }
 
-    /// Unmap the staging buffers and keep a few for the next read.
-    fn recycle(self) {
+    /// Unmap the buffers read in place (lifting their marks), unmap the staging buffers and keep
+    /// a few for the next read. The views must be dropped first.
+    fn recycle(mut self) {
+        drop(std::mem::take(&mut self.direct));
         let Ok(gpu) = self.device.gpu("download") else {
             return;
         };
@@ -522,14 +823,18 @@ pub(crate) async fn read_mapped<R>(
     }
     let mut pending = Vec::with_capacity(groups.len());
     for (dev, idx) in groups {
-        let batch: Vec<(&DeviceBuffer, DType, usize)> = idx
+        let batch: Vec<(Arc<DeviceBuffer>, DType, usize)> = idx
             .iter()
-            .map(|&i| (&*reads[i].1, reads[i].2, reads[i].3))
+            .map(|&i| (reads[i].1.clone(), reads[i].2, reads[i].3))
             .collect();
-        pending.push((dev.issue_reads(&batch)?, idx));
+        pending.push((dev.issue_array_reads(&batch)?, idx));
     }
-    for (p, _) in &mut pending {
-        p.mapped().await?;
+    // Every device's buffers stay mapped until `f` returns: map the devices in one global order
+    // (by id) so that two such reads over the same devices never wait for each other.
+    let mut order: Vec<usize> = (0..pending.len()).collect();
+    order.sort_by_key(|&k| pending[k].0.device.inner.id);
+    for k in order {
+        pending[k].0.mapped().await?;
     }
     let out = {
         // Held across every device's views: GL buffers are read inside its context.
@@ -571,6 +876,22 @@ const STAGING_KEEP_BYTES: u64 = 512 << 20;
 pub fn download_all(
     reads: &[(Device, Arc<DeviceBuffer>, DType, usize)],
 ) -> impl Future<Output = Result<Vec<HostData>>> + use<> {
+    download_grouped(reads, false)
+}
+
+/// [`download_all`] for the buffers of arrays: mapped in place where the device
+/// [maps reads](Device::maps_reads) (each device's buffers mapped, copied out and unmapped in
+/// turn, so no two devices' marks are held at once).
+pub(crate) fn download_arrays(
+    reads: &[(Device, Arc<DeviceBuffer>, DType, usize)],
+) -> impl Future<Output = Result<Vec<HostData>>> + use<> {
+    download_grouped(reads, true)
+}
+
+fn download_grouped(
+    reads: &[(Device, Arc<DeviceBuffer>, DType, usize)],
+    arrays: bool,
+) -> impl Future<Output = Result<Vec<HostData>>> + use<> {
     // Group by device, keeping first-appearance order of devices and the input position of each read.
     let mut groups: Vec<(Device, Vec<usize>)> = Vec::new();
     for (i, (dev, _, _, _)) in reads.iter().enumerate() {
@@ -582,11 +903,20 @@ pub fn download_all(
     let issued: Result<Vec<(PendingRead, Vec<usize>)>> = groups
         .into_iter()
         .map(|(dev, idx)| {
-            let batch: Vec<(&DeviceBuffer, DType, usize)> = idx
-                .iter()
-                .map(|&i| (&*reads[i].1, reads[i].2, reads[i].3))
-                .collect();
-            dev.issue_reads(&batch).map(|p| (p, idx))
+            let pending = if arrays {
+                let batch: Vec<(Arc<DeviceBuffer>, DType, usize)> = idx
+                    .iter()
+                    .map(|&i| (reads[i].1.clone(), reads[i].2, reads[i].3))
+                    .collect();
+                dev.issue_array_reads(&batch)
+            } else {
+                let batch: Vec<(&DeviceBuffer, DType, usize)> = idx
+                    .iter()
+                    .map(|&i| (&*reads[i].1, reads[i].2, reads[i].3))
+                    .collect();
+                dev.issue_reads(&batch)
+            };
+            pending.map(|p| (p, idx))
         })
         .collect();
     let n = reads.len();
