@@ -1,7 +1,9 @@
 // Cooperative reduction for long reductions: {{P}} workgroups of 256 invocations share each output.
 // Workgroup (o, p) reduces the chunk p of output o with a strided loop ({{LANES}} reduced elements per
-// step, as one vec4 load per buffer when the reduced axis is the last one), then a tree in shared
-// memory, and writes one partial; a second kernel combines the {{P}} partials (skipped when P is 1).
+// step, as one vec4 load per buffer when the reduced axis is the last one), then invocation 0
+// combines the workgroup's 256 partials from shared memory and writes one partial; a second kernel
+// combines the {{P}} partials of each output (skipped when P is 1).
+// brigade: workgroup memory is written before it is read
 {{BINDINGS}}
 {{HELPERS}}
 var<workgroup> partial: array<{{T}}, 256>;
@@ -26,16 +28,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{FINISH}}
     partial[lid] = acc;
     workgroupBarrier();
-    for (var s: u32 = 128u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            let x = partial[lid + s];
-            let a = partial[lid];
-            partial[lid] = {{COMBINE_SHARED}};
-        }
-        workgroupBarrier();
-    }
+    // One barrier, then invocation 0 combines the 256 partials in order: a barrier per tree level
+    // costs more on software adapters (and compiles for seconds on llvmpipe GL) than 255 combines.
     if (lid == 0u && gi < {{N}}u) {
-        let acc = partial[0];
+        var acc = partial[0];
+        for (var s: u32 = 1u; s < 256u; s = s + 1u) {
+            let x = partial[s];
+            let a = acc;
+            acc = {{COMBINE_SHARED}};
+        }
         out0[wg] = {{STORE}};
     }
 }
