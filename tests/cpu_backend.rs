@@ -275,6 +275,82 @@ fn random_elementwise_programs_match_the_interpreter_bit_for_bit() {
     }
 }
 
+/// Random programs whose intermediate values die inside the program (so results are written into
+/// dying operands' buffers) and which read broadcast scalars (kept unmaterialized): only the last
+/// values are outputs. Bit-exact.
+#[test]
+fn random_chains_with_broadcast_scalars_match_the_interpreter_bit_for_bit() {
+    let prims = elementwise_prims();
+    for seed in 0..80u64 {
+        let mut r = Lcg::new(seed * 13 + 5);
+        let shape = if seed % 3 == 0 {
+            vec![4, 50]
+        } else {
+            vec![1 + (seed as usize * 37) % 300]
+        };
+        let mut b = Builder::default();
+        let mut vars = Vec::new();
+        let mut inputs = Vec::new();
+        for (k, dt) in [DType::F32, DType::F32, DType::F64, DType::I32, DType::Bool]
+            .into_iter()
+            .enumerate()
+        {
+            vars.push(b.input(&shape, dt));
+            inputs.push(special(dt, &shape, seed * 17 + k as u64));
+        }
+        // Scalars broadcast to the shape (a literal's form in traced programs), and a constant.
+        for (k, dt) in [DType::F32, DType::F64, DType::I32].into_iter().enumerate() {
+            let s = b.input(&[], dt);
+            inputs.push(special(dt, &[], seed * 19 + k as u64));
+            let dims: Vec<usize> = vec![];
+            vars.push(b.op(
+                Prim::BroadcastInDim {
+                    shape: shape.clone(),
+                    dims,
+                },
+                &[s],
+            ));
+        }
+        let c = b.g.new_var(Aval::new(vec![], DType::F32));
+        b.g.consts.push((
+            c,
+            HostArray::from_vec(vec![special_f32s(1, seed)[0]], &[]).unwrap(),
+        ));
+        vars.push(b.op(
+            Prim::BroadcastInDim {
+                shape: shape.clone(),
+                dims: vec![],
+            },
+            &[c],
+        ));
+        // Each step mostly reads the newest values, so most die at their next use.
+        let mut added = 0;
+        while added < 30 {
+            let prim = prims[r.next_u32() as usize % prims.len()].clone();
+            let n = prim.arity().unwrap_or(1);
+            let ins: Vec<Var> = (0..n)
+                .map(|_| {
+                    let back = (r.next_u32() % 4) as usize;
+                    if r.next_u32() % 4 == 0 {
+                        vars[r.next_u32() as usize % vars.len()]
+                    } else {
+                        vars[vars.len() - 1 - back.min(vars.len() - 1)]
+                    }
+                })
+                .collect();
+            if let Some(v) = b.try_op(prim, &ins) {
+                vars.push(v);
+                added += 1;
+            }
+        }
+        b.g.outputs = vars[vars.len() - 3..].to_vec();
+        let (got, want) = both(&b.g, &inputs);
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_bits(g, w, &format!("seed {seed} output {k}\n{}", b.g));
+        }
+    }
+}
+
 /// Every unary and binary op on every dtype it accepts, on a long input (several threads).
 #[test]
 fn every_elementwise_op_on_long_inputs_is_bit_exact() {

@@ -209,3 +209,134 @@ pub(crate) fn cast(x: &HostData, to: DType) -> HostData {
         HostData::Bool(v) => from!(v, Bool),
     }
 }
+
+/// A binary op of an array and one value broadcast over it (`left`: the value is the left
+/// operand), without materializing the broadcast.
+pub(crate) fn binary_splat(op: BinaryOp, x: &HostData, s: Scalar, left: bool) -> Option<HostData> {
+    use HostData as H;
+    // `$f(p, q)` with the splat's value on its side, one loop per op for f32 and i32.
+    macro_rules! side {
+        ($v:expr, $c:expr, |$p:ident, $q:ident| $f:expr) => {{
+            let (v, c) = ($v, $c);
+            if left {
+                map1(v, |b| {
+                    let ($p, $q) = (c, b);
+                    $f
+                })
+            } else {
+                map1(v, |a| {
+                    let ($p, $q) = (a, c);
+                    $f
+                })
+            }
+        }};
+    }
+    if op.is_comparison() {
+        return Some(H::Bool(match (x, s) {
+            (H::F32(v), Scalar::F32(c)) => {
+                per_binary!(op, |o| side!(v, c, |p, q| o.compare(p, q)))
+            }
+            (H::F64(v), Scalar::F64(c)) => side!(v, c, |p, q| op.compare(p, q)),
+            (H::I32(v), Scalar::I32(c)) => {
+                per_binary!(op, |o| side!(v, c, |p, q| o.compare(p, q)))
+            }
+            (H::U32(v), Scalar::U32(c)) => side!(v, c, |p, q| op.compare(p, q)),
+            (H::Bool(v), Scalar::Bool(c)) => side!(v, c, |p, q| op.compare(p, q)),
+            _ => return None,
+        }));
+    }
+    Some(match (x, s) {
+        (H::F32(v), Scalar::F32(c)) => {
+            H::F32(per_binary!(op, |o| side!(v, c, |p, q| o.eval_f32(p, q))))
+        }
+        (H::F64(v), Scalar::F64(c)) => {
+            H::F64(per_binary!(op, |o| side!(v, c, |p, q| o.eval_f64(p, q))))
+        }
+        (H::I32(v), Scalar::I32(c)) => {
+            H::I32(per_binary!(op, |o| side!(v, c, |p, q| o.eval_i32(p, q))))
+        }
+        (H::U32(v), Scalar::U32(c)) => H::U32(side!(v, c, |p, q| op.eval_u32(p, q))),
+        (H::Bool(v), Scalar::Bool(c)) => H::Bool(side!(v, c, |p, q| op.eval_bool(p, q))),
+        _ => return None,
+    })
+}
+
+// ---- in place -----------------------------------------------------------------------------------
+
+/// The other operand of an in-place binary op: an array, or a splat's value.
+pub(crate) enum Other<'a> {
+    Arr(&'a HostData),
+    Splat(Scalar),
+}
+
+fn map_inplace<T: Copy + Send>(v: &mut [T], f: impl Fn(T) -> T + Sync) {
+    par_fill(v, |_, o| {
+        for r in o.iter_mut() {
+            *r = f(*r);
+        }
+    });
+}
+
+fn zip_inplace<T: Copy + Send + Sync>(v: &mut [T], y: &[T], f: impl Fn(T, T) -> T + Sync) {
+    par_fill(v, |at, o| {
+        let y = &y[at..at + o.len()];
+        for (r, &b) in o.iter_mut().zip(y) {
+            *r = f(*r, b);
+        }
+    });
+}
+
+/// `x = op(x)` in the operand's own buffer (floats: the chains that matter), saving an allocation
+/// and its page faults. False when not covered; then `x` is untouched.
+pub(crate) fn unary_inplace(op: UnaryOp, x: &mut HostData) -> bool {
+    if op.is_predicate() {
+        return false;
+    }
+    match x {
+        HostData::F32(v) => per_unary!(op, |o| map_inplace(v, |a| o.eval_f32(a))),
+        HostData::F64(v) => per_unary!(op, |o| map_inplace(v, |a| o.eval_f64(a))),
+        _ => return false,
+    }
+    true
+}
+
+/// `x = op(x, other)` (`x_left`) or `x = op(other, x)` in `x`'s buffer, for float results. False
+/// when not covered; then `x` is untouched.
+pub(crate) fn binary_inplace(
+    op: BinaryOp,
+    x: &mut HostData,
+    other: Other<'_>,
+    x_left: bool,
+) -> bool {
+    if op.is_comparison() {
+        return false;
+    }
+    macro_rules! go {
+        ($v:expr, $wrap:ident, $eval:ident) => {{
+            let v = $v;
+            match other {
+                Other::Arr(HostData::$wrap(y)) if y.len() == v.len() => per_binary!(op, |o| {
+                    if x_left {
+                        zip_inplace(v, y, |a, b| o.$eval(a, b))
+                    } else {
+                        zip_inplace(v, y, |a, b| o.$eval(b, a))
+                    }
+                }),
+                Other::Splat(Scalar::$wrap(c)) => per_binary!(op, |o| {
+                    if x_left {
+                        map_inplace(v, |a| o.$eval(a, c))
+                    } else {
+                        map_inplace(v, |a| o.$eval(c, a))
+                    }
+                }),
+                _ => return false,
+            }
+        }};
+    }
+    match x {
+        HostData::F32(v) => go!(v, F32, eval_f32),
+        HostData::F64(v) => go!(v, F64, eval_f64),
+        _ => return false,
+    }
+    true
+}

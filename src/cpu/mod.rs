@@ -21,6 +21,7 @@ pub(crate) mod reduce;
 
 use std::borrow::Cow;
 
+use crate::dtype::Scalar;
 use crate::error::{Error, Result};
 use crate::host::HostArray;
 use crate::ops::Prim;
@@ -45,7 +46,7 @@ pub(crate) fn eval_graph_refs(graph: &Graph, inputs: &[&HostArray]) -> Result<Ve
             got: inputs.len(),
         });
     }
-    let mut env: Vec<Option<Cow<'_, HostArray>>> = vec![None; graph.avals.len()];
+    let mut env: Vec<Option<Val<'_>>> = (0..graph.avals.len()).map(|_| None).collect();
     for (v, x) in graph.inputs.iter().zip(inputs) {
         let want = graph.aval(*v);
         if x.data.len() != x.shape.iter().product::<usize>() {
@@ -62,10 +63,10 @@ pub(crate) fn eval_graph_refs(graph: &Graph, inputs: &[&HostArray]) -> Result<Ve
                 detail: format!("input {} expected {want}", v.0),
             });
         }
-        env[v.idx()] = Some(Cow::Borrowed(*x));
+        env[v.idx()] = Some(Val::Arr(Cow::Borrowed(*x)));
     }
     for (v, x) in &graph.consts {
-        env[v.idx()] = Some(Cow::Borrowed(x));
+        env[v.idx()] = Some(Val::Arr(Cow::Borrowed(x)));
     }
     // Remaining uses of each value: freed after the last one (outputs count as a use, so they stay).
     let mut uses = graph.use_counts();
@@ -78,17 +79,44 @@ pub(crate) fn eval_graph_refs(graph: &Graph, inputs: &[&HostArray]) -> Result<Ve
                 format!("the result {a} of {}", e.prim.name())
             })?;
         }
-        let outs = {
-            let ins: Vec<&HostArray> = e
-                .inputs
-                .iter()
-                .map(|v| {
-                    env[v.idx()]
-                        .as_deref()
-                        .expect("graph is topologically ordered")
-                })
-                .collect();
-            eval_eqn(&e.prim, &ins, &avals)?
+        let lazy = match in_place(e, &mut env, &uses, &avals[0]) {
+            Some(v) => Some(v),
+            None => {
+                let vals: Vec<&Val<'_>> = e
+                    .inputs
+                    .iter()
+                    .map(|v| {
+                        env[v.idx()]
+                            .as_ref()
+                            .expect("graph is topologically ordered")
+                    })
+                    .collect();
+                splat_eqn(&e.prim, &vals, &avals[0])
+            }
+        };
+        let outs = match lazy {
+            Some(v) => vec![v],
+            None => {
+                // Every other consumer reads arrays: materialize the splats it reads, once.
+                for v in &e.inputs {
+                    if let Some(Val::Splat(x, shape)) = &env[v.idx()] {
+                        let arr = HostArray::full_checked(*x, shape);
+                        env[v.idx()] = Some(Val::Arr(Cow::Owned(arr)));
+                    }
+                }
+                let ins: Vec<&HostArray> = e
+                    .inputs
+                    .iter()
+                    .map(|v| match &env[v.idx()] {
+                        Some(Val::Arr(a)) => &**a,
+                        _ => unreachable!("inputs are defined and materialized"),
+                    })
+                    .collect();
+                eval_eqn(&e.prim, &ins, &avals)?
+                    .into_iter()
+                    .map(|x| Val::Arr(Cow::Owned(x)))
+                    .collect()
+            }
         };
         for v in &e.inputs {
             uses[v.idx()] -= 1;
@@ -97,7 +125,7 @@ pub(crate) fn eval_graph_refs(graph: &Graph, inputs: &[&HostArray]) -> Result<Ve
             }
         }
         for (o, x) in e.outs().zip(outs) {
-            env[o.idx()] = Some(Cow::Owned(x));
+            env[o.idx()] = Some(x);
         }
     }
     let mut outs = Vec::with_capacity(graph.outputs.len());
@@ -106,11 +134,110 @@ pub(crate) fn eval_graph_refs(graph: &Graph, inputs: &[&HostArray]) -> Result<Ve
         let x = if uses[v.idx()] == 0 {
             env[v.idx()].take()
         } else {
-            env[v.idx()].clone()
+            env[v.idx()].as_ref().map(Val::shallow_clone)
         };
-        outs.push(x.expect("output is defined").into_owned());
+        outs.push(x.expect("output is defined").into_array());
     }
     Ok(outs)
+}
+
+/// An elementwise float op whose operand dies here writes its result into that operand's buffer
+/// (an owned array at its last use, of the result's shape and dtype). `None`: not applicable, and
+/// `env` is unchanged.
+fn in_place<'a>(
+    e: &crate::trace::graph::Eqn,
+    env: &mut [Option<Val<'a>>],
+    uses: &[usize],
+    out: &Aval,
+) -> Option<Val<'a>> {
+    if !matches!(&e.prim, Prim::Unary(op) if !op.is_predicate())
+        && !matches!(&e.prim, Prim::Binary(op) if !op.is_comparison())
+    {
+        return None;
+    }
+    let k = e.inputs.iter().position(|v| {
+        uses[v.idx()] == 1
+            && matches!(&env[v.idx()], Some(Val::Arr(Cow::Owned(a)))
+                if a.shape == out.shape && a.dtype() == out.dtype && out.dtype.is_float())
+    })?;
+    let v = e.inputs[k];
+    let Some(Val::Arr(Cow::Owned(mut buf))) = env[v.idx()].take() else {
+        unreachable!("checked above");
+    };
+    let done = match &e.prim {
+        Prim::Unary(op) => elementwise::unary_inplace(*op, &mut buf.data),
+        Prim::Binary(op) => {
+            let other = match &env[e.inputs[1 - k].idx()] {
+                Some(Val::Arr(a)) => elementwise::Other::Arr(&a.data),
+                Some(Val::Splat(x, _)) => elementwise::Other::Splat(*x),
+                None => unreachable!("graph is topologically ordered"),
+            };
+            elementwise::binary_inplace(*op, &mut buf.data, other, k == 0)
+        }
+        _ => false,
+    };
+    if done {
+        Some(Val::Arr(Cow::Owned(buf)))
+    } else {
+        env[v.idx()] = Some(Val::Arr(Cow::Owned(buf)));
+        None
+    }
+}
+
+/// A value in the executor: an array, or one value over a whole shape (a broadcast literal),
+/// kept unmaterialized for the elementwise ops that read it.
+enum Val<'a> {
+    Arr(Cow<'a, HostArray>),
+    Splat(Scalar, Vec<usize>),
+}
+
+impl Val<'_> {
+    fn shallow_clone(&self) -> Self {
+        match self {
+            Val::Arr(a) => Val::Arr(Cow::Owned(a.as_ref().clone())),
+            Val::Splat(x, s) => Val::Splat(*x, s.clone()),
+        }
+    }
+    fn into_array(self) -> HostArray {
+        match self {
+            Val::Arr(a) => a.into_owned(),
+            Val::Splat(x, s) => HostArray::full_checked(x, &s),
+        }
+    }
+}
+
+/// Equations that keep or consume splats without materializing them: a broadcast of one element
+/// becomes a splat; unary ops, casts and reshapes of splats and binary ops of two splats stay
+/// splats (the scalar rules give their value); a binary op of an array and a splat reads the
+/// splat's value once. `None`: evaluate on arrays.
+fn splat_eqn(prim: &Prim, ins: &[&Val<'_>], out: &Aval) -> Option<Val<'static>> {
+    let one = |v: &Val<'_>| match v {
+        Val::Splat(x, _) => Some(*x),
+        Val::Arr(a) if a.len() == 1 => Some(a.data.get(0)),
+        Val::Arr(_) => None,
+    };
+    let splat = |x: Scalar| Some(Val::Splat(x, out.shape.clone()));
+    match (prim, ins) {
+        (Prim::BroadcastInDim { .. } | Prim::Reshape { .. }, [x]) => splat(one(x)?),
+        (Prim::Unary(op), [Val::Splat(x, _)]) => splat(op.eval(*x)),
+        (Prim::Cast(t), [Val::Splat(x, _)]) => splat(x.cast(*t)),
+        (Prim::Binary(op), [Val::Splat(a, _), Val::Splat(b, _)]) => splat(op.eval(*a, *b)),
+        (Prim::Binary(op), [Val::Arr(a), Val::Splat(b, _)]) => {
+            let data = elementwise::binary_splat(*op, &a.data, *b, false)?;
+            Some(Val::Arr(Cow::Owned(HostArray {
+                shape: out.shape.clone(),
+                data,
+            })))
+        }
+        (Prim::Binary(op), [Val::Splat(a, _), Val::Arr(b)]) => {
+            let data = elementwise::binary_splat(*op, &b.data, *a, true)?;
+            Some(Val::Arr(Cow::Owned(HostArray {
+                shape: out.shape.clone(),
+                data,
+            })))
+        }
+        _ => None,
+    }
 }
 
 /// One equation: a fast path where there is one, else the primitive's reference rule.
