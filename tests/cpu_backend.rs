@@ -141,7 +141,7 @@ fn special_f32s(n: usize, seed: u64) -> Vec<f32> {
     f32s(n, seed ^ 0x5eed, -4.0, 4.0)
         .into_iter()
         .map(|v| {
-            if r.next_u32() % 3 == 0 {
+            if r.next_u32().is_multiple_of(3) {
                 SPECIAL[(r.next_u32() % 16) as usize]
             } else {
                 v
@@ -156,7 +156,7 @@ fn special_i32s(n: usize, seed: u64) -> Vec<i32> {
     i32s(n, seed ^ 0x1, -100, 100)
         .into_iter()
         .map(|v| {
-            if r.next_u32() % 3 == 0 {
+            if r.next_u32().is_multiple_of(3) {
                 SPECIAL[(r.next_u32() % 6) as usize]
             } else {
                 v
@@ -171,7 +171,7 @@ fn special_u32s(n: usize, seed: u64) -> Vec<u32> {
     u32s(n, seed ^ 0x2, 0, 200)
         .into_iter()
         .map(|v| {
-            if r.next_u32() % 3 == 0 {
+            if r.next_u32().is_multiple_of(3) {
                 SPECIAL[(r.next_u32() % 4) as usize]
             } else {
                 v
@@ -331,7 +331,7 @@ fn random_chains_with_broadcast_scalars_match_the_interpreter_bit_for_bit() {
             let ins: Vec<Var> = (0..n)
                 .map(|_| {
                     let back = (r.next_u32() % 4) as usize;
-                    if r.next_u32() % 4 == 0 {
+                    if r.next_u32().is_multiple_of(4) {
                         vars[r.next_u32() as usize % vars.len()]
                     } else {
                         vars[vars.len() - 1 - back.min(vars.len() - 1)]
@@ -885,7 +885,7 @@ fn jit_vmap_grad_pmap_and_loops_on_the_cpu_device_match_the_reference() {
                 5,
                 |_, c| {
                     vec![
-                        (&c[0].matmul(&c[1]).tanh()).matmul(&c[1].transpose(&[1, 0])) * 0.5,
+                        c[0].matmul(&c[1]).tanh().matmul(&c[1].transpose(&[1, 0])) * 0.5,
                         c[1].clone(),
                     ]
                 },
