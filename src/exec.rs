@@ -11,6 +11,7 @@ use crate::device::{
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::host::HostArray;
 use crate::lower::{Op, Program, lower};
 use crate::ops::Prim;
 use crate::tensor::{Repr, Tensor};
@@ -164,8 +165,20 @@ impl Executable {
             });
         }
         if dev.is_cpu() {
-            let hosts = args.iter().map(host_data).collect::<Result<Vec<_>>>()?;
-            let outs = crate::reference::eval_graph(g, &hosts)?;
+            // Host arguments are read in place; others are read back first.
+            let read: Vec<Option<HostArray>> = args
+                .iter()
+                .map(|a| match a.host() {
+                    Some(_) => Ok(None),
+                    None => host_data(a).map(Some),
+                })
+                .collect::<Result<_>>()?;
+            let hosts: Vec<&HostArray> = args
+                .iter()
+                .zip(&read)
+                .map(|(a, r)| r.as_ref().or(a.host()).expect("read or host"))
+                .collect();
+            let outs = crate::cpu::eval_graph_refs(g, &hosts)?;
             return Ok(outs.into_iter().map(Array::from_host).collect());
         }
         let c = self.compiled_for(dev, limits)?;

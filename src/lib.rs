@@ -4,6 +4,7 @@ pub mod array;
 mod cache;
 pub mod collective;
 pub mod counters;
+pub mod cpu;
 pub mod debug;
 pub mod device;
 pub mod dtype;

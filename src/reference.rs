@@ -1,5 +1,6 @@
 //! The CPU reference interpreter: evaluates a [`Graph`] on host data, primitive by primitive, with
-//! each primitive's own CPU rule. It is the oracle of every test and the `cpu` device.
+//! each primitive's own CPU rule. It is the oracle of every test, including those of the `cpu`
+//! device's executor ([`crate::cpu`]), which shares the primitives' rules but computes on typed slices.
 
 use crate::error::{Error, Result};
 use crate::host::HostArray;

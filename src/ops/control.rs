@@ -218,11 +218,24 @@ pub(crate) fn branch_of(index: &HostArray, n: usize) -> usize {
     }
 }
 
+/// How a sub-program is evaluated on the host: the reference interpreter, or the `cpu` device's
+/// executor (which shares these control-flow rules).
+pub(crate) type EvalGraph<'a> = &'a dyn Fn(&Graph, &[HostArray]) -> Result<Vec<HostArray>>;
+
 /// CPU reference of `cond`: only the selected branch runs.
 pub(crate) fn eval_cond(branches: &[Arc<Graph>], ins: &[&HostArray]) -> Result<Vec<HostArray>> {
+    eval_cond_with(branches, ins, &crate::reference::eval_graph)
+}
+
+/// `cond` with the selected branch evaluated by `eval`.
+pub(crate) fn eval_cond_with(
+    branches: &[Arc<Graph>],
+    ins: &[&HostArray],
+    eval: EvalGraph<'_>,
+) -> Result<Vec<HostArray>> {
     let j = branch_of(ins[0], branches.len());
     let ops: Vec<HostArray> = ins[1..].iter().map(|h| (*h).clone()).collect();
-    crate::reference::eval_graph(&branches[j], &ops)
+    eval(&branches[j], &ops)
 }
 
 /// Row `i` of `x` along axis 0.
@@ -239,6 +252,15 @@ fn row(x: &HostArray, i: usize) -> HostArray {
 
 /// CPU reference of `scan`: the body evaluated once per iteration.
 pub(crate) fn eval_scan(p: &ScanParams, ins: &[&HostArray]) -> Result<Vec<HostArray>> {
+    eval_scan_with(p, ins, &crate::reference::eval_graph)
+}
+
+/// `scan` with the body evaluated by `eval`.
+pub(crate) fn eval_scan_with(
+    p: &ScanParams,
+    ins: &[&HostArray],
+    eval: EvalGraph<'_>,
+) -> Result<Vec<HostArray>> {
     let (nc, nk) = (p.n_consts, p.n_carry);
     let consts: Vec<HostArray> = ins[..nc].iter().map(|h| (*h).clone()).collect();
     let mut carry: Vec<HostArray> = ins[nc..nc + nk].iter().map(|h| (*h).clone()).collect();
@@ -250,7 +272,7 @@ pub(crate) fn eval_scan(p: &ScanParams, ins: &[&HostArray]) -> Result<Vec<HostAr
         let mut args = consts.clone();
         args.extend(carry.iter().cloned());
         args.extend(xs.iter().map(|x| row(x, i)));
-        let mut outs = crate::reference::eval_graph(&p.body, &args)?;
+        let mut outs = eval(&p.body, &args)?;
         let y = outs.split_off(nk);
         carry = outs;
         for (j, y) in y.into_iter().enumerate() {

@@ -71,6 +71,50 @@ pub enum BinaryOp {
     Or,
 }
 
+/// The float rule of every non-predicate unary op, one body for both widths so that f32 and f64
+/// follow the same rules (`$erf_inv`: the width's erf_inv).
+macro_rules! unary_float {
+    ($op:expr, $v:expr, $erf_inv:ident) => {{
+        use UnaryOp::*;
+        let v = $v;
+        match $op {
+            Neg => -v,
+            Abs => v.abs(),
+            Exp => v.exp(),
+            Log => v.ln(),
+            Sqrt => v.sqrt(),
+            Rsqrt => 1.0 / v.sqrt(),
+            Sin => v.sin(),
+            Cos => v.cos(),
+            Tanh => v.tanh(),
+            Sigmoid => 1.0 / (1.0 + (-v).exp()),
+            // max(NaN, 0) is NaN, as jax.nn.relu.
+            Relu => {
+                if v.is_nan() {
+                    v
+                } else {
+                    v.max(0.0)
+                }
+            }
+            Square => v * v,
+            Sign => {
+                if v > 0.0 {
+                    1.0
+                } else if v < 0.0 {
+                    -1.0
+                } else {
+                    v
+                }
+            }
+            Floor => v.floor(),
+            Ceil => v.ceil(),
+            Round => v.round_ties_even(),
+            Not | IsNan | IsInf | IsFinite => v,
+            ErfInv => $erf_inv(v),
+        }
+    }};
+}
+
 impl UnaryOp {
     pub fn name(self) -> &'static str {
         use UnaryOp::*;
@@ -137,82 +181,86 @@ impl UnaryOp {
             })
         }
     }
-    /// CPU reference (f64 in f64 with Rust's f64 functions).
+    /// CPU reference (f64 in f64 with Rust's f64 functions). The typed rules below are the same
+    /// rules on unboxed values: the `cpu` device's loops call them, so both paths agree bit for bit.
     pub fn eval(self, x: Scalar) -> Scalar {
-        use UnaryOp::*;
         if self.is_predicate() {
-            let (nan, inf) = match x {
-                Scalar::F32(v) => (v.is_nan(), v.is_infinite()),
-                Scalar::F64(v) => (v.is_nan(), v.is_infinite()),
-                _ => (false, false),
-            };
-            return Scalar::Bool(match self {
-                IsNan => nan,
-                IsInf => inf,
-                _ => !nan && !inf,
+            return Scalar::Bool(match x {
+                Scalar::F32(v) => self.pred_f32(v),
+                Scalar::F64(v) => self.pred_f64(v),
+                _ => self.pred_other(),
             });
         }
-        // One body for both float widths, so f32 and f64 follow the same rules.
-        macro_rules! float {
-            ($v:expr, $erf_inv:ident) => {{
-                let v = $v;
-                match self {
-                    Neg => -v,
-                    Abs => v.abs(),
-                    Exp => v.exp(),
-                    Log => v.ln(),
-                    Sqrt => v.sqrt(),
-                    Rsqrt => 1.0 / v.sqrt(),
-                    Sin => v.sin(),
-                    Cos => v.cos(),
-                    Tanh => v.tanh(),
-                    Sigmoid => 1.0 / (1.0 + (-v).exp()),
-                    // max(NaN, 0) is NaN, as jax.nn.relu.
-                    Relu => {
-                        if v.is_nan() {
-                            v
-                        } else {
-                            v.max(0.0)
-                        }
-                    }
-                    Square => v * v,
-                    Sign => {
-                        if v > 0.0 {
-                            1.0
-                        } else if v < 0.0 {
-                            -1.0
-                        } else {
-                            v
-                        }
-                    }
-                    Floor => v.floor(),
-                    Ceil => v.ceil(),
-                    Round => v.round_ties_even(),
-                    Not | IsNan | IsInf | IsFinite => v,
-                    ErfInv => $erf_inv(v),
-                }
-            }};
-        }
         match x {
-            Scalar::F32(v) => Scalar::F32(float!(v, erf_inv_f32)),
-            Scalar::F64(v) => Scalar::F64(float!(v, erf_inv_f64)),
-            Scalar::I32(v) => Scalar::I32(match self {
-                Neg => v.wrapping_neg(),
-                Abs => v.wrapping_abs(),
-                Relu => v.max(0),
-                Square => v.wrapping_mul(v),
-                Sign => v.signum(),
-                Not => !v,
-                _ => v,
-            }),
-            Scalar::U32(v) => Scalar::U32(match self {
-                Neg => v.wrapping_neg(),
-                Square => v.wrapping_mul(v),
-                Sign => (v > 0) as u32,
-                Not => !v,
-                _ => v,
-            }),
-            Scalar::Bool(v) => Scalar::Bool(if self == Not { !v } else { v }),
+            Scalar::F32(v) => Scalar::F32(self.eval_f32(v)),
+            Scalar::F64(v) => Scalar::F64(self.eval_f64(v)),
+            Scalar::I32(v) => Scalar::I32(self.eval_i32(v)),
+            Scalar::U32(v) => Scalar::U32(self.eval_u32(v)),
+            Scalar::Bool(v) => Scalar::Bool(self.eval_bool(v)),
+        }
+    }
+    /// The f32 rule of a non-predicate op (exact in f32, like the device).
+    #[inline(always)]
+    pub fn eval_f32(self, v: f32) -> f32 {
+        unary_float!(self, v, erf_inv_f32)
+    }
+    /// The f64 rule of a non-predicate op (Rust's f64 functions).
+    #[inline(always)]
+    pub fn eval_f64(self, v: f64) -> f64 {
+        unary_float!(self, v, erf_inv_f64)
+    }
+    /// The i32 rule (wrapping, as XLA); float-only ops leave the value as it is.
+    #[inline(always)]
+    pub fn eval_i32(self, v: i32) -> i32 {
+        use UnaryOp::*;
+        match self {
+            Neg => v.wrapping_neg(),
+            Abs => v.wrapping_abs(),
+            Relu => v.max(0),
+            Square => v.wrapping_mul(v),
+            Sign => v.signum(),
+            Not => !v,
+            _ => v,
+        }
+    }
+    /// The u32 rule (wrapping).
+    #[inline(always)]
+    pub fn eval_u32(self, v: u32) -> u32 {
+        use UnaryOp::*;
+        match self {
+            Neg => v.wrapping_neg(),
+            Square => v.wrapping_mul(v),
+            Sign => (v > 0) as u32,
+            Not => !v,
+            _ => v,
+        }
+    }
+    /// The bool rule (only `not` changes a bool).
+    #[inline(always)]
+    pub fn eval_bool(self, v: bool) -> bool {
+        if self == UnaryOp::Not { !v } else { v }
+    }
+    /// A predicate (`is_nan`, `is_inf`, `is_finite`) of an f32.
+    #[inline(always)]
+    pub fn pred_f32(self, v: f32) -> bool {
+        self.pred_class(v.is_nan(), v.is_infinite())
+    }
+    /// A predicate of an f64.
+    #[inline(always)]
+    pub fn pred_f64(self, v: f64) -> bool {
+        self.pred_class(v.is_nan(), v.is_infinite())
+    }
+    /// A predicate of an integer or bool: never NaN nor infinite.
+    #[inline(always)]
+    pub fn pred_other(self) -> bool {
+        self.pred_class(false, false)
+    }
+    #[inline(always)]
+    fn pred_class(self, nan: bool, inf: bool) -> bool {
+        match self {
+            UnaryOp::IsNan => nan,
+            UnaryOp::IsInf => inf,
+            _ => !nan && !inf,
         }
     }
     /// WGSL expression for operand expression `x` of dtype `dt`. `helpers` collects helper
@@ -324,79 +372,113 @@ impl BinaryOp {
             _ => Ok(a),
         }
     }
-    /// CPU reference.
+    /// CPU reference. The typed rules below are the same rules on unboxed values: the `cpu`
+    /// device's loops call them, so both paths agree bit for bit.
     pub fn eval(self, a: Scalar, b: Scalar) -> Scalar {
-        use BinaryOp::*;
         if self.is_comparison() {
             let r = match (a, b) {
-                (Scalar::F32(x), Scalar::F32(y)) => cmp(self, x, y),
-                (Scalar::F64(x), Scalar::F64(y)) => cmp(self, x, y),
-                (Scalar::I32(x), Scalar::I32(y)) => cmp(self, x, y),
-                (Scalar::U32(x), Scalar::U32(y)) => cmp(self, x, y),
-                (Scalar::Bool(x), Scalar::Bool(y)) => cmp(self, x, y),
+                (Scalar::F32(x), Scalar::F32(y)) => self.compare(x, y),
+                (Scalar::F64(x), Scalar::F64(y)) => self.compare(x, y),
+                (Scalar::I32(x), Scalar::I32(y)) => self.compare(x, y),
+                (Scalar::U32(x), Scalar::U32(y)) => self.compare(x, y),
+                (Scalar::Bool(x), Scalar::Bool(y)) => self.compare(x, y),
                 _ => false,
             };
             return Scalar::Bool(r);
         }
         match (a, b) {
-            (Scalar::F32(x), Scalar::F32(y)) => Scalar::F32(match self {
-                Add => x + y,
-                Sub => x - y,
-                Mul => x * y,
-                Div => x / y,
-                Pow => pow_f32(x, y),
-                Max => nan_max(x, y),
-                Min => nan_min(x, y),
-                Rem => x % y,
-                _ => x,
-            }),
-            (Scalar::F64(x), Scalar::F64(y)) => Scalar::F64(match self {
-                Add => x + y,
-                Sub => x - y,
-                Mul => x * y,
-                Div => x / y,
-                Pow => x.powf(y),
-                Max => nan_max(x, y),
-                Min => nan_min(x, y),
-                Rem => x % y,
-                _ => x,
-            }),
-            (Scalar::I32(x), Scalar::I32(y)) => Scalar::I32(match self {
-                Add => x.wrapping_add(y),
-                Sub => x.wrapping_sub(y),
-                Mul => x.wrapping_mul(y),
-                Div => match y {
-                    0 => -1,
-                    _ => x.wrapping_div(y),
-                },
-                Rem => match y {
-                    0 => x,
-                    _ => x.wrapping_rem(y),
-                },
-                Max => x.max(y),
-                Min => x.min(y),
-                And => x & y,
-                Or => x | y,
-                _ => x,
-            }),
-            (Scalar::U32(x), Scalar::U32(y)) => Scalar::U32(match self {
-                Add => x.wrapping_add(y),
-                Sub => x.wrapping_sub(y),
-                Mul => x.wrapping_mul(y),
-                Div => x.checked_div(y).unwrap_or(u32::MAX),
-                Rem => x.checked_rem(y).unwrap_or(x),
-                Max => x.max(y),
-                Min => x.min(y),
-                And => x & y,
-                Or => x | y,
-                _ => x,
-            }),
-            (Scalar::Bool(x), Scalar::Bool(y)) => Scalar::Bool(match self {
-                And => x && y,
-                Or => x || y,
-                _ => x,
-            }),
+            (Scalar::F32(x), Scalar::F32(y)) => Scalar::F32(self.eval_f32(x, y)),
+            (Scalar::F64(x), Scalar::F64(y)) => Scalar::F64(self.eval_f64(x, y)),
+            (Scalar::I32(x), Scalar::I32(y)) => Scalar::I32(self.eval_i32(x, y)),
+            (Scalar::U32(x), Scalar::U32(y)) => Scalar::U32(self.eval_u32(x, y)),
+            (Scalar::Bool(x), Scalar::Bool(y)) => Scalar::Bool(self.eval_bool(x, y)),
             _ => a,
+        }
+    }
+    /// A comparison (`eq` .. `ge`) of two values of one dtype (IEEE: false with a NaN, but `ne`).
+    #[inline(always)]
+    pub fn compare<T: PartialOrd>(self, x: T, y: T) -> bool {
+        cmp(self, x, y)
+    }
+    /// The f32 rule of a non-comparison op.
+    #[inline(always)]
+    pub fn eval_f32(self, x: f32, y: f32) -> f32 {
+        use BinaryOp::*;
+        match self {
+            Add => x + y,
+            Sub => x - y,
+            Mul => x * y,
+            Div => x / y,
+            Pow => pow_f32(x, y),
+            Max => nan_max(x, y),
+            Min => nan_min(x, y),
+            Rem => x % y,
+            _ => x,
+        }
+    }
+    /// The f64 rule of a non-comparison op.
+    #[inline(always)]
+    pub fn eval_f64(self, x: f64, y: f64) -> f64 {
+        use BinaryOp::*;
+        match self {
+            Add => x + y,
+            Sub => x - y,
+            Mul => x * y,
+            Div => x / y,
+            Pow => x.powf(y),
+            Max => nan_max(x, y),
+            Min => nan_min(x, y),
+            Rem => x % y,
+            _ => x,
+        }
+    }
+    /// The i32 rule: wrapping, with XLA's answers for division by zero and `i32::MIN / -1`.
+    #[inline(always)]
+    pub fn eval_i32(self, x: i32, y: i32) -> i32 {
+        use BinaryOp::*;
+        match self {
+            Add => x.wrapping_add(y),
+            Sub => x.wrapping_sub(y),
+            Mul => x.wrapping_mul(y),
+            Div => match y {
+                0 => -1,
+                _ => x.wrapping_div(y),
+            },
+            Rem => match y {
+                0 => x,
+                _ => x.wrapping_rem(y),
+            },
+            Max => x.max(y),
+            Min => x.min(y),
+            And => x & y,
+            Or => x | y,
+            _ => x,
+        }
+    }
+    /// The u32 rule: wrapping, x / 0 = `u32::MAX`, x % 0 = x.
+    #[inline(always)]
+    pub fn eval_u32(self, x: u32, y: u32) -> u32 {
+        use BinaryOp::*;
+        match self {
+            Add => x.wrapping_add(y),
+            Sub => x.wrapping_sub(y),
+            Mul => x.wrapping_mul(y),
+            Div => x.checked_div(y).unwrap_or(u32::MAX),
+            Rem => x.checked_rem(y).unwrap_or(x),
+            Max => x.max(y),
+            Min => x.min(y),
+            And => x & y,
+            Or => x | y,
+            _ => x,
+        }
+    }
+    /// The bool rule (logical and/or).
+    #[inline(always)]
+    pub fn eval_bool(self, x: bool, y: bool) -> bool {
+        match self {
+            BinaryOp::And => x && y,
+            BinaryOp::Or => x || y,
+            _ => x,
         }
     }
     /// WGSL expression. `helpers` collects helper functions the expression needs (emitted once per shader).
@@ -524,6 +606,7 @@ pub(crate) mod num_like {
     float!(f32, f64);
 }
 
+#[inline(always)]
 fn cmp<T: PartialOrd>(op: BinaryOp, x: T, y: T) -> bool {
     match op {
         BinaryOp::Eq => x == y,

@@ -46,6 +46,38 @@ impl ReduceOp {
             (ReduceOp::Min, _) => Scalar::U32(u32::MAX),
         }
     }
+    /// The CPU rule for floats, in f64 (the reference accumulates f32 in f64): max/min propagate
+    /// NaN, the first NaN operand winning.
+    #[inline(always)]
+    pub(crate) fn combine_f64(self, a: f64, b: f64) -> f64 {
+        use super::elementwise::{nan_max, nan_min};
+        match self {
+            ReduceOp::Sum => a + b,
+            ReduceOp::Prod => a * b,
+            ReduceOp::Max => nan_max(a, b),
+            ReduceOp::Min => nan_min(a, b),
+        }
+    }
+    /// The CPU rule for i32 (wrapping, like the device).
+    #[inline(always)]
+    pub(crate) fn combine_i32(self, a: i32, b: i32) -> i32 {
+        match self {
+            ReduceOp::Sum => a.wrapping_add(b),
+            ReduceOp::Prod => a.wrapping_mul(b),
+            ReduceOp::Max => a.max(b),
+            ReduceOp::Min => a.min(b),
+        }
+    }
+    /// The CPU rule for u32 (wrapping).
+    #[inline(always)]
+    pub(crate) fn combine_u32(self, a: u32, b: u32) -> u32 {
+        match self {
+            ReduceOp::Sum => a.wrapping_add(b),
+            ReduceOp::Prod => a.wrapping_mul(b),
+            ReduceOp::Max => a.max(b),
+            ReduceOp::Min => a.min(b),
+        }
+    }
     /// WGSL combining expression for values of dtype `dt` (float max/min propagate NaN, as
     /// `jnp.max`).
     pub fn wgsl_combine(self, dt: DType, acc: &str, x: &str) -> String {
@@ -60,6 +92,30 @@ impl ReduceOp {
 }
 
 impl ArgOp {
+    /// The CPU rule: the index picked among `vals` (the first index wins ties; the first NaN wins
+    /// over numbers, as `jnp.argmax`). 0 for no values.
+    #[inline]
+    pub(crate) fn pick(self, vals: impl Iterator<Item = f64>) -> usize {
+        let (mut best, mut b) = (0usize, f64::NAN);
+        for (k, v) in vals.enumerate() {
+            if k == 0 {
+                b = v;
+                continue;
+            }
+            if b.is_nan() {
+                break;
+            }
+            let better = v.is_nan()
+                || match self {
+                    ArgOp::ArgMax => v > b,
+                    ArgOp::ArgMin => v < b,
+                };
+            if better {
+                (best, b) = (k, v);
+            }
+        }
+        best
+    }
     pub fn name(self) -> &'static str {
         match self {
             ArgOp::ArgMax => "argmax",
@@ -169,13 +225,9 @@ pub(crate) fn reduce_cpu(op: ReduceOp, x: &HostArray, axes: &[usize]) -> HostArr
             let it = g.iter().map(|&i| x.data.get_f64(i));
             // Folds from the identity: +0.0 for an empty sum (std's `sum` starts at -0.0), and
             // max/min propagate NaN like `jnp.max`.
-            use super::elementwise::{nan_max, nan_min};
-            Scalar::F64(match op {
-                ReduceOp::Sum => it.fold(0.0, |a, b| a + b),
-                ReduceOp::Prod => it.fold(1.0, |a, b| a * b),
-                ReduceOp::Max => it.fold(f64::NEG_INFINITY, nan_max),
-                ReduceOp::Min => it.fold(f64::INFINITY, nan_min),
-            })
+            Scalar::F64(it.fold(op.identity(DType::F64).as_f64(), |a, b| {
+                op.combine_f64(a, b)
+            }))
             .cast(dt)
         }
         _ => {
@@ -183,18 +235,8 @@ pub(crate) fn reduce_cpu(op: ReduceOp, x: &HostArray, axes: &[usize]) -> HostArr
             g.iter().fold(id, |acc, &i| {
                 let v = x.data.get(i);
                 match (acc, v) {
-                    (Scalar::I32(a), Scalar::I32(b)) => Scalar::I32(match op {
-                        ReduceOp::Sum => a.wrapping_add(b),
-                        ReduceOp::Prod => a.wrapping_mul(b),
-                        ReduceOp::Max => a.max(b),
-                        ReduceOp::Min => a.min(b),
-                    }),
-                    (Scalar::U32(a), Scalar::U32(b)) => Scalar::U32(match op {
-                        ReduceOp::Sum => a.wrapping_add(b),
-                        ReduceOp::Prod => a.wrapping_mul(b),
-                        ReduceOp::Max => a.max(b),
-                        ReduceOp::Min => a.min(b),
-                    }),
+                    (Scalar::I32(a), Scalar::I32(b)) => Scalar::I32(op.combine_i32(a, b)),
+                    (Scalar::U32(a), Scalar::U32(b)) => Scalar::U32(op.combine_u32(a, b)),
                     _ => acc,
                 }
             })
@@ -212,24 +254,7 @@ pub(crate) fn argreduce_cpu(op: ArgOp, x: &HostArray, axis: usize) -> HostArray 
     let (out_shape, groups) = groups(&x.shape, &[axis]);
     let vals: Vec<i32> = groups
         .iter()
-        .map(|g| {
-            let mut best = 0usize;
-            for (k, &i) in g.iter().enumerate().skip(1) {
-                let (v, b) = (x.data.get_f64(i), x.data.get_f64(g[best]));
-                if b.is_nan() {
-                    break; // the first NaN wins, as jnp.argmax
-                }
-                let better = v.is_nan()
-                    || match op {
-                        ArgOp::ArgMax => v > b,
-                        ArgOp::ArgMin => v < b,
-                    };
-                if better {
-                    best = k;
-                }
-            }
-            best as i32
-        })
+        .map(|g| op.pick(g.iter().map(|&i| x.data.get_f64(i))) as i32)
         .collect();
     HostArray {
         shape: out_shape,
