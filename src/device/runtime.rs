@@ -588,7 +588,8 @@ async fn enumerate(
     (Some(instance), out)
 }
 
-/// Request one logical device with the adapter's own limits and no extra features.
+/// Request one logical device with the adapter's own limits and, of the optional features, only
+/// `SUBGROUP` (when the adapter has it).
 async fn request_device(
     adapter: &wgpu::Adapter,
     index: usize,
@@ -598,7 +599,9 @@ async fn request_device(
     let label = format!("brigade device {index}");
     let desc = wgpu::DeviceDescriptor {
         label: Some(&label),
-        required_features: wgpu::Features::empty(),
+        // Subgroup operations where the adapter has them natively: the matmul search offers a
+        // kernel that shares operands by broadcast (src/device/tune.rs).
+        required_features: adapter.features() & wgpu::Features::SUBGROUP,
         required_limits: adapter.limits(),
         ..Default::default()
     };

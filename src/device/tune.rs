@@ -194,10 +194,29 @@ pub(crate) struct DeviceChooser<'a> {
     pub(crate) dev: &'a Device,
 }
 
+/// The subgroup member this device can run: it has `SUBGROUP` (requested when the adapter has it)
+/// and one fixed subgroup size, which becomes the kernel's workgroup size.
+fn device_subgroup(dev: &Device) -> Option<MatmulConfig> {
+    let (d, _) = dev.wgpu()?;
+    let info = d.adapter_info();
+    let size = info.subgroup_min_size;
+    let fits = size <= dev.limits().max_compute_invocations_per_workgroup
+        && size <= dev.limits().max_compute_workgroup_size_x;
+    if !(d.features().contains(wgpu::Features::SUBGROUP) && size == info.subgroup_max_size && fits)
+    {
+        return None;
+    }
+    Some(MatmulConfig::Subgroup {
+        s: u8::try_from(size).ok()?,
+    })
+}
+
 impl MatmulChooser for DeviceChooser<'_> {
     fn choose(&self, p: &MatmulProblem, max_workgroups_per_dim: u32) -> MatmulConfig {
         let fallback = p.heuristic();
-        let candidates = p.candidates();
+        let mut candidates = p.candidates();
+        let subgroup = device_subgroup(self.dev).filter(|c| c.supports(p));
+        candidates.extend(subgroup);
         if cfg!(target_arch = "wasm32")
             || candidates.len() < 2
             || p.macs() < MIN_MACS
@@ -222,7 +241,11 @@ impl MatmulChooser for DeviceChooser<'_> {
                 }
             }
             if let Some(&(cfg, origin)) = ch.map.get(&key) {
-                if cfg.supports(p) {
+                let runnable = match cfg {
+                    MatmulConfig::Subgroup { .. } => subgroup == Some(cfg),
+                    _ => true,
+                };
+                if cfg.supports(p) && runnable {
                     let counter = match origin {
                         Origin::Disk => &DISK_HITS,
                         Origin::Measured => &MEMORY_HITS,
@@ -404,6 +427,107 @@ mod tests {
         assert_eq!(clean("a\tb\nc"), "a b c");
     }
 
+    /// Every member (and the subgroup one where the device has it) gives the same bits as the
+    /// heuristic's kernel, for every layout of the same operands: the measured choice can never
+    /// change a value. The values themselves are checked against an f64 host product.
+    #[test]
+    fn every_member_and_layout_gives_the_same_bits() {
+        use crate::dtype::DType;
+        use crate::host::HostData;
+        let rt = pollster::block_on(crate::device::Runtime::builder().build()).unwrap();
+        let mut checked_subgroup = false;
+        for dev in rt.devices().iter().filter(|d| !d.is_cpu()) {
+            let max_wg = dev.limits().max_compute_workgroups_per_dimension;
+            for &(batch, m, k, n) in &[
+                (1usize, 37usize, 24usize, 44usize),
+                (2, 16, 8, 12),
+                (1, 130, 64, 68),
+            ] {
+                let vals = |len: usize, seed: usize| -> Vec<f32> {
+                    (0..len)
+                        .map(|i| ((i * 7 + seed * 13) % 23) as f32 / 11.0 - 1.0)
+                        .collect()
+                };
+                let a = vals(batch * m * k, 1);
+                let b = vals(batch * k * n, 2);
+                let tr = |v: &[f32], r: usize, c: usize| -> Vec<f32> {
+                    let mut out = vec![0.0; v.len()];
+                    for bi in 0..batch {
+                        for i in 0..r {
+                            for j in 0..c {
+                                out[bi * r * c + j * r + i] = v[bi * r * c + i * c + j];
+                            }
+                        }
+                    }
+                    out
+                };
+                let up = |v: Vec<f32>| dev.upload(&HostData::F32(v)).unwrap();
+                let (ga, gb) = (up(a.clone()), up(b.clone()));
+                let (gat, gbt) = (up(tr(&a, m, k)), up(tr(&b, k, n)));
+                let run = |p: &MatmulProblem, cfg: MatmulConfig| -> Vec<f32> {
+                    let mk = crate::wgsl::matmul::kernel(p, cfg, max_wg);
+                    let kern = dev.kernel(&mk.label, &mk.wgsl).unwrap();
+                    let c = dev.alloc((batch * m * n * 4) as u64).unwrap();
+                    let x = if p.ta { &gat } else { &ga };
+                    let y = if p.tb { &gbt } else { &gb };
+                    dev.run(&[super::super::Dispatch {
+                        kernel: &kern,
+                        buffers: vec![x, y, &c],
+                        workgroups: mk.workgroups,
+                    }])
+                    .unwrap();
+                    let out =
+                        pollster::block_on(dev.download(&c, DType::F32, batch * m * n)).unwrap();
+                    let HostData::F32(v) = out else {
+                        unreachable!()
+                    };
+                    v
+                };
+                let plain = MatmulProblem::plain(batch, m, k, n, "f32");
+                let want = run(&plain, plain.heuristic());
+                for bi in 0..batch {
+                    for i in 0..m {
+                        for j in 0..n {
+                            let exact: f64 = (0..k)
+                                .map(|q| {
+                                    a[bi * m * k + i * k + q] as f64
+                                        * b[bi * k * n + q * n + j] as f64
+                                })
+                                .sum();
+                            let got = want[bi * m * n + i * n + j] as f64;
+                            assert!(
+                                (got - exact).abs() <= 1e-5 * (1.0 + exact.abs()),
+                                "{got} vs {exact}"
+                            );
+                        }
+                    }
+                }
+                for (ta, tb) in [(false, false), (false, true), (true, false)] {
+                    let p = MatmulProblem { ta, tb, ..plain };
+                    let mut members = p.candidates();
+                    members.extend(device_subgroup(dev).filter(|c| c.supports(&p)));
+                    for cfg in members {
+                        checked_subgroup |= matches!(cfg, MatmulConfig::Subgroup { .. });
+                        let got = run(&p, cfg);
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(
+                            same,
+                            "{} {} {} differs from the heuristic",
+                            dev.name(),
+                            p.layout().name(),
+                            cfg.name()
+                        );
+                    }
+                }
+            }
+            println!("{}: subgroup member {:?}", dev.name(), device_subgroup(dev));
+        }
+        println!("subgroup kernel checked: {checked_subgroup}");
+    }
+
     /// Full-size timings of every candidate and of the search, in one process (the figures of
     /// docs/PERFORMANCE.md). `MM_SIZES=256,512 BRIGADE_DEVICES=vulkan:1 cargo test --lib
     /// measure_family -- --ignored --nocapture`.
@@ -432,7 +556,9 @@ mod tests {
                         ..MatmulProblem::plain(1, n, n, n, "f32")
                     };
                     let t = Instant::now();
-                    let (chosen, rate) = search(dev, &p, &p.candidates(), max_wg).unwrap();
+                    let mut members = p.candidates();
+                    members.extend(device_subgroup(dev).filter(|c| c.supports(&p)));
+                    let (chosen, rate) = search(dev, &p, &members, max_wg).unwrap();
                     let search_ms = t.elapsed().as_secs_f64() * 1e3;
                     let v: Vec<f32> = (0..n * n)
                         .map(|i| (i % 13) as f32 * 0.0625 - 0.375)
@@ -441,7 +567,7 @@ mod tests {
                     let b = dev.upload(&HostData::F32(v)).unwrap();
                     let c = dev.alloc((n * n * 4) as u64).unwrap();
                     let reps = if n >= 2048 { 2 } else { 4 };
-                    for cfg in p.candidates() {
+                    for &cfg in &members {
                         let mk = crate::wgsl::matmul::kernel(&p, cfg, max_wg);
                         let tc = Instant::now();
                         let k = dev

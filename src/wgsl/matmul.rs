@@ -39,6 +39,7 @@ use std::fmt::Write as _;
 
 const TILED_TEMPLATE: &str = include_str!("../../shaders/matmul_tiled.wgsl");
 const GENERIC_TEMPLATE: &str = include_str!("../../shaders/matmul_generic.wgsl");
+const SUBGROUP_TEMPLATE: &str = include_str!("../../shaders/matmul_subgroup.wgsl");
 
 /// Invocations per workgroup of every kernel (`@workgroup_size(64, 1, 1)`).
 pub(crate) const MATMUL_WORKGROUP_SIZE: u32 = 64;
@@ -179,6 +180,11 @@ pub(crate) enum MatmulConfig {
     /// `shaders/matmul_tiled.wgsl`: f32, `tm` rows (4 or 8) x `tc4` vec4s of columns (1 or 2) per
     /// invocation, k in steps of `ks` (4 or 8 for `nn`/`nt`; 1, 4 or 8 for `tn`), `ks` dividing k.
     Tiled { tm: u8, tc4: u8, ks: u8 },
+    /// `shaders/matmul_subgroup.wgsl`: f32, plain layout, one subgroup of `s` lanes per workgroup
+    /// (`s` a power of two, 4 to 64) sharing A by broadcasts. Needs the `SUBGROUP` feature and a
+    /// fixed subgroup size of `s`: only a device's chooser offers it ([`MatmulProblem::candidates`]
+    /// never does).
+    Subgroup { s: u8 },
 }
 
 impl MatmulConfig {
@@ -186,6 +192,9 @@ impl MatmulConfig {
     pub(crate) fn supports(&self, p: &MatmulProblem) -> bool {
         match *self {
             MatmulConfig::Generic => true,
+            MatmulConfig::Subgroup { s } => {
+                p.tiled_ok() && p.layout() == Layout::Nn && matches!(s, 4 | 8 | 16 | 32 | 64)
+            }
             MatmulConfig::Tiled { tm, tc4, ks } => {
                 let ks_ok = match p.layout() {
                     Layout::Tn => matches!(ks, 1 | 4 | 8),
@@ -205,6 +214,7 @@ impl MatmulConfig {
         match self {
             MatmulConfig::Generic => "generic".to_string(),
             MatmulConfig::Tiled { tm, tc4, ks } => format!("t{tm}x{tc4}k{ks}"),
+            MatmulConfig::Subgroup { s } => format!("s{s}"),
         }
     }
 
@@ -212,6 +222,11 @@ impl MatmulConfig {
     pub(crate) fn parse(s: &str) -> Option<MatmulConfig> {
         if s == "generic" {
             return Some(MatmulConfig::Generic);
+        }
+        if let Some(size) = s.strip_prefix('s') {
+            return Some(MatmulConfig::Subgroup {
+                s: size.parse().ok()?,
+            });
         }
         let rest = s.strip_prefix('t')?;
         let (tm, rest) = rest.split_once('x')?;
@@ -223,13 +238,26 @@ impl MatmulConfig {
         })
     }
 
-    /// Output blocks (invocations that do work).
+    /// Invocations per workgroup.
+    pub(crate) fn workgroup_size(&self) -> u32 {
+        match *self {
+            MatmulConfig::Subgroup { s } => s as u32,
+            _ => MATMUL_WORKGROUP_SIZE,
+        }
+    }
+
+    /// Output blocks (invocations that do work; for the subgroup kernel, all lanes of the
+    /// workgroups that do work).
     fn tiles(&self, p: &MatmulProblem) -> u64 {
         let (b, m, n) = (p.batch as u64, p.m as u64, p.n as u64);
         match *self {
             MatmulConfig::Generic => b * m.div_ceil(GENERIC_TILE) * n.div_ceil(GENERIC_TILE),
             MatmulConfig::Tiled { tm, tc4, .. } => {
                 b * m.div_ceil(tm as u64) * (n / 4).div_ceil(tc4 as u64)
+            }
+            MatmulConfig::Subgroup { s } => {
+                let s = s as u64;
+                b * m.div_ceil(s) * (n / 4).div_ceil(s) * s
             }
         }
     }
@@ -314,12 +342,9 @@ pub(crate) fn kernel(
     }
 
     let tiles = cfg.tiles(p);
-    let workgroups = fold_workgroups(
-        tiles.div_ceil(MATMUL_WORKGROUP_SIZE as u64),
-        max_workgroups_per_dim,
-    );
-    let dispatched =
-        workgroups.iter().map(|&w| w as u64).product::<u64>() * MATMUL_WORKGROUP_SIZE as u64;
+    let wg = cfg.workgroup_size() as u64;
+    let workgroups = fold_workgroups(tiles.div_ceil(wg), max_workgroups_per_dim);
+    let dispatched = workgroups.iter().map(|&w| w as u64).product::<u64>() * wg;
     assert!(
         dispatched <= limit + 1,
         "matmul: {dispatched} invocations do not fit the kernel's 32-bit invocation index"
@@ -366,6 +391,17 @@ pub(crate) fn kernel(
             ]);
             fill(TILED_TEMPLATE, &values)
         }
+        MatmulConfig::Subgroup { s } => {
+            let (accs, fmas, stores) = subgroup_parts(s as usize);
+            let mut values = common(4);
+            values.extend([
+                ("S", s.to_string()),
+                ("ACCS", accs),
+                ("FMAS", fmas),
+                ("STORES", stores),
+            ]);
+            fill(SUBGROUP_TEMPLATE, &values)
+        }
     };
     MatmulKernel {
         label: format!(
@@ -383,6 +419,29 @@ pub(crate) fn kernel(
 }
 
 const LANES: [&str; 4] = ["x", "y", "z", "w"];
+
+/// The generated parts of the subgroup kernel: `s` accumulators (rows `row0 + i`), the fmas of one
+/// k step of 4 (row `i` of A broadcast from lane `i`), and the stores.
+fn subgroup_parts(s: usize) -> (String, String, String) {
+    let (mut accs, mut fmas, mut stores) = (String::new(), String::new(), String::new());
+    for i in 0..s {
+        let _ = writeln!(accs, "    var acc{i} = vec4<f32>(0.0);");
+        let _ = writeln!(fmas, "        let a{i} = subgroupBroadcast(mine, {i}u);");
+        for (r, lane) in LANES.iter().enumerate() {
+            let _ = writeln!(
+                fmas,
+                "        acc{i} = fma(vec4<f32>(a{i}.{lane}), b{r}, acc{i});"
+            );
+        }
+        let at = format!("C[pc + {i}u * N4] = acc{i};");
+        if i == 0 {
+            let _ = writeln!(stores, "        {at}");
+        } else {
+            let _ = writeln!(stores, "        if (row0 + {i}u < M) {{ {at} }}");
+        }
+    }
+    (accs, fmas, stores)
+}
 
 /// The generated parts of a tiled kernel: setup (operand pointers, accumulators), the k loop, and
 /// the stores. Pointers are in vec4 units. Accumulator `acc{i}_{c}` holds row `row0 + i`, columns
@@ -588,7 +647,7 @@ mod tests {
     use super::*;
     use naga::valid::{Capabilities, ValidationFlags, Validator};
 
-    fn validate(wgsl: &str, label: &str) {
+    fn validate(wgsl: &str, label: &str, wg: u32) {
         let module = naga::front::wgsl::parse_str(wgsl)
             .unwrap_or_else(|e| panic!("{label}: parse error:\n{}", e.emit_to_string(wgsl)));
         Validator::new(ValidationFlags::all(), Capabilities::all())
@@ -599,12 +658,19 @@ mod tests {
             .iter()
             .find(|ep| ep.name == "main")
             .expect("entry point main");
-        assert_eq!(ep.workgroup_size, [MATMUL_WORKGROUP_SIZE, 1, 1], "{label}");
+        assert_eq!(ep.workgroup_size, [wg, 1, 1], "{label}");
         assert!(
             !wgsl.contains("workgroupBarrier"),
             "{label}: kernels must not use barriers"
         );
         assert!(!wgsl.contains("{{"), "{label}: placeholder left");
+        // Within the smallest of the limit sets tested elsewhere (downlevel: 4 storage buffers,
+        // 256 invocations per workgroup, no workgroup memory needed).
+        let limits = wgpu::Limits::downlevel_defaults();
+        assert_eq!(wgsl.matches("var<storage").count(), 3, "{label}");
+        assert!(3 <= limits.max_storage_buffers_per_shader_stage, "{label}");
+        assert!(wg <= limits.max_compute_invocations_per_workgroup);
+        assert!(!wgsl.contains("var<workgroup>"), "{label}");
     }
 
     const SHAPES: &[(usize, usize, usize, usize)] = &[
@@ -633,6 +699,9 @@ mod tests {
                     out.push(MatmulConfig::Tiled { tm, tc4, ks });
                 }
             }
+        }
+        for s in [4, 8, 32] {
+            out.push(MatmulConfig::Subgroup { s });
         }
         out
     }
@@ -670,12 +739,12 @@ mod tests {
                     continue;
                 }
                 for &max in MAX_WG {
-                    let groups = cfg.tiles(&p).div_ceil(MATMUL_WORKGROUP_SIZE as u64);
+                    let groups = cfg.tiles(&p).div_ceil(cfg.workgroup_size() as u64);
                     if groups > (max as u64).pow(3) {
                         continue;
                     }
                     let kern = kernel(&p, cfg, max);
-                    validate(&kern.wgsl, &kern.label);
+                    validate(&kern.wgsl, &kern.label, cfg.workgroup_size());
                     checked += 1;
                 }
             }
@@ -752,8 +821,16 @@ mod tests {
             assert_eq!(MatmulConfig::parse(bad), None, "{bad}");
         }
         // Parsed but nonsensical members are refused by supports().
-        let odd = MatmulConfig::parse("t3x1k4").unwrap();
-        assert!(!odd.supports(&MatmulProblem::plain(1, 8, 8, 8, "f32")));
+        for odd in ["t3x1k4", "s3", "s128"] {
+            let odd = MatmulConfig::parse(odd).unwrap();
+            assert!(!odd.supports(&MatmulProblem::plain(1, 8, 8, 8, "f32")));
+        }
+        let nt = MatmulProblem {
+            tb: true,
+            ..MatmulProblem::plain(1, 8, 8, 8, "f32")
+        };
+        assert!(!MatmulConfig::Subgroup { s: 8 }.supports(&nt));
+        assert!(!nt.candidates().contains(&MatmulConfig::Subgroup { s: 8 }));
     }
 
     /// Emulates the kernel's invocation numbering and checks that every output tile is
@@ -769,7 +846,7 @@ mod tests {
             kern.workgroups
         );
         let tiles = cfg.tiles(&p);
-        let wg = MATMUL_WORKGROUP_SIZE as u64;
+        let wg = cfg.workgroup_size() as u64;
         let dispatched = x as u64 * y as u64 * z as u64 * wg;
         assert!(
             dispatched >= tiles,
@@ -820,7 +897,7 @@ mod tests {
             ] {
                 let p = MatmulProblem::plain(b, m, k, n, "f32");
                 for cfg in all_configs() {
-                    let groups = cfg.tiles(&p).div_ceil(MATMUL_WORKGROUP_SIZE as u64);
+                    let groups = cfg.tiles(&p).div_ceil(cfg.workgroup_size() as u64);
                     if cfg.supports(&p) && groups <= (max as u64).pow(3) {
                         check_coverage(cfg, b, m, k, n, max);
                     }
@@ -882,17 +959,17 @@ mod tests {
     fn degenerate_shapes_dispatch_nothing() {
         let kern = matmul_kernel(0, 4, 4, 4, "f32", 65_535);
         assert_eq!(kern.workgroups, [0, 0, 0]);
-        validate(&kern.wgsl, &kern.label);
+        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE);
         let kern = matmul_kernel(1, 0, 3, 5, "u32", 65_535);
         assert_eq!(kern.workgroups, [0, 0, 0]);
-        validate(&kern.wgsl, &kern.label);
+        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE);
         let p = MatmulProblem {
             ta: true,
             ..MatmulProblem::plain(1, 0, 4, 8, "f32")
         };
         let kern = kernel(&p, p.heuristic(), 65_535);
         assert_eq!(kern.workgroups, [0, 0, 0]);
-        validate(&kern.wgsl, &kern.label);
+        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE);
     }
 
     #[test]
