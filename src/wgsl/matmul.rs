@@ -1,6 +1,6 @@
 //! Batched matrix multiply kernels: `C[b] = op(A[b]) @ op(B[b])`, a small family to choose from.
 //!
-//! Two WGSL templates, instantiated by textual substitution of `{{NAME}}` placeholders:
+//! Three WGSL templates, instantiated by textual substitution of `{{NAME}}` placeholders:
 //!
 //! * `shaders/matmul_tiled.wgsl` — the fast f32 family ([`MatmulConfig::Tiled`]). A, B and C are
 //!   bound as `array<vec4<f32>>`. Each invocation computes a `tm x 4*tc4` block of C
@@ -8,6 +8,11 @@
 //!   and FMAs are generated unrolled here. Three operand layouts ([`Layout`]): plain (`nn`), B stored
 //!   transposed (`nt`, `dA = dC @ B^T` of grad) and A stored transposed (`tn`, `dB = A^T @ dC`), so
 //!   grad's transposed operands are read in place with vec4 loads along their contiguous axis.
+//! * `shaders/matmul_subgroup.wgsl` — f32, plain layout, for adapters with `SUBGROUP` and a fixed
+//!   subgroup size `s` ([`MatmulConfig::Subgroup`]): one subgroup per workgroup computes an
+//!   `s x 4s` block, each lane loading its own row of A and broadcasting it to the others, so a lane
+//!   loads 5 vec4s per 4 k steps instead of `tm + 4` (2.0-2.5x the tiled members on lavapipe).
+//!   Only a device's chooser offers it.
 //! * `shaders/matmul_generic.wgsl` — any `m, k, n >= 1`, element type `f32`, `i32` or `u32`, either
 //!   operand transposed or not (strides), bound as `array<T>`; a 4 x 4 block of C per invocation from
 //!   scalar loads.
@@ -20,8 +25,8 @@
 //! and it is never a candidate when a tiled member applies.
 //!
 //! No kernel uses workgroup memory or `workgroupBarrier` (barriers are very costly on
-//! llvmpipe/lavapipe, our CI adapter). All use 64 invocations per workgroup (within
-//! SwiftShader's 256 limit). Invocations are numbered linearly over
+//! llvmpipe/lavapipe, our CI adapter). The tiled and generic ones use 64 invocations per
+//! workgroup (within SwiftShader's 256 limit). Invocations are numbered linearly over
 //! `(batch, column tile, row tile)` with the row tile fastest (adjacent lanes share B's columns;
 //! on llvmpipe this is ~1.4x faster than column-fastest at 2048³ and equal at 1024³); the linear
 //! workgroup index `x + GRID_X * (y + GRID_Y * z)` is folded into three dispatch dimensions so
