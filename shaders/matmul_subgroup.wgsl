@@ -1,12 +1,15 @@
 // brigade: f32 batched matmul sharing A through subgroup broadcasts, C[b] = A[b] @ B[b].
 //
-// A (BATCH, M, K), B (BATCH, K, N), C (BATCH, M, N), row-major; needs K % 4 == 0, N % 4 == 0 and
+// C (BATCH, M, N) row-major. Layouts as in matmul_tiled.wgsl (this instance: {{LAYOUT}}): nn reads
+// A (BATCH, M, K) and B (BATCH, K, N); nt reads B stored (BATCH, N, K); tn reads A stored
+// (BATCH, K, M). Needs K % 4 == 0, N % 4 == 0 (and M % 4 == 0 for tn) and
 // the SUBGROUP feature with a fixed subgroup size S == the workgroup size, so one workgroup is one
 // subgroup and its lanes are told apart by subgroup_invocation_id alone.
 //
 // A workgroup computes an S x 4S block of C: S rows, one vec4 of columns per lane. Per step of 4
-// in k every lane loads one vec4 of A (its own row) and four vec4s of B (its own columns); the S
-// rows of A reach every lane by subgroupBroadcast instead of S loads each. Storage loads are the
+// in k every lane loads one vec4 of the block's S x 4 slice of A (nn: its own row; tn: a quarter
+// row of the stored A^T) and four vec4s of B (its own columns; nt: four stored rows, transposed in
+// registers); the slice of A reaches every lane by subgroupBroadcast instead of S loads each. Storage loads are the
 // cost on CPU adapters (a per-lane loop with a bounds check on llvmpipe), so this cuts them from
 // S + 4 to 5 per 4·S fmas per lane. Workgroups walk down the rows of one column group first.
 // Every element of C is the same k-ascending fma chain as in the tiled family.
@@ -30,6 +33,7 @@ const GRID_Y: u32 = {{GRID_Y}}u;
 
 const S: u32 = {{S}}u;
 const K4: u32 = K / 4u;
+const M4: u32 = M / 4u;
 const N4: u32 = N / 4u;
 const ROW_TILES: u32 = (M + S - 1u) / S;
 const COL_GROUPS: u32 = (N4 + S - 1u) / S;
@@ -48,18 +52,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let b = rest / COL_GROUPS;
 
     // Rows and columns past the edge are clamped on read and skipped on write.
-    let pa = b * (M * K4) + min(row0 + lane, M - 1u) * K4;
-    let pb = b * (K * N4) + min(col4, N4 - 1u);
+{{SETUP}}
 {{ACCS}}
-    var kb = 0u;
-    for (var kk = 0u; kk < K4; kk++) {
-        let mine = A[pa + kk];
-        let b0 = B[pb + kb];
-        let b1 = B[pb + kb + N4];
-        let b2 = B[pb + kb + 2u * N4];
-        let b3 = B[pb + kb + 3u * N4];
+    for (var kk = 0u; kk < K / 4u; kk++) {
+{{LOADS}}
 {{FMAS}}
-        kb += 4u * N4;
     }
 
     if (col4 < N4) {

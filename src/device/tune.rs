@@ -541,8 +541,8 @@ mod tests {
     }
 
     /// Full-size timings of every candidate and of the search, in one process (the figures of
-    /// docs/PERFORMANCE.md). `MM_SIZES=256,512 BRIGADE_DEVICES=vulkan:1 cargo test --lib
-    /// measure_family -- --ignored --nocapture`.
+    /// docs/PERFORMANCE.md). `MM_SIZES=256,512 [MM_LAYOUTS=all] [MM_BACKEND=vulkan] cargo test
+    /// --lib measure_family -- --ignored --nocapture`.
     #[test]
     #[ignore = "a benchmark: minutes on a software adapter"]
     fn measure_family() {
@@ -558,7 +558,12 @@ mod tests {
             Ok("all") => vec![(false, false), (false, true), (true, false)],
             _ => vec![(false, false)],
         };
-        for dev in rt.devices().iter().filter(|d| !d.is_cpu()) {
+        let backend = std::env::var("MM_BACKEND").ok();
+        for dev in rt
+            .devices()
+            .iter()
+            .filter(|d| !d.is_cpu() && backend.as_ref().is_none_or(|b| *b == d.info().backend))
+        {
             let max_wg = dev.limits().max_compute_workgroups_per_dimension;
             for &n in &sizes {
                 for &(ta, tb) in &layouts {

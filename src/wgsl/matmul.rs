@@ -8,7 +8,7 @@
 //!   and FMAs are generated unrolled here. Three operand layouts ([`Layout`]): plain (`nn`), B stored
 //!   transposed (`nt`, `dA = dC @ B^T` of grad) and A stored transposed (`tn`, `dB = A^T @ dC`), so
 //!   grad's transposed operands are read in place with vec4 loads along their contiguous axis.
-//! * `shaders/matmul_subgroup.wgsl` — f32, plain layout, for adapters with `SUBGROUP` and a fixed
+//! * `shaders/matmul_subgroup.wgsl` — f32, `nn`/`nt`/`tn`, for adapters with `SUBGROUP` and a fixed
 //!   subgroup size `s` ([`MatmulConfig::Subgroup`]): one subgroup per workgroup computes an
 //!   `s x 4s` block, each lane loading its own row of A and broadcasting it to the others, so a lane
 //!   loads 5 vec4s per 4 k steps instead of `tm + 4` (2.0-2.5x the tiled members on lavapipe).
@@ -185,7 +185,7 @@ pub(crate) enum MatmulConfig {
     /// `shaders/matmul_tiled.wgsl`: f32, `tm` rows (4 or 8) x `tc4` vec4s of columns (1 or 2) per
     /// invocation, k in steps of `ks` (4 or 8 for `nn`/`nt`; 1, 4 or 8 for `tn`), `ks` dividing k.
     Tiled { tm: u8, tc4: u8, ks: u8 },
-    /// `shaders/matmul_subgroup.wgsl`: f32, plain layout, one subgroup of `s` lanes per workgroup
+    /// `shaders/matmul_subgroup.wgsl`: f32, `nn`/`nt`/`tn` (also `k % 4 == 0`), one subgroup of `s` lanes per workgroup
     /// (`s` a power of two, 4 to 64) sharing A by broadcasts. Needs the `SUBGROUP` feature and a
     /// fixed subgroup size of `s`: only a device's chooser offers it ([`MatmulProblem::candidates`]
     /// never does).
@@ -198,7 +198,7 @@ impl MatmulConfig {
         match *self {
             MatmulConfig::Generic => true,
             MatmulConfig::Subgroup { s } => {
-                p.tiled_ok() && p.layout() == Layout::Nn && matches!(s, 4 | 8 | 16 | 32 | 64)
+                p.tiled_ok() && p.k.is_multiple_of(4) && matches!(s, 4 | 8 | 16 | 32 | 64)
             }
             MatmulConfig::Tiled { tm, tc4, ks } => {
                 let ks_ok = match p.layout() {
@@ -397,11 +397,14 @@ pub(crate) fn kernel(
             fill(TILED_TEMPLATE, &values)
         }
         MatmulConfig::Subgroup { s } => {
-            let (accs, fmas, stores) = subgroup_parts(s as usize);
+            let [setup, accs, loads, fmas, stores] = subgroup_parts(p.layout(), s as usize);
             let mut values = common(4);
             values.extend([
                 ("S", s.to_string()),
+                ("LAYOUT", p.layout().name().to_string()),
+                ("SETUP", setup),
                 ("ACCS", accs),
+                ("LOADS", loads),
                 ("FMAS", fmas),
                 ("STORES", stores),
             ]);
@@ -425,27 +428,90 @@ pub(crate) fn kernel(
 
 const LANES: [&str; 4] = ["x", "y", "z", "w"];
 
-/// The generated parts of the subgroup kernel: `s` accumulators (rows `row0 + i`), the fmas of one
-/// k step of 4 (row `i` of A broadcast from lane `i`), and the stores.
-fn subgroup_parts(s: usize) -> (String, String, String) {
-    let (mut accs, mut fmas, mut stores) = (String::new(), String::new(), String::new());
-    for i in 0..s {
-        let _ = writeln!(accs, "    var acc{i} = vec4<f32>(0.0);");
-        let _ = writeln!(fmas, "        let a{i} = subgroupBroadcast(mine, {i}u);");
-        for (r, lane) in LANES.iter().enumerate() {
-            let _ = writeln!(
-                fmas,
-                "        acc{i} = fma(vec4<f32>(a{i}.{lane}), b{r}, acc{i});"
+/// The generated parts of the subgroup kernel: operand pointers, `s` accumulators (rows
+/// `row0 + i`), the loads and fmas of one k step of 4, and the stores. Each lane loads one vec4 of
+/// the block's `s x 4` slice of A (`mine`); element (row `i`, k offset `r`) is lane `i`'s lane `r`
+/// (nn) or lane `r * s/4 + i/4`'s lane `i % 4` (tn, A stored transposed).
+fn subgroup_parts(layout: Layout, s: usize) -> [String; 5] {
+    let [mut setup, mut accs, mut loads, mut fmas, mut stores]: [String; 5] = Default::default();
+    macro_rules! line {
+        ($dst:expr, $($arg:tt)*) => {{ let _ = writeln!($dst, $($arg)*); }};
+    }
+    let q = s / 4;
+    match layout {
+        Layout::Nn | Layout::Nt => {
+            line!(
+                setup,
+                "    let pa = b * (M * K4) + min(row0 + lane, M - 1u) * K4;"
             );
+            line!(loads, "        let mine = A[pa + kk];");
+        }
+        Layout::Tn => {
+            line!(
+                setup,
+                "    let pa = b * (K * M4) + (lane / {q}u) * M4 + min(row0 / 4u + lane % {q}u, M4 - 1u);"
+            );
+            line!(loads, "        let mine = A[pa + kk * 4u * M4];");
+        }
+        Layout::Tt => unreachable!("the subgroup kernel has no tt layout (supports() excludes it)"),
+    }
+    match layout {
+        Layout::Nn | Layout::Tn => {
+            line!(setup, "    let pb = b * (K * N4) + min(col4, N4 - 1u);");
+            for r in 0..4 {
+                line!(loads, "        let b{r} = B[pb + (kk * 4u + {r}u) * N4];");
+            }
+        }
+        Layout::Nt => {
+            // Columns j of op(B) are rows of the stored B^T: four of them, transposed in registers.
+            for j in 0..4 {
+                line!(
+                    setup,
+                    "    let pbt{j} = b * (N * K4) + min(col4 * 4u + {j}u, N - 1u) * K4;"
+                );
+                line!(loads, "        let bt{j} = B[pbt{j} + kk];");
+            }
+            for (r, l) in LANES.iter().enumerate() {
+                line!(
+                    loads,
+                    "        let b{r} = vec4<f32>(bt0.{l}, bt1.{l}, bt2.{l}, bt3.{l});"
+                );
+            }
+        }
+        Layout::Tt => unreachable!(),
+    }
+    if layout == Layout::Tn {
+        for r in 0..4 {
+            for g in 0..q {
+                line!(
+                    fmas,
+                    "        let t{r}_{g} = subgroupBroadcast(mine, {}u);",
+                    r * q + g
+                );
+            }
+        }
+    }
+    for i in 0..s {
+        line!(accs, "    var acc{i} = vec4<f32>(0.0);");
+        if layout != Layout::Tn {
+            line!(fmas, "        let a{i} = subgroupBroadcast(mine, {i}u);");
+        }
+        for (r, lane) in LANES.iter().enumerate() {
+            let a = if layout == Layout::Tn {
+                format!("t{r}_{}.{}", i / 4, LANES[i % 4])
+            } else {
+                format!("a{i}.{lane}")
+            };
+            line!(fmas, "        acc{i} = fma(vec4<f32>({a}), b{r}, acc{i});");
         }
         let at = format!("C[pc + {i}u * N4] = acc{i};");
         if i == 0 {
-            let _ = writeln!(stores, "        {at}");
+            line!(stores, "        {at}");
         } else {
-            let _ = writeln!(stores, "        if (row0 + {i}u < M) {{ {at} }}");
+            line!(stores, "        if (row0 + {i}u < M) {{ {at} }}");
         }
     }
-    (accs, fmas, stores)
+    [setup, accs, loads, fmas, stores]
 }
 
 /// The generated parts of a tiled kernel: setup (operand pointers, accumulators), the k loop, and
@@ -834,7 +900,13 @@ mod tests {
             tb: true,
             ..MatmulProblem::plain(1, 8, 8, 8, "f32")
         };
-        assert!(!MatmulConfig::Subgroup { s: 8 }.supports(&nt));
+        assert!(MatmulConfig::Subgroup { s: 8 }.supports(&nt));
+        let tn_k7 = MatmulProblem {
+            ta: true,
+            ..MatmulProblem::plain(1, 8, 7, 8, "f32")
+        };
+        assert!(tn_k7.tiled_ok() && !MatmulConfig::Subgroup { s: 8 }.supports(&tn_k7));
+        // Only a device's chooser offers it.
         assert!(!nt.candidates().contains(&MatmulConfig::Subgroup { s: 8 }));
     }
 
