@@ -9,9 +9,10 @@
 //!
 //! * The search runs every candidate's real kernel (same WGSL as the program will run, so the
 //!   winner's pipeline is already compiled), dispatching only a prefix of its workgroups sized to
-//!   take about [`SAMPLE`] of device time, and keeps the best of two samples. A budget
-//!   ([`BUDGET`]) stops it early, so the first call of a new shape stays well under a second
-//!   (compiles included) even where a full dispatch takes seconds.
+//!   take about [`SAMPLE`] of device time, and keeps the best of two samples. Candidates go most
+//!   promising first; after the first two, a budget ([`BUDGET`]) stops the search, so the first
+//!   call of a new shape stays near half a second (compiles included) even where a full dispatch
+//!   takes seconds.
 //! * Small problems (fewer than [`MIN_MACS`] multiply-adds) take the heuristic: their whole run is
 //!   shorter than a search, and their choice hardly matters.
 //! * [`TUNE_ENV`] (`BRIGADE_MATMUL_TUNE=off`) turns the search off: the heuristic everywhere.
