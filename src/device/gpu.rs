@@ -364,7 +364,7 @@ impl Device {
         self.inner.info.index
     }
 
-    /// True for the `cpu` device (host data, reference interpreter).
+    /// True for the `cpu` device (host data, run by `brigade::cpu`).
     pub fn is_cpu(&self) -> bool {
         self.inner.gpu.is_none()
     }
@@ -417,7 +417,7 @@ impl Device {
             None => Err(Error::Unsupported {
                 op,
                 detail: format!(
-                    "on the cpu device {}: arrays there are host data, evaluated by the reference interpreter",
+                    "on the cpu device {}: arrays there are host data, run by the host executor (`brigade::cpu`)",
                     self.inner.label
                 ),
             }),

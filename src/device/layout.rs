@@ -22,7 +22,7 @@ pub enum BackendKind {
     Gl,
     /// WebGPU in the browser.
     WebGpu,
-    /// The cpu device: host data and the reference interpreter; no wgpu.
+    /// The cpu device: host data run by the host executor (`brigade::cpu`); no wgpu.
     Cpu,
 }
 

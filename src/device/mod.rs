@@ -2,7 +2,7 @@
 //!
 //! A [`Runtime`] owns an ordered list of logical [`Device`]s. Each GPU device is one wgpu
 //! `Device` + `Queue` requested from an adapter (several per adapter on request); the `cpu`
-//! device has no wgpu state at all: arrays on it are host data run by the reference interpreter.
+//! device has no wgpu state at all: arrays on it are host data run by the host executor (`brigade::cpu`).
 //!
 //! ```no_run
 //! # async fn demo() -> brigade::Result<()> {

@@ -413,7 +413,7 @@ impl RuntimeBuilder {
             }
             if self.allow_cpu_fallback {
                 log::warn!(
-                    "brigade: no GPU adapter found ({}); running on {n} cpu device{} (reference interpreter). Install a driver (Linux: mesa-vulkan-drivers) for GPU execution",
+                    "brigade: no GPU adapter found ({}); running on {n} cpu device{} (host executor). Install a driver (Linux: mesa-vulkan-drivers) for GPU execution",
                     found(),
                     if n == 1 { "" } else { "s" }
                 );
