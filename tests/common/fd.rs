@@ -1,8 +1,7 @@
 //! Finite differences in f64 for gradient checks (the precision argument is in tests/grad.rs's
 //! module comment): the f32 arguments of a loss are widened exactly to f64 and the same closure
 //! is evaluated by `jit` on the `cpu` device (whose executor tests/cpu_backend.rs checks against the
-//! reference interpreter), which computes f64 in
-//! f64; an f32 gradient must match within [`FD`].
+//! reference interpreter), which computes f64 in f64; an f32 gradient must match within [`FD`].
 
 use brigade::{Array, DType, HostArray, Tensor, jit};
 
