@@ -51,6 +51,9 @@ def parse_args():
                    help="brigade's BRIGADE_DEVICES (Burn always takes the Vulkan CPU adapter)")
     p.add_argument("--log-dir", default=None)
     p.add_argument("--timeout", type=int, default=1800, help="seconds per program run")
+    p.add_argument("--warm-cache", action="store_true",
+                   help="let brigade use its usual on-disk cache (default: a fresh BRIGADE_CACHE_DIR "
+                        "per round, so its first-call rows include compiling and the matmul search)")
     a = p.parse_args()
     if a.rounds < 1 or a.runs < 1 or a.warmup < 1 or a.elems < 4 or a.elems % 4:
         p.error("rounds, runs, warmup >= 1; elems a multiple of 4")
@@ -180,6 +183,8 @@ def main():
                            BRIGADE_BENCH_MATMUL=sizes, BRIGADE_BENCH_ELEMS=str(a.elems),
                            BRIGADE_BENCH_REPS=str(a.runs), BRIGADE_BENCH_WARMUP=str(a.warmup),
                            BRIGADE_BENCH_BUDGET_S="1000", BRIGADE_BENCH_OUT=tsv)
+                if not a.warm_cache:
+                    env["BRIGADE_CACHE_DIR"] = f"{log_dir}/brigade-cache.{r}"
                 rc, out, secs = run([exe, "--bench"], env, f"{log_dir}/brigade.{r}.log", a.timeout)
                 rows = parse_brigade(tsv) if rc == 0 and os.path.exists(tsv) else {}
                 brig_rounds.append(rows)
@@ -190,6 +195,7 @@ def main():
 
     # Rows: (label, brigade id, Burn key, field of brigade's row, work for the rate, unit).
     e = a.elems
+    size = f"{4 * e >> 20} MiB" if 4 * e >= 1 << 20 else f"{4 * e >> 10} KiB"
     table = []
     for n in a.size_list:
         table.append((f"matmul {n}", f"matmul_{n}", f"matmul_{n}", 0, 2 * n ** 3, "GFLOP/s"))
@@ -197,9 +203,9 @@ def main():
         ("fused elementwise tanh(exp(x*1.5+2))*y", "elementwise", "elementwise", 0, 12 * e, "GB/s"),
         ("full sum", "sum", "sum", 0, 4 * e, "GB/s"),
         ("full sum + scalar readback", "sum_scalar", "sum_scalar", 0, 4 * e, "GB/s"),
-        (f"upload {4 * e >> 20} MiB", "upload", "upload", 0, 4 * e, "GB/s"),
-        (f"readback {4 * e >> 20} MiB (to_host / into_data)", "readback", "readback", 0, 4 * e, "GB/s"),
-        (f"readback {4 * e >> 20} MiB (read_into / into_data)", "readback_into", "readback", 0, 4 * e, "GB/s"),
+        (f"upload {size}", "upload", "upload", 0, 4 * e, "GB/s"),
+        (f"readback {size} (to_host / into_data)", "readback", "readback", 0, 4 * e, "GB/s"),
+        (f"readback {size} (read_into / into_data)", "readback_into", "readback", 0, 4 * e, "GB/s"),
         ("tiny op (1024 f32) + wait", "tiny_sync", "tiny_sync", 0, None, "ms"),
         ("idle wait", "idle_wait", "idle_wait", 0, None, "ms"),
     ]
@@ -208,7 +214,7 @@ def main():
 
     def rate(ms, work, unit):
         if work is None:
-            return f"{ms:.3f} ms"
+            return f"{ms * 1e3:.1f} µs" if ms < 1 else f"{ms:.1f} ms"
         return f"{work / (ms * 1e-3) / 1e9:.2f} {unit} ({ms:.2f} ms)"
 
     print()
@@ -238,6 +244,8 @@ def main():
         if vals:
             print(f"| brigade reference: {label} | {statistics.median(vals):.2f} GB/s | | | |")
     print("\nbrigade / Burn is Burn's time over brigade's (throughput ratio): above 1, brigade is faster.")
+    print("First calls: brigade " + ("with its usual on-disk cache" if a.warm_cache else
+          "with an empty on-disk cache each round") + "; Burn with whatever autotune cache it keeps.")
     if failures:
         print("\nfailed runs:\n  " + "\n  ".join(failures))
     if not any(brig_rounds) or not any(burn_rounds):
