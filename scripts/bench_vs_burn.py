@@ -165,6 +165,17 @@ def main():
           f"median of {a.runs} runs after {a.warmup} warm-up; logs in {log_dir}", flush=True)
 
     burn_rounds, brig_rounds, failures = [], [], []
+    try:
+        rounds(a, exe, log_dir, base, sizes, burn_rounds, brig_rounds, failures)
+    except KeyboardInterrupt:
+        # Ctrl-C: the table of the rounds finished so far.
+        n = min(len(burn_rounds), len(brig_rounds))
+        del burn_rounds[n:], brig_rounds[n:]
+        failures.append(f"interrupted after {n} complete round(s)")
+    table_of(a, burn_rounds, brig_rounds, failures)
+
+
+def rounds(a, exe, log_dir, base, sizes, burn_rounds, brig_rounds, failures):
     for r in range(1, a.rounds + 1):
         # Alternate who goes first, so drift in the machine's load favours neither.
         order = ["burn", "brigade"] if r % 2 else ["brigade", "burn"]
@@ -193,6 +204,8 @@ def main():
                 failures.append(f"round {r} {who}: exit {rc}, see {log_dir}/{who}.{r}.log")
             print(f"round {r}: {who:<7} {secs:6.0f} s  {status}", flush=True)
 
+
+def table_of(a, burn_rounds, brig_rounds, failures):
     # Rows: (label, brigade id, Burn key, field of brigade's row, work for the rate, unit).
     e = a.elems
     size = f"{4 * e >> 20} MiB" if 4 * e >= 1 << 20 else f"{4 * e >> 10} KiB"
