@@ -1,202 +1,1229 @@
-//! brigade benchmark harness: prints a table per device.
+//! brigade benchmark harness: prints a table per device, every row beside in-run references.
 //!
-//! `cargo bench --bench bench` measures: matmul GFLOP/s at 256, 512, 1024, 2048; fused elementwise and
-//! reduction GB/s; upload and readback GB/s; the per-call overhead of a tiny jitted function; the
-//! per-step cost of a compiled `fori_loop` against a host loop of jitted calls, and the host memory
-//! a long `fori_loop` takes.
-//! Under `cargo test` (no `--bench` argument) it runs every measurement once at tiny sizes, as a smoke
-//! test that the harness itself works. Set `BRIGADE_DEVICES` to pick devices (e.g. `vulkan:1`).
-//! Timings on shared machines vary: compare ratios measured in one run.
+//! `cargo bench --bench bench` measures, on each GPU device:
+//! - references: a hand-written `vec4` copy kernel run through brigade's raw kernel API
+//!   (`Device::kernel` + `Device::run`, the adapter's achievable bandwidth, read + write) and a warm
+//!   host memcpy;
+//! - the first call of a fresh jitted function of a new shape (elementwise, sum, matmul), compile
+//!   included, and its second call;
+//! - matmul GFLOP/s at 256…4096; fused elementwise and sum GB/s as % of the copy kernel;
+//!   upload and readback GB/s as % of the warm memcpy; the overhead of tiny calls; compiled loops;
+//!
+//! and on the `cpu` device (its own runtime when the layout has none) matmul, the fused elementwise
+//! and the sum beside numpy measured in the same run (`python3`; "numpy: not available" without it).
+//!
+//! Under `cargo test` (no `--bench` argument) every row runs once at tiny sizes, results checked, as
+//! a smoke test of the harness itself.
+//!
+//! Environment:
+//! - `BRIGADE_DEVICES`: the devices (e.g. `vulkan:1`, `gl:1`);
+//! - `BRIGADE_BENCH`: a comma list of row groups to run (default all): `compile`, `copy`, `memcpy`,
+//!   `matmul`, `elementwise`, `sum`, `reduce`, `upload`, `readback`, `tiny`, `loop`, `cpu`. A group
+//!   that is shown as a % of a reference runs that reference too;
+//! - `BRIGADE_BENCH_MATMUL`, `BRIGADE_BENCH_CPU_MATMUL`: matmul sizes (comma list);
+//!   `BRIGADE_BENCH_ELEMS`, `BRIGADE_BENCH_CPU_ELEMS`: f32 elements of the elementwise, sum, copy and
+//!   transfer rows; `BRIGADE_BENCH_REPS` (timed runs, median), `BRIGADE_BENCH_WARMUP` (untimed
+//!   calls first), `BRIGADE_BENCH_BUDGET_S` (fewer timed runs where one call is slow);
+//! - `BRIGADE_BENCH_OUT`: a file to append one tab-separated line per row to
+//!   (`device, id, median ms, first-call ms, rate, unit, runs`), for scripts such as
+//!   `scripts/bench_vs_burn.py`. Row ids are stable.
+//!
+//! The byte and FLOP accounting of the rows Burn's peer benchmark also has is the same as Burn's:
+//! matmul `2n³` FLOP; the fused `tanh(exp(x*1.5+2))*y` 3 × 4 bytes per element; the sum 4 bytes per
+//! element; transfers the array's bytes. Timings on shared machines vary: compare ratios measured in
+//! one run.
 
 mod common;
 
-use common::{data, time};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use brigade::{Array, Device, Result, Runtime, Tensor, fori_loop, jit};
+use common::data;
 
+use brigade::device::Dispatch;
+use brigade::{Array, DType, Device, HostData, Result, Runtime, Tensor, fori_loop, jit};
+
+/// Row groups `BRIGADE_BENCH` may name.
+const GROUPS: [&str; 12] = [
+    "compile",
+    "copy",
+    "memcpy",
+    "matmul",
+    "elementwise",
+    "sum",
+    "reduce",
+    "upload",
+    "readback",
+    "tiny",
+    "loop",
+    "cpu",
+];
+
+/// Failed result checks (printed where they happen; the run exits non-zero at the end).
+static FAILED_CHECKS: AtomicUsize = AtomicUsize::new(0);
+
+/// Sizes of one run. The cpu rows have their own table: today's cpu device is the reference
+/// interpreter (slow), so its sizes stay smaller, and larger matmuls are skipped when the previous
+/// size predicts a call over `CPU_SKIP_S` (unless the sizes were given explicitly).
 struct Sizes {
     matmul: Vec<usize>,
     elems: usize,
-    transfer: usize,
-    reps: usize,
+    cpu_matmul: Vec<usize>,
+    cpu_matmul_explicit: bool,
+    cpu_elems: usize,
+    compile_elems: usize,
+    compile_matmul: usize,
     loop_iters: usize,
     loop_elems: usize,
     long_loop_iters: usize,
 }
 
-fn bench_device(dev: &Device, s: &Sizes) -> Result<()> {
-    println!("\n## {}", dev.info());
-    println!("| benchmark | size | time (median) | rate |");
-    println!("|---|---|---|---|");
-    let wait = |outs: Vec<Array>| -> Result<()> {
-        drop(outs);
-        dev.wait()
-    };
-    // Matmul.
-    for &n in &s.matmul {
-        let a = Array::from_vec(data(n * n, 1), &[n, n])?.to_device(dev)?;
-        let b = Array::from_vec(data(n * n, 2), &[n, n])?.to_device(dev)?;
-        let f = jit(|x: &[Tensor]| vec![x[0].matmul(&x[1])]).on(dev);
-        let reps = if n >= 2048 { 1.max(s.reps / 3) } else { s.reps };
-        let t = time(reps, || wait(f.call(&[a.clone(), b.clone()])?))?;
-        let gflops = 2.0 * (n as f64).powi(3) / t.as_secs_f64() / 1e9;
-        println!(
-            "| matmul f32 | {n}×{n}×{n} | {:.2} ms | {gflops:.2} GFLOP/s |",
-            t.as_secs_f64() * 1e3
-        );
+/// Predicted seconds per call above which the cpu matmul skips the next size.
+const CPU_SKIP_S: f64 = 10.0;
+
+struct Config {
+    sizes: Sizes,
+    timing: Timing,
+    /// `None`: every group.
+    groups: Option<Vec<String>>,
+    out: Option<std::fs::File>,
+}
+
+impl Config {
+    fn wants(&self, group: &str) -> bool {
+        self.groups
+            .as_ref()
+            .is_none_or(|g| g.iter().any(|x| x == group))
     }
-    // Fused elementwise: 3 reads + 1 write of f32.
-    let n = s.elems;
-    let x = Array::from_vec(data(n, 3), &[n])?.to_device(dev)?;
-    let y = Array::from_vec(data(n, 4), &[n])?.to_device(dev)?;
-    let z = Array::from_vec(data(n, 5), &[n])?.to_device(dev)?;
-    let f = jit(|a: &[Tensor]| vec![((&a[0] * &a[1] + &a[2]).tanh() * 0.5 + 0.5).maximum(&a[2])])
-        .on(dev);
-    let t = time(s.reps, || {
-        wait(f.call(&[x.clone(), y.clone(), z.clone()])?)
-    })?;
-    let gbs = (4 * 4 * n) as f64 / t.as_secs_f64() / 1e9;
-    println!(
-        "| fused elementwise (6 ops, 3 in, 1 out) | {n} f32 | {:.2} ms | {gbs:.2} GB/s |",
-        t.as_secs_f64() * 1e3
-    );
-    // Reductions: full and per row.
-    let f = jit(|a: &[Tensor]| vec![(&a[0] * &a[1]).sum_all()]).on(dev);
-    let t = time(s.reps, || wait(f.call(&[x.clone(), y.clone()])?))?;
-    println!(
-        "| reduction sum(x*y) to a scalar | {n} f32 | {:.2} ms | {:.2} GB/s |",
-        t.as_secs_f64() * 1e3,
-        (8 * n) as f64 / t.as_secs_f64() / 1e9
-    );
-    let rows = 1024.min(n);
-    let xr = Array::from_vec(data(n, 6), &[rows, n / rows])?.to_device(dev)?;
-    let f = jit(|a: &[Tensor]| vec![a[0].sum(-1, false)]).on(dev);
-    let t = time(s.reps, || wait(f.call(std::slice::from_ref(&xr))?))?;
-    println!(
-        "| reduction row sums | {rows}×{} f32 | {:.2} ms | {:.2} GB/s |",
-        n / rows,
-        t.as_secs_f64() * 1e3,
-        (4 * n) as f64 / t.as_secs_f64() / 1e9
-    );
-    // Transfers.
-    let m = s.transfer;
-    let host = Array::from_vec(data(m, 7), &[m])?;
-    let t = time(s.reps, || {
-        let a = host.to_device(dev)?;
-        drop(a);
-        // write_buffer is staged until the next submit: submit an empty batch so the copy happens.
-        if let Some((_, q)) = dev.wgpu() {
-            q.submit([]);
+    fn wants_any(&self, groups: &[&str]) -> bool {
+        groups.iter().any(|g| self.wants(g))
+    }
+}
+
+/// How a row is timed: `warmup` untimed calls, then the median of `reps` timed calls; fewer timed
+/// calls (at least one) when the last warm-up call says they would take more than `budget`.
+#[derive(Clone, Copy)]
+struct Timing {
+    warmup: usize,
+    reps: usize,
+    budget: Duration,
+}
+
+/// One timed row: the median timed call, the first (warm-up) call, and how many calls were timed.
+struct Measured {
+    median: Duration,
+    first: Duration,
+    runs: usize,
+}
+
+impl Timing {
+    fn measure(&self, f: impl FnMut() -> Result<()>) -> Result<Measured> {
+        self.measure_n(self.warmup, self.reps, f)
+    }
+
+    fn measure_n(
+        &self,
+        warmup: usize,
+        reps: usize,
+        mut f: impl FnMut() -> Result<()>,
+    ) -> Result<Measured> {
+        let mut first = Duration::ZERO;
+        let mut last = Duration::ZERO;
+        for i in 0..warmup.max(1) {
+            let t = Instant::now();
+            f()?;
+            last = t.elapsed();
+            if i == 0 {
+                first = last;
+            }
         }
-        dev.wait()
-    })?;
-    println!(
-        "| upload | {} MiB | {:.2} ms | {:.2} GB/s |",
-        (m * 4) >> 20,
-        t.as_secs_f64() * 1e3,
-        (4 * m) as f64 / t.as_secs_f64() / 1e9
-    );
-    let on_dev = host.to_device(dev)?;
-    dev.wait()?;
-    let t = time(s.reps, || on_dev.to_host().map(|_| ()))?;
-    println!(
-        "| readback | {} MiB | {:.2} ms | {:.2} GB/s |",
-        (m * 4) >> 20,
-        t.as_secs_f64() * 1e3,
-        (4 * m) as f64 / t.as_secs_f64() / 1e9
-    );
-    // Into memory the caller keeps: one copy out of the mapped staging buffer, no page faults.
-    let mut into = vec![0.0f32; m];
-    let t = time(s.reps, || on_dev.read_into(&mut into))?;
-    println!(
-        "| readback into a reused slice (read_into) | {} MiB | {:.2} ms | {:.2} GB/s |",
-        (m * 4) >> 20,
-        t.as_secs_f64() * 1e3,
-        (4 * m) as f64 / t.as_secs_f64() / 1e9
-    );
+        let fit = (self.budget.as_secs_f64() / last.as_secs_f64().max(1e-9)) as usize;
+        let reps = reps.min(fit).max(1);
+        let mut ts = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            f()?;
+            ts.push(t.elapsed());
+        }
+        ts.sort();
+        Ok(Measured {
+            median: ts[ts.len() / 2],
+            first,
+            runs: reps,
+        })
+    }
+}
+
+/// What a row's rate is computed from.
+#[derive(Clone, Copy)]
+enum Rate {
+    /// Bytes moved per call: GB/s (10^9 bytes).
+    Bytes(f64),
+    /// FLOPs per call: GFLOP/s.
+    Flops(f64),
+    /// No rate column: the time is the figure (per-call overheads).
+    Time,
+}
+
+impl Rate {
+    fn value(self, t: Duration) -> (f64, &'static str) {
+        let s = t.as_secs_f64();
+        match self {
+            Rate::Bytes(b) => (b / s / 1e9, "GB/s"),
+            Rate::Flops(f) => (f / s / 1e9, "GFLOP/s"),
+            Rate::Time => (s * 1e6, "µs"),
+        }
+    }
+}
+
+fn fmt_time(t: Duration) -> String {
+    let s = t.as_secs_f64();
+    if s < 1e-3 {
+        format!("{:.1} µs", s * 1e6)
+    } else {
+        format!("{:.2} ms", s * 1e3)
+    }
+}
+
+fn mib(bytes: usize) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
+}
+
+/// Prints one device's table and appends its rows to `BRIGADE_BENCH_OUT`.
+struct Table<'c> {
+    device: String,
+    out: Option<&'c mut std::fs::File>,
+}
+
+impl<'c> Table<'c> {
+    fn new(title: &str, device: String, out: Option<&'c mut std::fs::File>) -> Table<'c> {
+        println!("\n## {title}");
+        println!("| benchmark | size | time (median) | rate | beside the references |");
+        println!("|---|---|---|---|---|");
+        Table { device, out }
+    }
+
+    /// One row; returns the rate (GB/s, GFLOP/s or µs) for the callers that relate rows.
+    fn row(
+        &mut self,
+        id: &str,
+        what: &str,
+        size: &str,
+        m: &Measured,
+        rate: Rate,
+        note: &str,
+    ) -> f64 {
+        let (v, unit) = rate.value(m.median);
+        let shown = match rate {
+            Rate::Time => String::new(),
+            _ => format!("{v:.2} {unit}"),
+        };
+        println!(
+            "| {what} | {size} | {} | {shown} | {note} |",
+            fmt_time(m.median)
+        );
+        self.record(id, m, v, unit);
+        v
+    }
+
+    fn record(&mut self, id: &str, m: &Measured, v: f64, unit: &str) {
+        if let Some(f) = self.out.as_deref_mut() {
+            let line = format!(
+                "{}\t{id}\t{:.6}\t{:.6}\t{v:.6}\t{unit}\t{}\n",
+                self.device,
+                m.median.as_secs_f64() * 1e3,
+                m.first.as_secs_f64() * 1e3,
+                m.runs
+            );
+            if let Err(e) = f.write_all(line.as_bytes()) {
+                eprintln!("BRIGADE_BENCH_OUT: cannot write: {e}");
+            }
+        }
+    }
+}
+
+fn pct(v: f64, of: Option<f64>, what: &str) -> String {
+    match of {
+        Some(r) if r > 0.0 => format!("{:.0} % of {what}", 100.0 * v / r),
+        _ => String::new(),
+    }
+}
+
+/// Records a failed result check: printed now, and the run exits non-zero at the end.
+fn check(ok: bool, what: &str, detail: impl FnOnce() -> String) {
+    if !ok {
+        FAILED_CHECKS.fetch_add(1, Ordering::Relaxed);
+        println!("CHECK FAILED: {what}: {}", detail());
+    }
+}
+
+/// Deterministic data in [-1, 1) (the range of Burn's peer benchmark), never exactly zero.
+fn signed(n: usize, seed: u32) -> Vec<f32> {
+    data(n, seed)
+        .into_iter()
+        .map(|v| if v == 0.0 { 1e-3 } else { 2.0 * v })
+        .collect()
+}
+
+fn vec_of(a: &Array) -> Result<Vec<f32>> {
+    a.to_vec::<f32>()
+}
+
+/// The issue's fused expression, as brigade code and as the host reference.
+fn fused(x: &Tensor, y: &Tensor) -> Tensor {
+    (x * 1.5 + 2.0).exp().tanh() * y
+}
+fn fused_host(x: f32, y: f32) -> f32 {
+    (x * 1.5 + 2.0).exp().tanh() * y
+}
+
+fn check_fused(label: &str, out: &[f32], x: &[f32], y: &[f32]) {
+    let step = (out.len() / 97).max(1);
+    let worst = (0..out.len())
+        .step_by(step)
+        .map(|i| (out[i] - fused_host(x[i], y[i])).abs())
+        .fold(0.0f32, f32::max);
+    // exp and tanh of the GPU's math library against the host's: a few ulps of values up to |y| <= 1.
+    check(worst <= 1e-5, label, || {
+        format!("max abs error {worst:.2e} > 1e-5")
+    });
+}
+
+/// Sum of `x` in f64 and of |x|, for a relative check of an f32 sum.
+fn check_sum(label: &str, got: f32, x: &[f32]) {
+    let want: f64 = x.iter().map(|&v| f64::from(v)).sum();
+    let mag: f64 = x.iter().map(|&v| f64::from(v).abs()).sum();
+    let err = (f64::from(got) - want).abs() / mag.max(1e-30);
+    // f32 accumulation of n terms in a tree: error well under 1e-5 of sum|x| at these sizes.
+    check(err <= 1e-5, label, || {
+        format!("got {got}, f64 sum {want}, error {err:.2e} of sum|x|")
+    });
+}
+
+/// A few entries of an `m×k · k×n` product against f64 dot products.
+fn check_matmul(label: &str, c: &[f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) {
+    let probes = [
+        (0, 0),
+        (m - 1, n - 1),
+        (m / 2, n / 3),
+        (m / 3, n - 1),
+        (m - 1, 0),
+    ];
+    let mut worst = 0.0f64;
+    for &(i, j) in &probes {
+        let (mut acc, mut mag) = (0.0f64, 0.0f64);
+        for p in 0..k {
+            let v = f64::from(a[i * k + p]) * f64::from(b[p * n + j]);
+            acc += v;
+            mag += v.abs();
+        }
+        worst = worst.max((f64::from(c[i * n + j]) - acc).abs() / mag.max(1e-30));
+    }
+    // Burn's peer check: |error| / sum |a·b| under 1e-4.
+    check(worst <= 1e-4, label, || {
+        format!("max error {worst:.2e} of sum|a*b| > 1e-4")
+    });
+}
+
+/// WGSL of the reference copy: each invocation copies `per` `vec4<f32>`s, either consecutive
+/// (`strided == false`) or one per grid of invocations (`strided == true`, every pass coalesced).
+/// The grid is 2-D (`num_workgroups` gives its width) so no workgroup is idle.
+fn copy_wgsl(per: u32, strided: bool) -> String {
+    let index = if strided {
+        "t + j * total"
+    } else {
+        "t * PER + j"
+    }
+    .replace("PER", &format!("{per}u"));
+    format!(
+        "@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {{
+    let t = (wid.y * nwg.x + wid.x) * 256u + lid;
+    let total = nwg.x * nwg.y * 256u;
+    let n = arrayLength(&dst);
+    for (var j = 0u; j < {per}u; j++) {{
+        let i = {index};
+        if (i < n) {{ dst[i] = src[i]; }}
+    }}
+}}"
+    )
+}
+
+/// Workgroups for `invocations` at 256 per group: as wide as the device allows, then rows.
+fn grid(dev: &Device, invocations: usize) -> [u32; 3] {
+    let groups = invocations.div_ceil(256).max(1);
+    let max = dev.limits().max_compute_workgroups_per_dimension as usize;
+    let x = groups.min(max);
+    [x as u32, groups.div_ceil(x) as u32, 1]
+}
+
+/// The copy kernel references: each variant's read+write GB/s; returns the best.
+fn bench_copy(dev: &Device, cfg: &Config, t: &mut Table) -> Result<f64> {
+    let n = cfg.sizes.elems / 4 * 4;
+    let src_host = data(n, 11);
+    let src = dev.upload(&HostData::F32(src_host.clone()))?;
+    let dst = dev.alloc(src.size())?;
+    let mut best = 0.0f64;
+    for (per, strided, name) in [
+        (1, false, "1 vec4 / invocation"),
+        (4, true, "4 vec4 / invocation, strided"),
+        (4, false, "4 vec4 / invocation, consecutive"),
+    ] {
+        let k = dev.kernel("bench_copy_vec4", &copy_wgsl(per, strided))?;
+        let wg = grid(dev, (n / 4).div_ceil(per as usize));
+        let run = || {
+            dev.run(&[Dispatch {
+                kernel: &k,
+                buffers: vec![&src, &dst],
+                workgroups: wg,
+            }])
+        };
+        let m = cfg.timing.measure(run)?;
+        let got = pollster::block_on(dev.download(&dst, DType::F32, n))?;
+        check(
+            got == HostData::F32(src_host.clone()),
+            "copy kernel",
+            || format!("{name}: the copy differs from its source"),
+        );
+        let gbs = t.row(
+            &format!("copy_vec4_x{per}{}", if strided { "s" } else { "" }),
+            &format!("reference: vec4 copy kernel ({name})"),
+            &format!("{n} f32"),
+            &m,
+            Rate::Bytes((8 * n) as f64),
+            "read + write",
+        );
+        best = best.max(gbs);
+    }
+    Ok(best)
+}
+
+/// Warm host memcpy (into reused memory) and a copy into a fresh `Vec`; returns the warm GB/s.
+fn bench_memcpy(cfg: &Config, t: &mut Table) -> Result<f64> {
+    let m = cfg.sizes.elems;
     let src: Vec<f32> = data(m, 7);
-    let t = time(s.reps, || {
-        std::hint::black_box(src.clone());
-        Ok(())
-    })?;
-    println!(
-        "| host memcpy into a fresh Vec (clone, for scale) | {} MiB | {:.2} ms | {:.2} GB/s |",
-        (m * 4) >> 20,
-        t.as_secs_f64() * 1e3,
-        (4 * m) as f64 / t.as_secs_f64() / 1e9
-    );
     let mut warm = vec![0.0f32; m];
-    let t = time(s.reps, || {
+    let r = cfg.timing.measure(|| {
         warm.copy_from_slice(&src);
         std::hint::black_box(&warm);
         Ok(())
     })?;
-    println!(
-        "| warm host memcpy (into reused memory, for scale) | {} MiB | {:.2} ms | {:.2} GB/s |",
-        (m * 4) >> 20,
-        t.as_secs_f64() * 1e3,
-        (4 * m) as f64 / t.as_secs_f64() / 1e9
+    let gbs = t.row(
+        "memcpy_warm",
+        "reference: warm host memcpy (into reused memory)",
+        &mib(4 * m),
+        &r,
+        Rate::Bytes((4 * m) as f64),
+        "",
     );
-    // Per-call overhead of a tiny jitted function (dispatch + submit, no readback).
+    let r = cfg.timing.measure(|| {
+        std::hint::black_box(src.clone());
+        Ok(())
+    })?;
+    t.row(
+        "memcpy_fresh",
+        "host memcpy into a fresh Vec (clone)",
+        &mib(4 * m),
+        &r,
+        Rate::Bytes((4 * m) as f64),
+        "",
+    );
+    Ok(gbs)
+}
+
+/// A per-process number, so the compile rows' shapes and constants are new to every cache
+/// (in memory and on disk).
+fn salt() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64 ^ d.as_secs());
+    nanos ^ (u64::from(std::process::id()) << 20)
+}
+
+/// First and second call of a fresh jitted function of a new shape, with the pipelines created by
+/// the first call (0 means every kernel came from a cache).
+fn first_and_second(
+    t: &mut Table,
+    id: &str,
+    what: &str,
+    size: &str,
+    mut call: impl FnMut() -> Result<Vec<Array>>,
+) -> Result<Vec<Array>> {
+    let before = brigade::counters();
+    let t0 = Instant::now();
+    let out = call()?;
+    for o in &out {
+        o.device().map_or(Ok(()), |d| d.wait())?;
+    }
+    let first = t0.elapsed();
+    let compiled = brigade::counters().since(&before).pipelines_created;
+    let t1 = Instant::now();
+    let again = call()?;
+    for o in &again {
+        o.device().map_or(Ok(()), |d| d.wait())?;
+    }
+    let second = t1.elapsed();
+    let m = Measured {
+        median: second,
+        first,
+        runs: 1,
+    };
+    println!(
+        "| first call, new shape: {what} | {size} | first {}, second {} | | {compiled} pipeline{} compiled by the first call |",
+        fmt_time(first),
+        fmt_time(second),
+        if compiled == 1 { "" } else { "s" }
+    );
+    t.record(id, &m, first.as_secs_f64() * 1e3, "ms");
+    Ok(out)
+}
+
+fn bench_compile(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
+    let s = salt();
+    // A constant in [1, 1.01) and lengths unique to this process.
+    let c = 1.0 + (s % 9973) as f32 * 1e-6;
+    let n = cfg.sizes.compile_elems + 4 * (s % 1024) as usize;
+    let x = Array::from_vec(signed(n, 21), &[n])?.to_device(dev)?;
+    let y = Array::from_vec(signed(n, 22), &[n])?.to_device(dev)?;
+    let f = jit(move |a: &[Tensor]| vec![(&a[0] * c + 0.5).tanh() * &a[1]]).on(dev);
+    let out = first_and_second(
+        t,
+        "compile_elementwise",
+        "elementwise",
+        &format!("{n} f32"),
+        || f.call(&[x.clone(), y.clone()]),
+    )?;
+    let (xs, ys, o) = (vec_of(&x)?, vec_of(&y)?, vec_of(&out[0])?);
+    let worst = (0..n)
+        .step_by(n / 31 + 1)
+        .map(|i| (o[i] - (xs[i] * c + 0.5).tanh() * ys[i]).abs())
+        .fold(0.0f32, f32::max);
+    check(worst <= 1e-5, "compile row: elementwise", || {
+        format!("max abs error {worst:.2e}")
+    });
+
+    let n2 = cfg.sizes.compile_elems + 4 * ((s >> 10) % 1024) as usize + 8;
+    let x2 = Array::from_vec(signed(n2, 23), &[n2])?.to_device(dev)?;
+    let f = jit(move |a: &[Tensor]| vec![(&a[0] * c).sum_all()]).on(dev);
+    let out = first_and_second(t, "compile_sum", "sum", &format!("{n2} f32"), || {
+        f.call(std::slice::from_ref(&x2))
+    })?;
+    let scaled: Vec<f32> = vec_of(&x2)?.iter().map(|v| v * c).collect();
+    check_sum("compile row: sum", vec_of(&out[0])?[0], &scaled);
+
+    let base = cfg.sizes.compile_matmul;
+    let (m, k, nn) = (
+        base + 4 * (s % 32) as usize,
+        base + 4 * ((s >> 5) % 32) as usize,
+        base + 4 * ((s >> 10) % 32) as usize,
+    );
+    let (ah, bh) = (signed(m * k, 24), signed(k * nn, 25));
+    let a = Array::from_vec(ah.clone(), &[m, k])?.to_device(dev)?;
+    let b = Array::from_vec(bh.clone(), &[k, nn])?.to_device(dev)?;
+    let f = jit(|x: &[Tensor]| vec![x[0].matmul(&x[1])]).on(dev);
+    let out = first_and_second(
+        t,
+        "compile_matmul",
+        "matmul",
+        &format!("{m}×{k}×{nn}"),
+        || f.call(&[a.clone(), b.clone()]),
+    )?;
+    check_matmul(
+        "compile row: matmul",
+        &vec_of(&out[0])?,
+        &ah,
+        &bh,
+        (m, k, nn),
+    );
+    Ok(())
+}
+
+fn bench_matmul(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
+    for &n in &cfg.sizes.matmul {
+        let (ah, bh) = (signed(n * n, 1), signed(n * n, 2));
+        let a = Array::from_vec(ah.clone(), &[n, n])?.to_device(dev)?;
+        let b = Array::from_vec(bh.clone(), &[n, n])?.to_device(dev)?;
+        dev.wait()?;
+        let f = jit(|x: &[Tensor]| vec![x[0].matmul(&x[1])]).on(dev);
+        let mut last = None;
+        let mut call = || {
+            let out = f.call(&[a.clone(), b.clone()])?;
+            dev.wait()?;
+            last = Some(out);
+            Ok(())
+        };
+        // 4096³ takes seconds a call on a software adapter: one warm-up, one timed call.
+        let m = if n >= 4096 {
+            cfg.timing.measure_n(1, 1, &mut call)?
+        } else {
+            cfg.timing.measure(&mut call)?
+        };
+        if let Some(out) = last {
+            check_matmul(
+                &format!("matmul {n}"),
+                &vec_of(&out[0])?,
+                &ah,
+                &bh,
+                (n, n, n),
+            );
+        }
+        t.row(
+            &format!("matmul_{n}"),
+            "matmul f32",
+            &format!("{n}×{n}×{n}"),
+            &m,
+            Rate::Flops(2.0 * (n as f64).powi(3)),
+            &format!("first call {}", fmt_time(m.first)),
+        );
+    }
+    Ok(())
+}
+
+fn bench_elementwise(dev: &Device, cfg: &Config, t: &mut Table, copy: Option<f64>) -> Result<()> {
+    let n = cfg.sizes.elems;
+    let (xh, yh) = (signed(n, 3), signed(n, 4));
+    let x = Array::from_vec(xh.clone(), &[n])?.to_device(dev)?;
+    let y = Array::from_vec(yh.clone(), &[n])?.to_device(dev)?;
+    let f = jit(|a: &[Tensor]| vec![fused(&a[0], &a[1])]).on(dev);
+    let mut last = None;
+    let m = cfg.timing.measure(|| {
+        let out = f.call(&[x.clone(), y.clone()])?;
+        dev.wait()?;
+        last = Some(out);
+        Ok(())
+    })?;
+    if let Some(out) = last {
+        check_fused("fused elementwise", &vec_of(&out[0])?, &xh, &yh);
+    }
+    let gbs = Rate::Bytes((12 * n) as f64).value(m.median).0;
+    t.row(
+        "elementwise",
+        "fused elementwise tanh(exp(x*1.5+2))*y (2 in, 1 out)",
+        &format!("{n} f32"),
+        &m,
+        Rate::Bytes((12 * n) as f64),
+        &pct(gbs, copy, "the copy kernel"),
+    );
+    // Six ops, three inputs: 4 × 4 bytes per element.
+    let z = Array::from_vec(data(n, 5), &[n])?.to_device(dev)?;
+    let f = jit(|a: &[Tensor]| vec![((&a[0] * &a[1] + &a[2]).tanh() * 0.5 + 0.5).maximum(&a[2])])
+        .on(dev);
+    let m = cfg.timing.measure(|| {
+        drop(f.call(&[x.clone(), y.clone(), z.clone()])?);
+        dev.wait()
+    })?;
+    let gbs = Rate::Bytes((16 * n) as f64).value(m.median).0;
+    t.row(
+        "elementwise6",
+        "fused elementwise (6 ops, 3 in, 1 out)",
+        &format!("{n} f32"),
+        &m,
+        Rate::Bytes((16 * n) as f64),
+        &pct(gbs, copy, "the copy kernel"),
+    );
+    Ok(())
+}
+
+/// The full sum of 16 Mi f32 (Burn's row): 4 bytes per element, against the copy kernel's read
+/// bandwidth (half of its read + write); and the same with the scalar read back.
+fn bench_sum(dev: &Device, cfg: &Config, t: &mut Table, copy: Option<f64>) -> Result<()> {
+    let n = cfg.sizes.elems;
+    let xh = signed(n, 3);
+    let x = Array::from_vec(xh.clone(), &[n])?.to_device(dev)?;
+    let f = jit(|a: &[Tensor]| vec![a[0].sum_all()]).on(dev);
+    let mut last = None;
+    let m = cfg.timing.measure(|| {
+        let out = f.call(std::slice::from_ref(&x))?;
+        dev.wait()?;
+        last = Some(out);
+        Ok(())
+    })?;
+    if let Some(out) = last {
+        check_sum("sum", vec_of(&out[0])?[0], &xh);
+    }
+    let gbs = Rate::Bytes((4 * n) as f64).value(m.median).0;
+    t.row(
+        "sum",
+        "full sum of x to a scalar",
+        &format!("{n} f32"),
+        &m,
+        Rate::Bytes((4 * n) as f64),
+        &pct(
+            gbs,
+            copy.map(|c| c / 2.0),
+            "the copy kernel's read bandwidth",
+        ),
+    );
+    let m = cfg.timing.measure(|| {
+        let v = f.call(std::slice::from_ref(&x))?[0].to_vec::<f32>()?;
+        std::hint::black_box(v);
+        Ok(())
+    })?;
+    t.row(
+        "sum_scalar",
+        "full sum of x + reading the scalar back",
+        &format!("{n} f32"),
+        &m,
+        Rate::Bytes((4 * n) as f64),
+        "",
+    );
+    Ok(())
+}
+
+/// sum(x*y) to a scalar and row sums (brigade's earlier reduction rows).
+fn bench_reduce(dev: &Device, cfg: &Config, t: &mut Table, copy: Option<f64>) -> Result<()> {
+    let n = cfg.sizes.elems;
+    let x = Array::from_vec(data(n, 3), &[n])?.to_device(dev)?;
+    let y = Array::from_vec(data(n, 4), &[n])?.to_device(dev)?;
+    let f = jit(|a: &[Tensor]| vec![(&a[0] * &a[1]).sum_all()]).on(dev);
+    let m = cfg.timing.measure(|| {
+        drop(f.call(&[x.clone(), y.clone()])?);
+        dev.wait()
+    })?;
+    let gbs = Rate::Bytes((8 * n) as f64).value(m.median).0;
+    t.row(
+        "sum_xy",
+        "reduction sum(x*y) to a scalar",
+        &format!("{n} f32"),
+        &m,
+        Rate::Bytes((8 * n) as f64),
+        &pct(
+            gbs,
+            copy.map(|c| c / 2.0),
+            "the copy kernel's read bandwidth",
+        ),
+    );
+    let rows = 1024.min(n);
+    let xr = Array::from_vec(data(n, 6), &[rows, n / rows])?.to_device(dev)?;
+    let f = jit(|a: &[Tensor]| vec![a[0].sum(-1, false)]).on(dev);
+    let m = cfg.timing.measure(|| {
+        drop(f.call(std::slice::from_ref(&xr))?);
+        dev.wait()
+    })?;
+    let gbs = Rate::Bytes((4 * n) as f64).value(m.median).0;
+    t.row(
+        "rowsum",
+        "reduction row sums",
+        &format!("{rows}×{} f32", n / rows),
+        &m,
+        Rate::Bytes((4 * n) as f64),
+        &pct(
+            gbs,
+            copy.map(|c| c / 2.0),
+            "the copy kernel's read bandwidth",
+        ),
+    );
+    Ok(())
+}
+
+/// Upload: the host array to a device array, finished (a submit flushes queued writes, then a
+/// wait), like Burn's `from_data` + `sync`.
+fn bench_upload(dev: &Device, cfg: &Config, t: &mut Table, memcpy: Option<f64>) -> Result<()> {
+    let m = cfg.sizes.elems;
+    let host = Array::from_vec(data(m, 7), &[m])?;
+    // A one-workgroup kernel on two tiny buffers: its submit flushes the staged writes without
+    // taking the raw wgpu queue (which would make brigade poll for device loss more often).
+    let k = dev.kernel("bench_flush", &copy_wgsl(1, false))?;
+    let (s16, d16) = (dev.alloc(16)?, dev.alloc(16)?);
+    let mut last = None;
+    let r = cfg.timing.measure(|| {
+        let a = host.to_device(dev)?;
+        dev.run(&[Dispatch {
+            kernel: &k,
+            buffers: vec![&s16, &d16],
+            workgroups: [1, 1, 1],
+        }])?;
+        last = Some(a);
+        Ok(())
+    })?;
+    if let Some(a) = last {
+        let back = a.to_vec::<f32>()?;
+        check(back == data(m, 7), "upload", || {
+            "the uploaded array reads back different".into()
+        });
+    }
+    let gbs = Rate::Bytes((4 * m) as f64).value(r.median).0;
+    t.row(
+        "upload",
+        "upload (host array to device, finished)",
+        &mib(4 * m),
+        &r,
+        Rate::Bytes((4 * m) as f64),
+        &pct(gbs, memcpy, "the warm memcpy"),
+    );
+    Ok(())
+}
+
+fn bench_readback(dev: &Device, cfg: &Config, t: &mut Table, memcpy: Option<f64>) -> Result<()> {
+    let m = cfg.sizes.elems;
+    let want = data(m, 8);
+    let on_dev = Array::from_vec(want.clone(), &[m])?.to_device(dev)?;
+    dev.wait()?;
+    let mut last = None;
+    let r = cfg.timing.measure(|| {
+        last = Some(on_dev.to_host()?);
+        Ok(())
+    })?;
+    if let Some(h) = last {
+        check(h.data == HostData::F32(want.clone()), "readback", || {
+            "to_host differs from the uploaded data".into()
+        });
+    }
+    let gbs = Rate::Bytes((4 * m) as f64).value(r.median).0;
+    t.row(
+        "readback",
+        "readback into a fresh array (to_host)",
+        &mib(4 * m),
+        &r,
+        Rate::Bytes((4 * m) as f64),
+        &pct(gbs, memcpy, "the warm memcpy"),
+    );
+    // Into memory the caller keeps: no page faults on fresh memory.
+    let mut into = vec![0.0f32; m];
+    let r = cfg.timing.measure(|| on_dev.read_into(&mut into))?;
+    check(into == want, "readback", || {
+        "read_into differs from the uploaded data".into()
+    });
+    let gbs = Rate::Bytes((4 * m) as f64).value(r.median).0;
+    t.row(
+        "readback_into",
+        "readback into a reused slice (read_into)",
+        &mib(4 * m),
+        &r,
+        Rate::Bytes((4 * m) as f64),
+        &pct(gbs, memcpy, "the warm memcpy"),
+    );
+    Ok(())
+}
+
+/// Per-call overheads: a tiny jitted call (submit only, and with a readback), Burn's tiny op
+/// (1024 f32 plus a scalar, then a wait) and an idle wait.
+fn bench_tiny(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
     let tiny = Array::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4])?.to_device(dev)?;
     let f = jit(|a: &[Tensor]| vec![&a[0] * 2.0 + 1.0]).on(dev);
-    let calls = 20 * s.reps;
-    let t = time(3, || {
+    let calls = 20 * cfg.timing.reps;
+    let m = cfg.timing.measure_n(1, 3, || {
         for _ in 0..calls {
             drop(f.call(std::slice::from_ref(&tiny))?);
         }
         dev.wait()
     })?;
-    println!(
-        "| tiny jitted call (submit only) | 4 f32 | {:.1} µs / call | |",
-        t.as_secs_f64() * 1e6 / calls as f64
+    let per = |d: Duration| d / calls as u32;
+    let m = Measured {
+        median: per(m.median),
+        first: per(m.first),
+        runs: m.runs * calls,
+    };
+    t.row(
+        "tiny_submit",
+        "tiny jitted call (submit only)",
+        "4 f32",
+        &m,
+        Rate::Time,
+        "per call",
     );
-    let t = time(s.reps, || {
-        f.call(std::slice::from_ref(&tiny))?[0]
-            .to_host()
-            .map(|_| ())
+    let many = cfg.timing.reps.max(21);
+    let m = cfg.timing.measure_n(cfg.timing.warmup, many, || {
+        let v = f.call(std::slice::from_ref(&tiny))?[0].to_vec::<f32>()?;
+        check(v == [3.0, 5.0, 7.0, 9.0], "tiny call", || {
+            format!("got {v:?}")
+        });
+        Ok(())
     })?;
-    println!(
-        "| tiny jitted call + readback | 4 f32 | {:.1} µs / call | |",
-        t.as_secs_f64() * 1e6
+    t.row(
+        "tiny_readback",
+        "tiny jitted call + readback",
+        "4 f32",
+        &m,
+        Rate::Time,
+        "per call",
     );
-    // A loop compiled into one program (fori_loop: the body's kernel per iteration, the carry
-    // ping-ponging between two buffers, submitted in chunks) against the same steps as a host loop
-    // of calls.
+    let small = Array::from_vec(signed(1024, 9), &[1024])?.to_device(dev)?;
+    let g = jit(|a: &[Tensor]| vec![&a[0] + 1.0]).on(dev);
+    let m = cfg.timing.measure_n(cfg.timing.warmup + 3, many, || {
+        drop(g.call(std::slice::from_ref(&small))?);
+        dev.wait()
+    })?;
+    t.row(
+        "tiny_sync",
+        "tiny op x+1 + wait",
+        "1024 f32",
+        &m,
+        Rate::Time,
+        "per call",
+    );
+    let m = cfg
+        .timing
+        .measure_n(cfg.timing.warmup, many, || dev.wait())?;
+    t.row(
+        "idle_wait",
+        "idle Device::wait (nothing queued)",
+        "",
+        &m,
+        Rate::Time,
+        "",
+    );
+    Ok(())
+}
+
+/// A loop compiled into one program (fori_loop: the body's kernel per iteration, the carry
+/// ping-ponging between two buffers, submitted in chunks) against the same steps as a host loop of
+/// calls; and a long loop with the host memory (RSS) it takes.
+fn bench_loop(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
+    let s = &cfg.sizes;
     let iters = s.loop_iters;
     let x = Array::from_vec(data(s.loop_elems, 9), &[s.loop_elems])?.to_device(dev)?;
     let step = |v: &Tensor| v * 0.999 + 0.001;
     let looped =
         jit(|a: &[Tensor]| fori_loop(0, iters as i32, |_, v| vec![step(&v[0])], a)).on(dev);
-    let t_loop = time(s.reps, || wait(looped.call(std::slice::from_ref(&x))?))?;
+    let t_loop = cfg.timing.measure(|| {
+        drop(looped.call(std::slice::from_ref(&x))?);
+        dev.wait()
+    })?;
     let one = jit(|a: &[Tensor]| vec![step(&a[0])]).on(dev);
-    let t_host = time(s.reps, || {
+    let t_host = cfg.timing.measure(|| {
         let mut v = x.clone();
         for _ in 0..iters {
             v = one.call(std::slice::from_ref(&v))?.remove(0);
         }
-        wait(vec![v])
+        drop(v);
+        dev.wait()
     })?;
-    println!(
-        "| fori_loop, {iters} steps (one program) | {} f32 | {:.1} µs / step | {:.2}× faster than a host loop of calls ({:.1} µs / step) |",
-        s.loop_elems,
-        t_loop.as_secs_f64() * 1e6 / iters as f64,
-        t_host.as_secs_f64() / t_loop.as_secs_f64(),
-        t_host.as_secs_f64() * 1e6 / iters as f64
+    let per_step = |m: &Measured| Measured {
+        median: m.median / iters as u32,
+        first: m.first / iters as u32,
+        runs: m.runs,
+    };
+    t.row(
+        "loop_fori",
+        &format!("fori_loop, {iters} steps (one program)"),
+        &format!("{} f32", s.loop_elems),
+        &per_step(&t_loop),
+        Rate::Time,
+        &format!(
+            "per step; a host loop of calls: {} / step ({:.2}× the loop's time)",
+            fmt_time(t_host.median / iters as u32),
+            t_host.median.as_secs_f64() / t_loop.median.as_secs_f64()
+        ),
     );
-    // A long loop: host memory (RSS) before and after, which chunked submission keeps flat.
     let long = s.long_loop_iters;
     let looped = jit(|a: &[Tensor]| fori_loop(0, long as i32, |_, v| vec![step(&v[0])], a)).on(dev);
-    wait(looped.call(std::slice::from_ref(&x))?)?;
+    drop(looped.call(std::slice::from_ref(&x))?);
+    dev.wait()?;
     let rss0 = rss();
-    let t_long = time(1, || wait(looped.call(std::slice::from_ref(&x))?))?;
-    println!(
-        "| fori_loop, {long} steps | {} f32 | {:.1} µs / step | RSS {:+.1} MiB over the call |",
-        s.loop_elems,
-        t_long.as_secs_f64() * 1e6 / long as f64,
-        (rss() as f64 - rss0 as f64) / (1u64 << 20) as f64
+    let m = cfg.timing.measure_n(0, 1, || {
+        drop(looped.call(std::slice::from_ref(&x))?);
+        dev.wait()
+    })?;
+    let grown = (rss() as f64 - rss0 as f64) / (1u64 << 20) as f64;
+    t.row(
+        "loop_long",
+        &format!("fori_loop, {long} steps"),
+        &format!("{} f32", s.loop_elems),
+        &Measured {
+            median: m.median / long as u32,
+            first: m.first / long as u32,
+            runs: 1,
+        },
+        Rate::Time,
+        &format!("per step; RSS {grown:+.1} MiB over the calls"),
     );
     Ok(())
+}
+
+fn bench_gpu(dev: &Device, cfg: &mut Config) -> Result<()> {
+    let key = format!("{}:{}", dev.info().backend, dev.index());
+    let mut out = cfg.out.take();
+    let result = (|| {
+        let mut t = Table::new(&dev.info().to_string(), key, out.as_mut());
+        let cfg = &*cfg;
+        // Compile rows first, while the device's kernel cache holds nothing of this run.
+        if cfg.wants("compile") {
+            bench_compile(dev, cfg, &mut t)?;
+        }
+        let copy = if cfg.wants_any(&["copy", "elementwise", "sum", "reduce"]) {
+            Some(bench_copy(dev, cfg, &mut t)?)
+        } else {
+            None
+        };
+        let memcpy = if cfg.wants_any(&["memcpy", "upload", "readback"]) {
+            Some(bench_memcpy(cfg, &mut t)?)
+        } else {
+            None
+        };
+        if cfg.wants("matmul") {
+            bench_matmul(dev, cfg, &mut t)?;
+        }
+        if cfg.wants("elementwise") {
+            bench_elementwise(dev, cfg, &mut t, copy)?;
+        }
+        if cfg.wants("sum") {
+            bench_sum(dev, cfg, &mut t, copy)?;
+        }
+        if cfg.wants("reduce") {
+            bench_reduce(dev, cfg, &mut t, copy)?;
+        }
+        if cfg.wants("upload") {
+            bench_upload(dev, cfg, &mut t, memcpy)?;
+        }
+        if cfg.wants("readback") {
+            bench_readback(dev, cfg, &mut t, memcpy)?;
+        }
+        if cfg.wants("tiny") {
+            bench_tiny(dev, cfg, &mut t)?;
+        }
+        if cfg.wants("loop") {
+            bench_loop(dev, cfg, &mut t)?;
+        }
+        Ok(())
+    })();
+    cfg.out = out;
+    result
+}
+
+/// numpy's timings of the cpu rows (seconds, median), measured by `python3` in this run.
+struct Numpy {
+    version: String,
+    matmul: Vec<(usize, f64)>,
+    elementwise: Option<f64>,
+    sum: Option<f64>,
+}
+
+/// The same work as the cpu rows, in numpy: `a @ b` (f32), `np.tanh(np.exp(x*1.5+2))*y` (the
+/// plain expression, op by op), `x.sum()`. Medians of `reps` after `warmup` calls.
+const NUMPY_SCRIPT: &str = r#"
+import sys, time
+try:
+    import numpy as np
+except Exception as e:
+    print("unavailable", type(e).__name__)
+    sys.exit(0)
+reps, warmup, elems = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+sizes = [int(s) for s in sys.argv[4].split(",") if s]
+def med(f):
+    for _ in range(warmup):
+        f()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter(); f(); ts.append(time.perf_counter() - t)
+    ts.sort()
+    return ts[len(ts) // 2]
+rng = np.random.default_rng(1)
+print("version", np.__version__)
+for n in sizes:
+    a = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    b = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    print("matmul", n, med(lambda: a @ b))
+x = rng.uniform(-1, 1, elems).astype(np.float32)
+y = rng.uniform(-1, 1, elems).astype(np.float32)
+print("elementwise", med(lambda: np.tanh(np.exp(x * 1.5 + 2)) * y))
+print("sum", med(lambda: x.sum()))
+"#;
+
+/// numpy's figures, or why there are none.
+fn numpy(cfg: &Config) -> std::result::Result<Numpy, String> {
+    let s = &cfg.sizes;
+    let sizes = s
+        .cpu_matmul
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(NUMPY_SCRIPT)
+        .arg(cfg.timing.reps.to_string())
+        .arg(cfg.timing.warmup.max(1).to_string())
+        .arg(s.cpu_elems.to_string())
+        .arg(sizes)
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "python3 exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let mut np = Numpy {
+        version: String::new(),
+        matmul: Vec::new(),
+        elementwise: None,
+        sum: None,
+    };
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["unavailable", why] => return Err(format!("numpy cannot be imported ({why})")),
+            ["version", v] => np.version = (*v).to_string(),
+            ["matmul", n, t] => {
+                if let (Ok(n), Ok(t)) = (n.parse(), t.parse()) {
+                    np.matmul.push((n, t));
+                }
+            }
+            ["elementwise", t] => np.elementwise = t.parse().ok(),
+            ["sum", t] => np.sum = t.parse().ok(),
+            _ => {}
+        }
+    }
+    Ok(np)
+}
+
+/// The numpy column of a cpu row: numpy's rate and brigade's as a multiple of it; the numpy
+/// figure is also recorded as a row of device `numpy`.
+fn beside_numpy(
+    t: &mut Table,
+    id: &str,
+    np: &std::result::Result<Numpy, String>,
+    secs: Option<f64>,
+    rate: Rate,
+    ours: f64,
+) -> String {
+    if np.is_err() {
+        return "numpy: not available".into();
+    }
+    let Some(s) = secs else {
+        return "numpy: no figure".into();
+    };
+    let d = Duration::from_secs_f64(s);
+    let (v, unit) = rate.value(d);
+    let m = Measured {
+        median: d,
+        first: d,
+        runs: 0,
+    };
+    let dev = std::mem::replace(&mut t.device, "numpy".into());
+    t.record(id, &m, v, unit);
+    t.device = dev;
+    format!(
+        "numpy {v:.2} {unit} ({}); brigade {:.2}× numpy",
+        fmt_time(d),
+        ours / v
+    )
+}
+
+/// The cpu device: matmul, the fused elementwise and the sum, beside numpy in the same run.
+fn bench_cpu(dev: &Device, cfg: &mut Config) -> Result<()> {
+    let np = numpy(cfg);
+    let mut out = cfg.out.take();
+    let cfg_ref = &*cfg;
+    let result = (|| {
+        let cfg = cfg_ref;
+        let s = &cfg.sizes;
+        let title = match &np {
+            Ok(n) => format!(
+                "{} — beside numpy {} in the same run",
+                dev.info(),
+                n.version
+            ),
+            Err(why) => format!("{} — numpy: not available ({why})", dev.info()),
+        };
+        let mut t = Table::new(&title, format!("cpu:{}", dev.index()), out.as_mut());
+        // (size, seconds a call) of the last size measured: a call grows as n³.
+        let mut measured: Option<(usize, f64)> = None;
+        for &n in &s.cpu_matmul {
+            let predicted = measured.map(|(m, secs)| secs * (n as f64 / m as f64).powi(3));
+            if let Some(p) = predicted.filter(|&p| p > CPU_SKIP_S && !s.cpu_matmul_explicit) {
+                println!(
+                    "| cpu matmul f32 | {n}×{n}×{n} | skipped | | the previous size predicts {p:.0} s a call (set BRIGADE_BENCH_CPU_MATMUL to run it) |"
+                );
+                continue;
+            }
+            let (ah, bh) = (signed(n * n, 1), signed(n * n, 2));
+            let a = Array::from_vec(ah.clone(), &[n, n])?.to_device(dev)?;
+            let b = Array::from_vec(bh.clone(), &[n, n])?.to_device(dev)?;
+            let f = jit(|x: &[Tensor]| vec![x[0].matmul(&x[1])]).on(dev);
+            let mut last = None;
+            let m = cfg.timing.measure(|| {
+                last = Some(f.call(&[a.clone(), b.clone()])?);
+                Ok(())
+            })?;
+            if let Some(o) = last {
+                check_matmul(
+                    &format!("cpu matmul {n}"),
+                    &vec_of(&o[0])?,
+                    &ah,
+                    &bh,
+                    (n, n, n),
+                );
+            }
+            measured = Some((n, m.median.as_secs_f64()));
+            let rate = Rate::Flops(2.0 * (n as f64).powi(3));
+            let ours = rate.value(m.median).0;
+            let secs = np
+                .as_ref()
+                .ok()
+                .and_then(|p| p.matmul.iter().find(|(k, _)| *k == n).map(|&(_, t)| t));
+            let note = beside_numpy(&mut t, &format!("matmul_{n}"), &np, secs, rate, ours);
+            t.row(
+                &format!("matmul_{n}"),
+                "cpu matmul f32",
+                &format!("{n}×{n}×{n}"),
+                &m,
+                rate,
+                &note,
+            );
+        }
+        let n = s.cpu_elems;
+        let (xh, yh) = (signed(n, 3), signed(n, 4));
+        let x = Array::from_vec(xh.clone(), &[n])?.to_device(dev)?;
+        let y = Array::from_vec(yh.clone(), &[n])?.to_device(dev)?;
+        let f = jit(|a: &[Tensor]| vec![fused(&a[0], &a[1])]).on(dev);
+        let mut last = None;
+        let m = cfg.timing.measure(|| {
+            last = Some(f.call(&[x.clone(), y.clone()])?);
+            Ok(())
+        })?;
+        if let Some(o) = last {
+            check_fused("cpu fused elementwise", &vec_of(&o[0])?, &xh, &yh);
+        }
+        let rate = Rate::Bytes((12 * n) as f64);
+        let ours = rate.value(m.median).0;
+        let secs = np.as_ref().ok().and_then(|p| p.elementwise);
+        let note = beside_numpy(&mut t, "elementwise", &np, secs, rate, ours);
+        t.row(
+            "elementwise",
+            "cpu fused elementwise tanh(exp(x*1.5+2))*y",
+            &format!("{n} f32"),
+            &m,
+            rate,
+            &note,
+        );
+        let f = jit(|a: &[Tensor]| vec![a[0].sum_all()]).on(dev);
+        let mut last = None;
+        let m = cfg.timing.measure(|| {
+            last = Some(f.call(std::slice::from_ref(&x))?);
+            Ok(())
+        })?;
+        if let Some(o) = last {
+            check_sum("cpu sum", vec_of(&o[0])?[0], &xh);
+        }
+        let rate = Rate::Bytes((4 * n) as f64);
+        let ours = rate.value(m.median).0;
+        let secs = np.as_ref().ok().and_then(|p| p.sum);
+        let note = beside_numpy(&mut t, "sum", &np, secs, rate, ours);
+        t.row(
+            "sum",
+            "cpu full sum of x",
+            &format!("{n} f32"),
+            &m,
+            rate,
+            &note,
+        );
+        Ok(())
+    })();
+    cfg.out = out;
+    result
 }
 
 /// Resident set size in bytes (`/proc/self/statm`; 0 where there is none).
@@ -207,14 +1234,43 @@ fn rss() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-fn main() -> Result<()> {
-    let full = std::env::args().any(|a| a == "--bench");
-    let sizes = if full {
+/// A harness setting that cannot be used: printed, and the run stops (exit status 2).
+fn bad_setting(name: &str, value: &str, want: &str) -> ! {
+    eprintln!("{name}={value:?}: {want}");
+    std::process::exit(2)
+}
+
+fn env_list(name: &str) -> Option<Vec<usize>> {
+    let v = std::env::var(name).ok()?;
+    let sizes: std::result::Result<Vec<usize>, _> = v
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse::<usize>())
+        .collect();
+    match sizes {
+        Ok(s) if s.iter().all(|&n| n > 0) => Some(s),
+        _ => bad_setting(name, &v, "want a comma list of positive integers"),
+    }
+}
+
+fn env_num(name: &str) -> Option<f64> {
+    let v = std::env::var(name).ok()?;
+    match v.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Some(x),
+        _ => bad_setting(name, &v, "want a non-negative number"),
+    }
+}
+
+fn config(full: bool) -> Config {
+    let mut sizes = if full {
         Sizes {
-            matmul: vec![256, 512, 1024, 2048],
+            matmul: vec![256, 512, 1024, 2048, 4096],
             elems: 1 << 24,
-            transfer: 16 << 20,
-            reps: 5,
+            cpu_matmul: vec![256, 512, 1024],
+            cpu_matmul_explicit: false,
+            cpu_elems: 1 << 22,
+            compile_elems: 1 << 20,
+            compile_matmul: 256,
             loop_iters: 1000,
             loop_elems: 1 << 10,
             long_loop_iters: 100_000,
@@ -223,31 +1279,113 @@ fn main() -> Result<()> {
         Sizes {
             matmul: vec![64],
             elems: 1 << 12,
-            transfer: 1 << 12,
-            reps: 1,
+            cpu_matmul: vec![32],
+            cpu_matmul_explicit: false,
+            cpu_elems: 1 << 12,
+            compile_elems: 1 << 10,
+            compile_matmul: 32,
             loop_iters: 10,
             loop_elems: 64,
             long_loop_iters: 5000,
         }
     };
+    if let Some(m) = env_list("BRIGADE_BENCH_MATMUL") {
+        sizes.matmul = m;
+    }
+    if let Some(m) = env_list("BRIGADE_BENCH_CPU_MATMUL") {
+        sizes.cpu_matmul = m;
+        sizes.cpu_matmul_explicit = true;
+    }
+    // Whole vec4s: the copy reference moves the same bytes as the rows it is compared with.
+    let elems = |name: &str| {
+        env_num(name).map(|v| {
+            let n = v as usize;
+            if n < 4 || !n.is_multiple_of(4) {
+                bad_setting(name, &v.to_string(), "want a multiple of 4, at least 4");
+            }
+            n
+        })
+    };
+    if let Some(n) = elems("BRIGADE_BENCH_ELEMS") {
+        sizes.elems = n;
+    }
+    if let Some(n) = elems("BRIGADE_BENCH_CPU_ELEMS") {
+        sizes.cpu_elems = n;
+    }
+    let timing = Timing {
+        warmup: env_num("BRIGADE_BENCH_WARMUP").map_or(1, |v| (v as usize).max(1)),
+        reps: env_num("BRIGADE_BENCH_REPS")
+            .map_or(if full { 5 } else { 1 }, |v| (v as usize).max(1)),
+        budget: Duration::from_secs_f64(env_num("BRIGADE_BENCH_BUDGET_S").unwrap_or(20.0)),
+    };
+    let groups = std::env::var("BRIGADE_BENCH").ok().map(|v| {
+        let g: Vec<String> = v
+            .split(',')
+            .map(|s| s.trim().to_ascii_lowercase())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if let Some(bad) = g.iter().find(|s| !GROUPS.contains(&s.as_str())) {
+            bad_setting(
+                "BRIGADE_BENCH",
+                &v,
+                &format!("unknown group `{bad}`; groups: {}", GROUPS.join(", ")),
+            );
+        }
+        g
+    });
+    let out = std::env::var("BRIGADE_BENCH_OUT").ok().map(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&p)
+            .unwrap_or_else(|e| bad_setting("BRIGADE_BENCH_OUT", &p, &format!("cannot open: {e}")))
+    });
+    Config {
+        sizes,
+        timing,
+        groups,
+        out,
+    }
+}
+
+fn main() -> Result<()> {
+    let full = std::env::args().any(|a| a == "--bench");
+    let mut cfg = config(full);
     let rt = pollster::block_on(Runtime::new())?;
-    println!(
-        "# brigade benchmarks ({})",
+    let mut header = format!(
+        "# brigade benchmarks ({}; median of {} timed runs after {} warm-up",
         if full {
             "full"
         } else {
             "smoke run; `cargo bench` for figures"
-        }
+        },
+        cfg.timing.reps,
+        cfg.timing.warmup
     );
+    if let Some(g) = &cfg.groups {
+        let _ = write!(header, "; rows: {}", g.join(","));
+    }
+    println!("{header})");
+    let mut cpu_done = false;
     for dev in rt.devices() {
         if dev.is_cpu() {
-            println!(
-                "\n## {} — the cpu device runs the reference interpreter; skipped",
-                dev.info()
-            );
+            if !cpu_done && cfg.wants("cpu") {
+                bench_cpu(dev, &mut cfg)?;
+                cpu_done = true;
+            }
             continue;
         }
-        bench_device(dev, &sizes)?;
+        bench_gpu(dev, &mut cfg)?;
+    }
+    if !cpu_done && cfg.wants("cpu") {
+        // The layout has no cpu device: the cpu rows get one of their own.
+        let cpu = pollster::block_on(Runtime::builder().layout_str("cpu:1").build())?;
+        bench_cpu(&cpu.devices()[0], &mut cfg)?;
+    }
+    let failed = FAILED_CHECKS.load(Ordering::Relaxed);
+    if failed > 0 {
+        eprintln!("{failed} result check(s) failed (see CHECK FAILED above)");
+        std::process::exit(1);
     }
     Ok(())
 }

@@ -14,11 +14,26 @@
 
 mod common;
 
-use common::{data, time};
+use std::time::{Duration, Instant};
+
+use common::data;
 
 use brigade::{
     Array, Device, Result, Runtime, Tensor, device_put_sharded, jit, pmap, pmean, psum, shard_map,
 };
+
+/// Median of `reps` timings of `f` after one warm-up.
+fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
+    f()?;
+    let mut ts = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f()?;
+        ts.push(t.elapsed());
+    }
+    ts.sort();
+    Ok(ts[ts.len() / 2])
+}
 
 fn wait_all(devs: &[Device]) -> Result<()> {
     for d in devs {
