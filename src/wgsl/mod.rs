@@ -646,7 +646,8 @@ pub(crate) fn elementwise_kernel(
         (body, inputs, vec_inputs, helpers) = (em.body, em.inputs, Vec::new(), em.helpers);
     } else {
         let rank = aval.rank();
-        let along_last = n.is_multiple_of(LANES) && rank > 0 && aval.shape[rank - 1].is_multiple_of(LANES);
+        let along_last =
+            n.is_multiple_of(LANES) && rank > 0 && aval.shape[rank - 1].is_multiple_of(LANES);
         let mut ix = String::new();
         let mut tainted = Vec::new();
         // Per lane: the output index, and its linear index.
