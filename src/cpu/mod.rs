@@ -1,13 +1,13 @@
 //! The `cpu` device's executor: walks a [`Graph`] like the reference interpreter
 //! ([`crate::reference::eval_graph`], which stays the oracle) but computes on typed slices.
 //!
-//! - elementwise ops ([`elementwise`]): tight loops that call each op's typed rule (the same
+//! - elementwise ops (`cpu/elementwise.rs`): tight loops that call each op's typed rule (the same
 //!   functions the interpreter calls through `Scalar`, so results agree bit for bit);
-//! - layout ops ([`layout`]): transposes, broadcasts and slices as strided row copies;
-//! - reductions ([`reduce`]): f64 accumulation like the interpreter; max/min/prod and reductions
+//! - layout ops (`cpu/layout.rs`): transposes, broadcasts and slices as strided row copies;
+//! - reductions (`cpu/reduce.rs`): f64 accumulation like the interpreter; max/min/prod and reductions
 //!   over leading or middle axes fold in the interpreter's order (bit-identical), full-row sums use
 //!   several accumulators and threads (within f64 rounding of the interpreter);
-//! - `dot_general` ([`matmul`]): canonicalized to batched row/column-strided GEMMs for the
+//! - `dot_general` (`cpu/matmul.rs`): canonicalized to batched row/column-strided GEMMs for the
 //!   `matrixmultiply` crate (f32 and f64), a wrapping loop for integers;
 //! - `cond` / `scan`: the interpreter's control-flow rules with this executor for the bodies.
 //!
