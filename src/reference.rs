@@ -6,8 +6,13 @@ use crate::error::{Error, Result};
 use crate::host::HostArray;
 use crate::trace::graph::Graph;
 
-/// Evaluate `graph` on `inputs` (one per graph input, in order).
-pub fn eval_graph(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+/// The checks every evaluator of a graph on host data makes first: a valid graph without
+/// collectives, one input per graph input, each with as many elements as its shape and the
+/// shape and dtype the graph expects.
+pub(crate) fn check_inputs<'a>(
+    graph: &Graph,
+    inputs: impl ExactSizeIterator<Item = &'a HostArray>,
+) -> Result<()> {
     graph.check()?;
     crate::lower::refuse_collectives(graph)?;
     if inputs.len() != graph.inputs.len() {
@@ -17,7 +22,6 @@ pub fn eval_graph(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>>
             got: inputs.len(),
         });
     }
-    let mut env: Vec<Option<HostArray>> = vec![None; graph.avals.len()];
     for (v, x) in graph.inputs.iter().zip(inputs) {
         let want = graph.aval(*v);
         if x.data.len() != x.shape.iter().product::<usize>() {
@@ -34,6 +38,15 @@ pub fn eval_graph(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>>
                 detail: format!("input {} expected {want}", v.0),
             });
         }
+    }
+    Ok(())
+}
+
+/// Evaluate `graph` on `inputs` (one per graph input, in order).
+pub fn eval_graph(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+    check_inputs(graph, inputs.iter())?;
+    let mut env: Vec<Option<HostArray>> = vec![None; graph.avals.len()];
+    for (v, x) in graph.inputs.iter().zip(inputs) {
         env[v.idx()] = Some(x.clone());
     }
     for (v, x) in &graph.consts {

@@ -22,7 +22,7 @@ pub(crate) mod reduce;
 use std::borrow::Cow;
 
 use crate::dtype::Scalar;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::host::HostArray;
 use crate::ops::Prim;
 use crate::trace::graph::{Aval, Graph};
@@ -37,32 +37,9 @@ pub fn eval_graph(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>>
 
 /// [`eval_graph`] on borrowed inputs (no copy of the arguments).
 pub(crate) fn eval_graph_refs(graph: &Graph, inputs: &[&HostArray]) -> Result<Vec<HostArray>> {
-    graph.check()?;
-    crate::lower::refuse_collectives(graph)?;
-    if inputs.len() != graph.inputs.len() {
-        return Err(Error::Arity {
-            what: "graph inputs".into(),
-            expected: graph.inputs.len(),
-            got: inputs.len(),
-        });
-    }
+    crate::reference::check_inputs(graph, inputs.iter().copied())?;
     let mut env: Vec<Option<Val<'_>>> = (0..graph.avals.len()).map(|_| None).collect();
     for (v, x) in graph.inputs.iter().zip(inputs) {
-        let want = graph.aval(*v);
-        if x.data.len() != x.shape.iter().product::<usize>() {
-            return Err(Error::DataLength {
-                shape: x.shape.clone(),
-                expected: x.shape.iter().product(),
-                got: x.data.len(),
-            });
-        }
-        if x.shape != want.shape || x.dtype() != want.dtype {
-            return Err(Error::BadShapeArg {
-                op: "eval_graph",
-                shape: x.shape.clone(),
-                detail: format!("input {} expected {want}", v.0),
-            });
-        }
         env[v.idx()] = Some(Val::Arr(Cow::Borrowed(*x)));
     }
     for (v, x) in &graph.consts {

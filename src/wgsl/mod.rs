@@ -843,17 +843,7 @@ fn red_loop<'a>(
         && in_aval.shape[rank - 1].is_multiple_of(LANES)
         && r > 0;
     if !vectorize {
-        let (mut em, full) = red_index(
-            g,
-            producers,
-            materialized,
-            input,
-            axes,
-            out_idx,
-            indent,
-            "r",
-        );
-        let v = em.value(input, &full);
+        let (mut em, v) = red_body(g, producers, materialized, input, axes, out_idx, indent);
         em.line(&format!("let x = {v};"));
         return RedLoop {
             em,
