@@ -1,5 +1,8 @@
 // brigade: general batched matmul for any M, K, N >= 1 and element type f32 / i32 / u32.
-// C[b] = A[b] @ B[b]; A: (BATCH, M, K), B: (BATCH, K, N), C: (BATCH, M, N), row-major, contiguous.
+// C[b] = op(A[b]) @ op(B[b]); C: (BATCH, M, N), row-major. A is (BATCH, M, K) row-major, or
+// stored transposed as (BATCH, K, M); B is (BATCH, K, N), or stored transposed as (BATCH, N, K).
+// Element (i, k) of A sits at b * M * K + i * A_RS + k * A_KS, element (k, j) of B at
+// b * K * N + k * B_KS + j * B_CS, so transposed operands (from grad) are read in place.
 //
 // Used when the vec4 kernel's alignment conditions fail (K or N not a multiple of 4) or the
 // element type is an integer. No workgroup memory, no barriers. Every invocation computes a
@@ -13,6 +16,7 @@
 // Accumulation is in T (f32 for floats; wrapping i32/u32 for integers), k ascending -> deterministic.
 //
 // Placeholders (filled by src/wgsl/matmul.rs): {{T}} {{BATCH}} {{M}} {{K}} {{N}} {{GRID_X}} {{GRID_Y}}
+// {{A_RS}} {{A_KS}} {{B_KS}} {{B_CS}}
 
 @group(0) @binding(0) var<storage, read> A: array<{{T}}>;
 @group(0) @binding(1) var<storage, read> B: array<{{T}}>;
@@ -26,6 +30,10 @@ const K: u32 = {{K}}u;
 const N: u32 = {{N}}u;
 const GRID_X: u32 = {{GRID_X}}u;
 const GRID_Y: u32 = {{GRID_Y}}u;
+const A_RS: u32 = {{A_RS}}u;
+const A_KS: u32 = {{A_KS}}u;
+const B_KS: u32 = {{B_KS}}u;
+const B_CS: u32 = {{B_CS}}u;
 
 const WG: u32 = 64u;
 const ROW_TILES: u32 = (M + 3u) / 4u;
@@ -45,29 +53,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
     // Clamped rows of A and columns of B: reads stay in bounds, the extra results are dropped.
     let a_base = b * (M * K);
-    let pa0 = a_base + row0 * K;
-    let pa1 = a_base + min(row0 + 1u, M - 1u) * K;
-    let pa2 = a_base + min(row0 + 2u, M - 1u) * K;
-    let pa3 = a_base + min(row0 + 3u, M - 1u) * K;
-    let b_base = b * (K * N);
-    let c0 = col0;
-    let c1 = min(col0 + 1u, N - 1u);
-    let c2 = min(col0 + 2u, N - 1u);
-    let c3 = min(col0 + 3u, N - 1u);
+    let pa0 = a_base + row0 * A_RS;
+    let pa1 = a_base + min(row0 + 1u, M - 1u) * A_RS;
+    let pa2 = a_base + min(row0 + 2u, M - 1u) * A_RS;
+    let pa3 = a_base + min(row0 + 3u, M - 1u) * A_RS;
+    let c0 = col0 * B_CS;
+    let c1 = min(col0 + 1u, N - 1u) * B_CS;
+    let c2 = min(col0 + 2u, N - 1u) * B_CS;
+    let c3 = min(col0 + 3u, N - 1u) * B_CS;
 
     var acc0 = vec4<T>();
     var acc1 = vec4<T>();
     var acc2 = vec4<T>();
     var acc3 = vec4<T>();
 
-    var pb = b_base;
+    var ka = 0u;
+    var pb = b * (K * N);
     for (var k = 0u; k < K; k++) {
         let bv = vec4<T>(B[pb + c0], B[pb + c1], B[pb + c2], B[pb + c3]);
-        acc0 += vec4<T>(A[pa0 + k]) * bv;
-        acc1 += vec4<T>(A[pa1 + k]) * bv;
-        acc2 += vec4<T>(A[pa2 + k]) * bv;
-        acc3 += vec4<T>(A[pa3 + k]) * bv;
-        pb += N;
+        acc0 += vec4<T>(A[pa0 + ka]) * bv;
+        acc1 += vec4<T>(A[pa1 + ka]) * bv;
+        acc2 += vec4<T>(A[pa2 + ka]) * bv;
+        acc3 += vec4<T>(A[pa3 + ka]) * bv;
+        ka += A_KS;
+        pb += B_KS;
     }
 
     let c_base = b * (M * N);

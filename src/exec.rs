@@ -12,7 +12,7 @@ use crate::device::{
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::HostArray;
-use crate::lower::{Op, Program, lower};
+use crate::lower::{Op, Program, lower_with};
 use crate::ops::Prim;
 use crate::tensor::{Repr, Tensor};
 use crate::trace::graph::{Aval, Eqn, Graph};
@@ -68,7 +68,9 @@ impl Executable {
                 return Ok(c.clone());
             }
         }
-        let program = lower(&self.run_graph, limits).map_err(|e| match e {
+        // Matmul kernels are picked by measurement on this device (cached per adapter and shape).
+        let chooser = crate::device::tune::DeviceChooser { dev };
+        let program = lower_with(&self.run_graph, limits, &chooser).map_err(|e| match e {
             // The lowering knows the limits, not the device: name it here.
             Error::OverLimit {
                 what,

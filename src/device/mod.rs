@@ -56,6 +56,7 @@ mod pool;
 mod runtime;
 mod scopes;
 mod transfer;
+pub(crate) mod tune;
 
 use std::fmt;
 
@@ -74,6 +75,7 @@ pub use runtime::{
 };
 pub use transfer::download_all;
 pub(crate) use transfer::{download_arrays, read_mapped};
+pub use tune::{MATMUL_CACHE_FILE, TUNE_ENV, TuneStats, tune_stats};
 
 /// The limits of one device that brigade plans around (a subset of `wgpu::Limits`).
 ///

@@ -599,6 +599,8 @@ pub const MAPPED_READS_ENV: &str = "BRIGADE_MAPPED_READS";
 ///   mappable storage buffers are slow to compute on, and not when [`MAPPED_READS_ENV`] is `off`.
 /// - `PIPELINE_CACHE` (Vulkan), so compiled pipelines persist on disk between processes
 ///   (see `kernel.rs`).
+/// - `SUBGROUP` where the adapter has it natively: the matmul search offers a kernel that shares
+///   operands by broadcast (`tune.rs`).
 fn wanted_features(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> wgpu::Features {
     let have = adapter.features();
     let mut want = wgpu::Features::empty();
@@ -615,7 +617,7 @@ fn wanted_features(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> wgpu::F
     if unified && !mapped_off {
         want |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
     }
-    want |= wgpu::Features::PIPELINE_CACHE;
+    want |= wgpu::Features::PIPELINE_CACHE | wgpu::Features::SUBGROUP;
     want & have
 }
 

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::host::HostArray;
 use crate::ops::{DotDims, Prim};
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
+use crate::wgsl::matmul::{DefaultChooser, MatmulChooser, MatmulProblem};
 use crate::wgsl::{self, KernelSrc};
 
 /// One dispatch of a compiled program: kernel source and the buffer slots it binds (inputs, then outputs).
@@ -246,6 +247,98 @@ fn is_canonical_dot(p: &Prim) -> bool {
     matches!(p, Prim::DotGeneral(d) if d.lhs_contract == [2] && d.rhs_contract == [1] && d.lhs_batch == [0] && d.rhs_batch == [0])
 }
 
+/// The buffers a canonical dot's kernel reads and how they are laid out.
+struct DotOperands {
+    a: Var,
+    b: Var,
+    problem: MatmulProblem,
+}
+
+/// If `v` (an operand of a canonical dot, shape `(batch, r, c)`) is a reshape of a transpose of
+/// some `x` whose row-major layout is `(batch, c, r)`, that `x`: the kernel can then read `x` in
+/// place as the transposed operand instead of materializing the transpose (grad's `A^T`, `B^T`).
+fn transposed_source(g: &Graph, producers: &[Option<usize>], v: Var) -> Option<Var> {
+    let reshape = &g.eqns[producers[v.idx()]?];
+    let Prim::Reshape { shape } = &reshape.prim else {
+        return None;
+    };
+    let &[b, r, c] = shape.as_slice() else {
+        return None;
+    };
+    let t = reshape.inputs[0];
+    let transpose = &g.eqns[producers[t.idx()]?];
+    let Prim::Transpose { perm } = &transpose.prim else {
+        return None;
+    };
+    let x = transpose.inputs[0];
+    let ts = &g.aval(t).shape;
+    let prod = |axes: &[usize]| axes.iter().map(|&a| ts[a]).product::<usize>();
+    let rank = perm.len();
+    // Split the transposed axes into (batch | rows | cols); x must hold them as (batch | cols | rows).
+    for i in 0..=rank {
+        for j in i..=rank {
+            let idx: Vec<usize> = (0..rank).collect();
+            let (bs, rs, cs) = (&idx[..i], &idx[i..j], &idx[j..]);
+            if prod(bs) != b || prod(rs) != r || prod(cs) != c {
+                continue;
+            }
+            let order = bs.iter().chain(cs).chain(rs).map(|&a| perm[a]);
+            if order.eq(0..rank) {
+                return Some(x);
+            }
+        }
+    }
+    None
+}
+
+/// The operands of canonical dot `e`. A transposed operand is read in place when a vec4 tiled
+/// kernel exists for the resulting layout (or when only the generic kernel applies anyway, which
+/// reads any layout); otherwise the transpose is materialized and the plain layout used, as a
+/// copy is O(size) and the tiled kernel is ~2x the generic one.
+fn dot_operands(g: &Graph, producers: &[Option<usize>], e: &Eqn) -> DotOperands {
+    let s = &g.aval(e.inputs[0]).shape;
+    let (batch, m, k, n) = (s[0], s[1], s[2], g.aval(e.inputs[1]).shape[2]);
+    let elem = g.aval(e.out).dtype.wgsl_storage();
+    let src_a = transposed_source(g, producers, e.inputs[0]);
+    let src_b = transposed_source(g, producers, e.inputs[1]);
+    let problem = |ta: bool, tb: bool| MatmulProblem {
+        batch,
+        m,
+        k,
+        n,
+        elem,
+        ta,
+        tb,
+    };
+    let (ta0, tb0) = (src_a.is_some(), src_b.is_some());
+    let (ta, tb) = [(ta0, tb0), (ta0, false), (false, tb0), (false, false)]
+        .into_iter()
+        .find(|&(ta, tb)| problem(ta, tb).tiled_ok())
+        .unwrap_or((ta0, tb0));
+    DotOperands {
+        a: if ta {
+            src_a.expect("ta implies a source")
+        } else {
+            e.inputs[0]
+        },
+        b: if tb {
+            src_b.expect("tb implies a source")
+        } else {
+            e.inputs[1]
+        },
+        problem: problem(ta, tb),
+    }
+}
+
+/// Ops whose result is their input's buffer, reinterpreted (see `Step::Alias`).
+fn is_alias_op(p: &Prim) -> bool {
+    match p {
+        Prim::Reshape { .. } => true,
+        Prim::Transpose { perm } => perm.iter().enumerate().all(|(i, &p)| i == p),
+        _ => false,
+    }
+}
+
 /// Longest chain of ops inlined into one kernel.
 const MAX_FUSION_DEPTH: usize = 128;
 /// A value used by at most this many consumers, of at most this many inlined ops, is recomputed by
@@ -274,8 +367,12 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
         }
         if !e.prim.is_fusable() {
             mat[e.out.idx()] = true;
-            // Matmul kernels read plain row-major operands.
-            if matches!(e.prim, Prim::DotGeneral(_)) {
+            // Matmul kernels read stored operands (plain, or transposed in place).
+            if is_canonical_dot(&e.prim) {
+                let ops = dot_operands(g, producers, e);
+                mat[ops.a.idx()] = true;
+                mat[ops.b.idx()] = true;
+            } else if matches!(e.prim, Prim::DotGeneral(_)) {
                 for v in &e.inputs {
                     mat[v.idx()] = true;
                 }
@@ -323,6 +420,17 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
             mat[o] = true;
         }
     }
+    // A stored value that is a reshape (or identity transpose) of another reshape shares its
+    // buffer when the inner one is stored too: store the inner one (free, an alias, or the same
+    // copy moved up the chain) so grad's identity transposes around matmul results cost nothing.
+    for e in g.eqns.iter().rev() {
+        if mat[e.out.idx()] && is_alias_op(&e.prim) {
+            let input = e.inputs[0];
+            if producers[input.idx()].is_some_and(|p| is_alias_op(&g.eqns[p].prim)) {
+                mat[input.idx()] = true;
+            }
+        }
+    }
     // Bound the depth of inlined trees: the generator recurses per fused op, and one giant kernel
     // compiles slowly anyway. A value MAX_FUSION_DEPTH ops deep is stored and fusion restarts there.
     let mut depth = vec![0usize; g.avals.len()];
@@ -339,7 +447,6 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
         }
         depth[e.out.idx()] = if mat[e.out.idx()] { 0 } else { d };
     }
-    let _ = producers;
     mat
 }
 
@@ -392,6 +499,7 @@ fn plan_steps(
     producers: &[Option<usize>],
     mat: &[bool],
     max_wg: u32,
+    chooser: &dyn MatmulChooser,
 ) -> Result<Vec<Step>> {
     let mut steps = Vec::new();
     for (i, e) in g.eqns.iter().enumerate() {
@@ -401,6 +509,14 @@ fn plan_steps(
         let aval = g.aval(e.out);
         match &e.prim {
             Prim::Scan(_) => steps.push(Step::Scan { eqn: i }),
+            // An identity transpose (grad of dot_general emits them around its results) is a
+            // reshape to the same shape: share the buffer instead of copying it.
+            Prim::Transpose { .. } if mat[e.inputs[0].idx()] && is_alias_op(&e.prim) => {
+                steps.push(Step::Alias {
+                    input: e.inputs[0],
+                    out: e.out,
+                })
+            }
             Prim::Reshape { .. } if mat[e.inputs[0].idx()] => steps.push(Step::Alias {
                 input: e.inputs[0],
                 out: e.out,
@@ -428,21 +544,20 @@ fn plan_steps(
                 out: e.out,
             }),
             Prim::DotGeneral(_) if is_canonical_dot(&e.prim) => {
-                let s = &g.aval(e.inputs[0]).shape;
-                let n = g.aval(e.inputs[1]).shape[2];
-                let mk = wgsl::matmul::matmul_kernel(
-                    s[0],
-                    s[1],
-                    s[2],
-                    n,
-                    aval.dtype.wgsl_storage(),
-                    max_wg,
-                );
+                let ops = dot_operands(g, producers, e);
+                let p = ops.problem;
+                let chosen = chooser.choose(&p, max_wg);
+                let cfg = if chosen.supports(&p) {
+                    chosen
+                } else {
+                    p.heuristic()
+                };
+                let mk = wgsl::matmul::kernel(&p, cfg, max_wg);
                 steps.push(Step::Kernel {
                     src: KernelSrc {
                         label: mk.label,
                         wgsl: mk.wgsl,
-                        inputs: e.inputs.clone(),
+                        inputs: vec![ops.a, ops.b],
                         workgroups: mk.workgroups,
                     },
                     out: e.out,
@@ -463,8 +578,17 @@ fn plan_steps(
     Ok(steps)
 }
 
-/// Compile `graph` for a device with `limits`.
+/// Compile `graph` for a device with `limits`, matmul kernels picked by the fixed heuristic.
 pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
+    lower_with(graph, limits, &DefaultChooser)
+}
+
+/// [`lower`] with the matmul kernels picked by `chooser` (a device's measured choice).
+pub(crate) fn lower_with(
+    graph: &Graph,
+    limits: &DeviceLimits,
+    chooser: &dyn MatmulChooser,
+) -> Result<Program> {
     graph.check()?;
     refuse_collectives(graph)?;
     refuse_f64(graph)?;
@@ -482,7 +606,7 @@ pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
     // Fuse as much as the binding limit allows: when a kernel reads too many buffers, store the
     // fusable operand that contributes the most of them and try again.
     let steps = loop {
-        let steps = plan_steps(&g, &producers, &mat, max_wg)?;
+        let steps = plan_steps(&g, &producers, &mat, max_wg, chooser)?;
         let over = steps.iter().find_map(|s| match s {
             Step::Kernel { src, out }
             | Step::TwoPass {
@@ -618,6 +742,7 @@ pub fn lower(graph: &Graph, limits: &DeviceLimits) -> Result<Program> {
                     &outs,
                     &in_avals,
                     limits,
+                    chooser,
                     &mut Embed {
                         launches: &mut launches,
                         slot_bytes: &mut slot_bytes,
@@ -684,10 +809,11 @@ fn lower_scan(
     outs: &[usize],
     in_avals: &[&Aval],
     limits: &DeviceLimits,
+    chooser: &dyn MatmulChooser,
     to: &mut Embed<'_>,
 ) -> Result<()> {
     let (nc, nk) = (p.n_consts, p.n_carry);
-    let body = lower(&fresh_outputs(&p.body), limits)?;
+    let body = lower_with(&fresh_outputs(&p.body), limits, chooser)?;
     // Renumber the body's slots: constants alias the parent's operands, the rest are new.
     let mut map = vec![usize::MAX; body.slot_bytes.len()];
     for (k, &s) in body.input_slots[..nc].iter().enumerate() {

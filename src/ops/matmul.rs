@@ -2,7 +2,7 @@
 //!
 //! Output axes are: batch axes, then the free axes of lhs, then the free axes of rhs (as in XLA).
 //! The device lowering transposes/reshapes operands into (batch, m, k) × (batch, k, n) and runs the
-//! register-blocked kernel of `shaders/matmul_vec4.wgsl` (or the general one).
+//! matmul kernel family of `src/wgsl/matmul.rs` (member measured per adapter, `device/tune.rs`).
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};

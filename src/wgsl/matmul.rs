@@ -1,50 +1,294 @@
-//! Batched matrix multiply kernels: `C[b] = A[b] @ B[b]`.
+//! Batched matrix multiply kernels: `C[b] = op(A[b]) @ op(B[b])`, a small family to choose from.
 //!
-//! Two WGSL templates, instantiated by textual substitution of `{{NAME}}` placeholders:
+//! Three WGSL templates, instantiated by textual substitution of `{{NAME}}` placeholders:
 //!
-//! * `shaders/matmul_vec4.wgsl` — the fast f32 kernel. A, B and C are bound as
-//!   `array<vec4<f32>>`, so it needs `k % 4 == 0` and `n % 4 == 0`; any `m`. Each invocation
-//!   computes an 8 x 4 block of C (8 rows x one vec4 of columns), stepping k by 4.
-//! * `shaders/matmul_generic.wgsl` — any `m, k, n >= 1`, element type `f32`, `i32` or `u32`,
-//!   bound as `array<T>`. Each invocation computes a 4 x 4 block of C from scalar loads.
+//! * `shaders/matmul_tiled.wgsl` — the fast f32 family ([`MatmulConfig::Tiled`]). A, B and C are
+//!   bound as `array<vec4<f32>>`. Each invocation computes a `tm x 4*tc4` block of C
+//!   (`tm` in {4, 8} rows, `tc4` in {1, 2} vec4s of columns) and walks k `ks` at a time; the loads
+//!   and FMAs are generated unrolled here. Three operand layouts ([`Layout`]): plain (`nn`), B stored
+//!   transposed (`nt`, `dA = dC @ B^T` of grad) and A stored transposed (`tn`, `dB = A^T @ dC`), so
+//!   grad's transposed operands are read in place with vec4 loads along their contiguous axis.
+//! * `shaders/matmul_subgroup.wgsl` — f32, `nn`/`nt`/`tn`, for adapters with `SUBGROUP` and a fixed
+//!   subgroup size `s` ([`MatmulConfig::Subgroup`]): one subgroup per workgroup computes an
+//!   `s x 4s` block, each lane loading its own row of A and broadcasting it to the others, so a lane
+//!   loads 5 vec4s per 4 k steps instead of `tm + 4` (2.0-2.5x the tiled members on lavapipe).
+//!   Only a device's chooser offers it.
+//! * `shaders/matmul_generic.wgsl` — any `m, k, n >= 1`, element type `f32`, `i32` or `u32`, either
+//!   operand transposed or not (strides), bound as `array<T>`; a 4 x 4 block of C per invocation from
+//!   scalar loads.
 //!
-//! Neither kernel uses workgroup memory or `workgroupBarrier` (barriers are very costly on
-//! llvmpipe/lavapipe, our CI adapter). Both use 64 invocations per workgroup (within
-//! SwiftShader's 256 limit). Invocations are numbered linearly over
+//! Which member runs is a [`MatmulConfig`] picked per problem by a [`MatmulChooser`]: the lowering is
+//! pure and takes the chooser as an argument; [`DefaultChooser`] is the fixed heuristic (the 8 x 4
+//! kernel measured best on lavapipe), `crate::device::tune` measures the candidates on the device.
+//! Every tiled member computes each element of C as the same fma chain (k ascending, f32), so the
+//! choice never changes a result; only the generic kernel (`+=` of products, integers wrap) differs,
+//! and it is never a candidate when a tiled member applies.
+//!
+//! No kernel uses workgroup memory or `workgroupBarrier` (barriers are very costly on
+//! llvmpipe/lavapipe, our CI adapter). The tiled and generic ones use 64 invocations per
+//! workgroup (within SwiftShader's 256 limit). Invocations are numbered linearly over
 //! `(batch, column tile, row tile)` with the row tile fastest (adjacent lanes share B's columns;
 //! on llvmpipe this is ~1.4x faster than column-fastest at 2048³ and equal at 1024³); the linear
 //! workgroup index `x + GRID_X * (y + GRID_Y * z)` is folded into three dispatch dimensions so
 //! that none exceeds `max_workgroups_per_dim`, whatever the batch size. Invocations past the end
 //! return at once.
 //!
-//! Measured on lavapipe (Mesa 25.0.7, 2 cores; CPU time normalised to 2 cores because the box was
-//! shared), 8 x 4 vec4 kernel: ~9.5-11 GFLOP/s at 256³-1024³, ~6.5-8 at 2048³; the generic
-//! kernel ~6. On this driver (and on 22.3.6) every storage-buffer load
-//! with a non-constant index becomes a per-lane scalar loop with a bounds check, so the kernels
-//! are bound by load count and register pressure: 8 x 4 beat 4 x 4, 8 x 8, 16 x 4 and 16 x 16 blocks.
+//! On lavapipe (Mesa 25.0.7) every storage-buffer load with a non-constant index becomes a per-lane
+//! scalar loop with a bounds check, so the kernels are bound by load count and register pressure;
+//! which tile wins depends on the shape and the machine, hence the measured choice.
 //!
-//! Accumulation runs in the element type (f32 for floats) with k ascending, so results are
-//! deterministic for a given adapter.
-//!
-//! Bindings of both kernels: `@group(0) @binding(0)` A (read), `@binding(1)` B (read),
+//! Bindings of every kernel: `@group(0) @binding(0)` A (read), `@binding(1)` B (read),
 //! `@binding(2)` C (read_write); entry point `main`.
 
-const VEC4_TEMPLATE: &str = include_str!("../../shaders/matmul_vec4.wgsl");
-const GENERIC_TEMPLATE: &str = include_str!("../../shaders/matmul_generic.wgsl");
+use std::fmt::Write as _;
 
-/// Invocations per workgroup of both kernels (`@workgroup_size(64, 1, 1)` in the templates).
+const TILED_TEMPLATE: &str = include_str!("../../shaders/matmul_tiled.wgsl");
+const GENERIC_TEMPLATE: &str = include_str!("../../shaders/matmul_generic.wgsl");
+const SUBGROUP_TEMPLATE: &str = include_str!("../../shaders/matmul_subgroup.wgsl");
+
+/// Invocations per workgroup of every kernel (`@workgroup_size(64, 1, 1)`).
 pub(crate) const MATMUL_WORKGROUP_SIZE: u32 = 64;
-/// Rows of C per invocation in the vec4 kernel (`TM` in the template).
-const VEC4_TILE_ROWS: u64 = 8;
-/// Columns of C per invocation in the vec4 kernel (one vec4).
-const VEC4_TILE_COLS: u64 = 4;
 /// Rows and columns of C per invocation in the generic kernel.
 const GENERIC_TILE: u64 = 4;
+
+/// How the two operands are stored (C is always row-major `(batch, m, n)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Layout {
+    /// A `(batch, m, k)`, B `(batch, k, n)`.
+    Nn,
+    /// A `(batch, m, k)`, B stored as `(batch, n, k)`.
+    Nt,
+    /// A stored as `(batch, k, m)`, B `(batch, k, n)`.
+    Tn,
+    /// Both stored transposed (generic kernel only).
+    Tt,
+}
+
+impl Layout {
+    fn of(ta: bool, tb: bool) -> Layout {
+        match (ta, tb) {
+            (false, false) => Layout::Nn,
+            (false, true) => Layout::Nt,
+            (true, false) => Layout::Tn,
+            (true, true) => Layout::Tt,
+        }
+    }
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Layout::Nn => "nn",
+            Layout::Nt => "nt",
+            Layout::Tn => "tn",
+            Layout::Tt => "tt",
+        }
+    }
+}
+
+/// One batched matmul to generate a kernel for: `C = op(A) @ op(B)`, C `(batch, m, n)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct MatmulProblem {
+    pub batch: usize,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    /// WGSL storage element type: `"f32"`, `"i32"` or `"u32"`.
+    pub elem: &'static str,
+    /// A is stored as `(batch, k, m)`.
+    pub ta: bool,
+    /// B is stored as `(batch, n, k)`.
+    pub tb: bool,
+}
+
+impl MatmulProblem {
+    /// A plain row-major problem.
+    #[cfg(test)]
+    pub(crate) fn plain(
+        batch: usize,
+        m: usize,
+        k: usize,
+        n: usize,
+        elem: &'static str,
+    ) -> MatmulProblem {
+        MatmulProblem {
+            batch,
+            m,
+            k,
+            n,
+            elem,
+            ta: false,
+            tb: false,
+        }
+    }
+
+    pub(crate) fn layout(&self) -> Layout {
+        Layout::of(self.ta, self.tb)
+    }
+
+    /// Whether the vec4 tiled family applies: f32, `n % 4 == 0`, and the operands' contiguous axes
+    /// in multiples of 4 (`k` for `nn`/`nt`, `m` for `tn`; `tt` never).
+    pub(crate) fn tiled_ok(&self) -> bool {
+        let aligned = match self.layout() {
+            Layout::Nn | Layout::Nt => self.k.is_multiple_of(4) && self.k > 0,
+            Layout::Tn => self.m.is_multiple_of(4) && self.k > 0,
+            Layout::Tt => false,
+        };
+        self.elem == "f32" && self.n.is_multiple_of(4) && self.n > 0 && aligned
+    }
+
+    /// Multiply-adds of the whole problem.
+    pub(crate) fn macs(&self) -> u64 {
+        self.batch as u64 * self.m as u64 * self.k as u64 * self.n as u64
+    }
+
+    /// The fixed choice: the 8 x 4 tiled kernel (measured best of its family on lavapipe at
+    /// 256³-2048³) when it applies, else the generic one.
+    pub(crate) fn heuristic(&self) -> MatmulConfig {
+        if self.tiled_ok() {
+            MatmulConfig::Tiled {
+                tm: 8,
+                tc4: 1,
+                ks: self.default_ks(),
+            }
+        } else {
+            MatmulConfig::Generic
+        }
+    }
+
+    fn default_ks(&self) -> u8 {
+        match self.layout() {
+            Layout::Tn if !self.k.is_multiple_of(4) => 1,
+            _ => 4,
+        }
+    }
+
+    /// The members worth timing for this problem, the heuristic's choice first. Only tiled members
+    /// when the family applies (they all round alike), else just the generic kernel.
+    pub(crate) fn candidates(&self) -> Vec<MatmulConfig> {
+        if !self.tiled_ok() {
+            return vec![MatmulConfig::Generic];
+        }
+        let ks = self.default_ks();
+        let mut out = vec![self.heuristic()];
+        // The k step of 8 (`t8x1k8`) is a member but not a candidate: it lost at every size on
+        // lavapipe and llvmpipe GL (0.5-0.75x of `t8x1k4`), and each candidate costs a compile.
+        for (tm, tc4) in [(4, 1), (4, 2), (8, 2)] {
+            out.push(MatmulConfig::Tiled { tm, tc4, ks });
+        }
+        out
+    }
+}
+
+/// One member of the kernel family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum MatmulConfig {
+    /// `shaders/matmul_generic.wgsl`: any shape, dtype and layout.
+    Generic,
+    /// `shaders/matmul_tiled.wgsl`: f32, `tm` rows (4 or 8) x `tc4` vec4s of columns (1 or 2) per
+    /// invocation, k in steps of `ks` (4 or 8 for `nn`/`nt`; 1, 4 or 8 for `tn`), `ks` dividing k.
+    Tiled { tm: u8, tc4: u8, ks: u8 },
+    /// `shaders/matmul_subgroup.wgsl`: f32, `nn`/`nt`/`tn` (also `k % 4 == 0`), one subgroup of `s` lanes per workgroup
+    /// (`s` a power of two, 4 to 64) sharing A by broadcasts. Needs the `SUBGROUP` feature and a
+    /// fixed subgroup size of `s`: only a device's chooser offers it ([`MatmulProblem::candidates`]
+    /// never does).
+    Subgroup { s: u8 },
+}
+
+impl MatmulConfig {
+    /// Whether this member can run `p` (a stale or foreign choice is checked before use).
+    pub(crate) fn supports(&self, p: &MatmulProblem) -> bool {
+        match *self {
+            MatmulConfig::Generic => true,
+            MatmulConfig::Subgroup { s } => {
+                p.tiled_ok() && p.k.is_multiple_of(4) && matches!(s, 4 | 8 | 16 | 32 | 64)
+            }
+            MatmulConfig::Tiled { tm, tc4, ks } => {
+                let ks_ok = match p.layout() {
+                    Layout::Tn => matches!(ks, 1 | 4 | 8),
+                    _ => matches!(ks, 4 | 8),
+                };
+                p.tiled_ok()
+                    && matches!(tm, 4 | 8)
+                    && matches!(tc4, 1 | 2)
+                    && ks_ok
+                    && p.k.is_multiple_of(ks as usize)
+            }
+        }
+    }
+
+    /// A short stable name (`generic`, `t8x1k4`), used in labels and in the on-disk cache.
+    pub(crate) fn name(&self) -> String {
+        match self {
+            MatmulConfig::Generic => "generic".to_string(),
+            MatmulConfig::Tiled { tm, tc4, ks } => format!("t{tm}x{tc4}k{ks}"),
+            MatmulConfig::Subgroup { s } => format!("s{s}"),
+        }
+    }
+
+    /// The inverse of [`MatmulConfig::name`].
+    pub(crate) fn parse(s: &str) -> Option<MatmulConfig> {
+        if s == "generic" {
+            return Some(MatmulConfig::Generic);
+        }
+        if let Some(size) = s.strip_prefix('s') {
+            return Some(MatmulConfig::Subgroup {
+                s: size.parse().ok()?,
+            });
+        }
+        let rest = s.strip_prefix('t')?;
+        let (tm, rest) = rest.split_once('x')?;
+        let (tc4, ks) = rest.split_once('k')?;
+        Some(MatmulConfig::Tiled {
+            tm: tm.parse().ok()?,
+            tc4: tc4.parse().ok()?,
+            ks: ks.parse().ok()?,
+        })
+    }
+
+    /// Invocations per workgroup.
+    pub(crate) fn workgroup_size(&self) -> u32 {
+        match *self {
+            MatmulConfig::Subgroup { s } => s as u32,
+            _ => MATMUL_WORKGROUP_SIZE,
+        }
+    }
+
+    /// Output blocks (invocations that do work; for the subgroup kernel, all lanes of the
+    /// workgroups that do work).
+    fn tiles(&self, p: &MatmulProblem) -> u64 {
+        let (b, m, n) = (p.batch as u64, p.m as u64, p.n as u64);
+        match *self {
+            MatmulConfig::Generic => b * m.div_ceil(GENERIC_TILE) * n.div_ceil(GENERIC_TILE),
+            MatmulConfig::Tiled { tm, tc4, .. } => {
+                b * m.div_ceil(tm as u64) * (n / 4).div_ceil(tc4 as u64)
+            }
+            MatmulConfig::Subgroup { s } => {
+                let s = s as u64;
+                b * m.div_ceil(s) * (n / 4).div_ceil(s) * s
+            }
+        }
+    }
+}
+
+/// Picks the kernel for each matmul of a program being lowered.
+pub(crate) trait MatmulChooser {
+    /// The member to run `p` with (checked with [`MatmulConfig::supports`]; an unsupported answer
+    /// falls back to the heuristic). `max_workgroups_per_dim` is the limit the program is planned
+    /// against.
+    fn choose(&self, p: &MatmulProblem, max_workgroups_per_dim: u32) -> MatmulConfig;
+}
+
+/// The fixed, device-less choice ([`MatmulProblem::heuristic`]).
+pub(crate) struct DefaultChooser;
+
+impl MatmulChooser for DefaultChooser {
+    fn choose(&self, p: &MatmulProblem, _max_workgroups_per_dim: u32) -> MatmulConfig {
+        p.heuristic()
+    }
+}
 
 /// A ready-to-compile matmul shader and the workgroup counts to dispatch it with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct MatmulKernel {
-    /// Human-readable name, e.g. `matmul_vec4_f32_b1_m1024_k1024_n1024`.
+    /// Human-readable name, e.g. `matmul_t8x1k4_nn_f32_b1_m1024_k1024_n1024`.
     pub label: String,
     /// Complete WGSL module; entry point `main`.
     pub wgsl: String,
@@ -53,67 +297,33 @@ pub(crate) struct MatmulKernel {
     pub workgroups: [u32; 3],
 }
 
-/// Which template a shape/dtype uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum MatmulVariant {
-    /// `shaders/matmul_vec4.wgsl` (f32, `k % 4 == 0`, `n % 4 == 0`).
-    Vec4,
-    /// `shaders/matmul_generic.wgsl` (anything else).
-    Generic,
-}
-
-impl MatmulVariant {
-    /// The variant [`matmul_kernel`] picks for this shape and element type.
-    pub(crate) fn choose(k: usize, n: usize, elem: &str) -> MatmulVariant {
-        if elem == "f32" && k.is_multiple_of(4) && n.is_multiple_of(4) && n > 0 && k > 0 {
-            MatmulVariant::Vec4
-        } else {
-            MatmulVariant::Generic
-        }
-    }
-
-    /// Number of invocations that do work (one per output block).
-    fn tiles(self, batch: u64, m: u64, n: u64) -> u64 {
-        match self {
-            MatmulVariant::Vec4 => batch * m.div_ceil(VEC4_TILE_ROWS) * (n / VEC4_TILE_COLS),
-            MatmulVariant::Generic => batch * m.div_ceil(GENERIC_TILE) * n.div_ceil(GENERIC_TILE),
-        }
-    }
-}
-
-/// `C[b] = A[b] @ B[b]` for `b in 0..batch`; A is (batch, m, k), B is (batch, k, n), C is
-/// (batch, m, n), all row-major contiguous. Bindings: `@group(0) @binding(0)` A (read),
-/// `@binding(1)` B (read), `@binding(2)` C (read_write). `elem` is the WGSL storage element type
-/// name: `"f32"`, `"i32"` or `"u32"`. Chooses the vec4 kernel when `elem` is f32 and
-/// `k % 4 == 0 && n % 4 == 0`, otherwise the generic one.
-///
-/// # Panics
-/// If `elem` is not one of the three types, if `max_workgroups_per_dim` is zero, or if the
-/// problem is too large for 32-bit indexing (more than `u32::MAX` elements in one of A, B, C)
-/// or for `max_workgroups_per_dim³` workgroups.
+/// The heuristic kernel for a plain row-major `C[b] = A[b] @ B[b]` (see [`kernel`]).
+#[cfg(test)]
 pub(crate) fn matmul_kernel(
     batch: usize,
     m: usize,
     k: usize,
     n: usize,
-    elem: &str,
+    elem: &'static str,
     max_workgroups_per_dim: u32,
 ) -> MatmulKernel {
-    let variant = MatmulVariant::choose(k, n, elem);
-    instantiate(variant, batch, m, k, n, elem, max_workgroups_per_dim)
+    let p = MatmulProblem::plain(batch, m, k, n, elem);
+    kernel(&p, p.heuristic(), max_workgroups_per_dim)
 }
 
-/// Instantiates a specific template (the generic one accepts any shape; the vec4 one needs
-/// f32 and `k % 4 == 0`, `n % 4 == 0`).
-pub(crate) fn instantiate(
-    variant: MatmulVariant,
-    batch: usize,
-    m: usize,
-    k: usize,
-    n: usize,
-    elem: &str,
+/// Instantiates member `cfg` for problem `p`.
+///
+/// # Panics
+/// If `elem` is not one of the three types, if `cfg` does not support `p`, if
+/// `max_workgroups_per_dim` is zero, or if the problem is too large for 32-bit indexing (more than
+/// `u32::MAX` elements in one of A, B, C) or for `max_workgroups_per_dim³` workgroups. The lowering
+/// checks sizes against the device limits (which are below these) before it gets here.
+pub(crate) fn kernel(
+    p: &MatmulProblem,
+    cfg: MatmulConfig,
     max_workgroups_per_dim: u32,
 ) -> MatmulKernel {
+    let elem = p.elem;
     assert!(
         matches!(elem, "f32" | "i32" | "u32"),
         "matmul: unsupported element type {elem:?} (expected f32, i32 or u32)"
@@ -122,13 +332,8 @@ pub(crate) fn instantiate(
         max_workgroups_per_dim >= 1,
         "matmul: max_workgroups_per_dim must be at least 1"
     );
-    if variant == MatmulVariant::Vec4 {
-        assert!(
-            elem == "f32" && k.is_multiple_of(4) && n.is_multiple_of(4),
-            "matmul: the vec4 kernel needs f32 and k, n multiples of 4 (got {elem}, k={k}, n={n})"
-        );
-    }
-    let (b64, m64, k64, n64) = (batch as u64, m as u64, k as u64, n as u64);
+    assert!(cfg.supports(p), "matmul: {} cannot run {p:?}", cfg.name());
+    let (b64, m64, k64, n64) = (p.batch as u64, p.m as u64, p.k as u64, p.n as u64);
     let limit = u32::MAX as u64;
     for (name, elems) in [
         ("A", b64 * m64 * k64),
@@ -141,45 +346,332 @@ pub(crate) fn instantiate(
         );
     }
 
-    let tiles = variant.tiles(b64, m64, n64);
-    let workgroups = fold_workgroups(
-        tiles.div_ceil(MATMUL_WORKGROUP_SIZE as u64),
-        max_workgroups_per_dim,
-    );
-    let dispatched =
-        workgroups.iter().map(|&w| w as u64).product::<u64>() * MATMUL_WORKGROUP_SIZE as u64;
+    let tiles = cfg.tiles(p);
+    let wg = cfg.workgroup_size() as u64;
+    let workgroups = fold_workgroups(tiles.div_ceil(wg), max_workgroups_per_dim);
+    let dispatched = workgroups.iter().map(|&w| w as u64).product::<u64>() * wg;
     assert!(
         dispatched <= limit + 1,
         "matmul: {dispatched} invocations do not fit the kernel's 32-bit invocation index"
     );
-
-    let (template, kind) = match variant {
-        MatmulVariant::Vec4 => (VEC4_TEMPLATE, "vec4"),
-        MatmulVariant::Generic => (GENERIC_TEMPLATE, "generic"),
-    };
-    // Degenerate problems dispatch nothing; keep the constants >= 1 so the module stays valid
-    // (the templates compute `M - 1u` and divide by tile counts).
-    let wgsl = fill(
-        template,
-        &[
-            ("T", elem.to_string()),
-            ("BATCH", batch.max(1).to_string()),
-            ("M", m.max(1).to_string()),
-            ("K", k.to_string()),
-            (
-                "N",
-                n.max(if variant == MatmulVariant::Vec4 { 4 } else { 1 })
-                    .to_string(),
-            ),
+    // Degenerate problems dispatch nothing; keep the constants >= 1 (>= 4 where a dimension is
+    // counted in vec4s) so the module stays valid (the templates compute `M - 1u` and the like).
+    let common = |min_mn: usize| {
+        vec![
+            ("BATCH", p.batch.max(1).to_string()),
+            ("M", p.m.max(min_mn).to_string()),
+            ("K", p.k.to_string()),
+            ("N", p.n.max(min_mn).to_string()),
             ("GRID_X", workgroups[0].max(1).to_string()),
             ("GRID_Y", workgroups[1].max(1).to_string()),
-        ],
-    );
+        ]
+    };
+    let wgsl = match cfg {
+        MatmulConfig::Generic => {
+            let (m, k, n) = (p.m.max(1), p.k, p.n.max(1));
+            // Strides of element (i, k) of A and (k, j) of B in their stored layouts.
+            let (a_rs, a_ks) = if p.ta { (1, m) } else { (k, 1) };
+            let (b_ks, b_cs) = if p.tb { (1, k) } else { (n, 1) };
+            let mut values = common(1);
+            values.push(("T", elem.to_string()));
+            values.push(("A_RS", a_rs.to_string()));
+            values.push(("A_KS", a_ks.to_string()));
+            values.push(("B_KS", b_ks.to_string()));
+            values.push(("B_CS", b_cs.to_string()));
+            fill(GENERIC_TEMPLATE, &values)
+        }
+        MatmulConfig::Tiled { tm, tc4, ks } => {
+            let (setup, body, store) =
+                tiled_parts(p.layout(), tm as usize, tc4 as usize, ks as usize);
+            let mut values = common(4);
+            values.extend([
+                ("WG", MATMUL_WORKGROUP_SIZE.to_string()),
+                ("TM", tm.to_string()),
+                ("TC4", tc4.to_string()),
+                ("KS", ks.to_string()),
+                ("LAYOUT", p.layout().name().to_string()),
+                ("SETUP", setup),
+                ("BODY", body),
+                ("STORE", store),
+            ]);
+            fill(TILED_TEMPLATE, &values)
+        }
+        MatmulConfig::Subgroup { s } => {
+            let [setup, accs, loads, fmas, stores] = subgroup_parts(p.layout(), s as usize);
+            let mut values = common(4);
+            values.extend([
+                ("S", s.to_string()),
+                ("LAYOUT", p.layout().name().to_string()),
+                ("SETUP", setup),
+                ("ACCS", accs),
+                ("LOADS", loads),
+                ("FMAS", fmas),
+                ("STORES", stores),
+            ]);
+            fill(SUBGROUP_TEMPLATE, &values)
+        }
+    };
     MatmulKernel {
-        label: format!("matmul_{kind}_{elem}_b{batch}_m{m}_k{k}_n{n}"),
+        label: format!(
+            "matmul_{}_{}_{elem}_b{}_m{}_k{}_n{}",
+            cfg.name(),
+            p.layout().name(),
+            p.batch,
+            p.m,
+            p.k,
+            p.n
+        ),
         wgsl,
         workgroups,
     }
+}
+
+const LANES: [&str; 4] = ["x", "y", "z", "w"];
+
+/// The generated parts of the subgroup kernel: operand pointers, `s` accumulators (rows
+/// `row0 + i`), the loads and fmas of one k step of 4, and the stores. Each lane loads one vec4 of
+/// the block's `s x 4` slice of A (`mine`); element (row `i`, k offset `r`) is lane `i`'s lane `r`
+/// (nn) or lane `r * s/4 + i/4`'s lane `i % 4` (tn, A stored transposed).
+fn subgroup_parts(layout: Layout, s: usize) -> [String; 5] {
+    let [mut setup, mut accs, mut loads, mut fmas, mut stores]: [String; 5] = Default::default();
+    macro_rules! line {
+        ($dst:expr, $($arg:tt)*) => {{ let _ = writeln!($dst, $($arg)*); }};
+    }
+    let q = s / 4;
+    match layout {
+        Layout::Nn | Layout::Nt => {
+            line!(
+                setup,
+                "    let pa = b * (M * K4) + min(row0 + lane, M - 1u) * K4;"
+            );
+            line!(loads, "        let mine = A[pa + kk];");
+        }
+        Layout::Tn => {
+            line!(
+                setup,
+                "    let pa = b * (K * M4) + (lane / {q}u) * M4 + min(row0 / 4u + lane % {q}u, M4 - 1u);"
+            );
+            line!(loads, "        let mine = A[pa + kk * 4u * M4];");
+        }
+        Layout::Tt => unreachable!("the subgroup kernel has no tt layout (supports() excludes it)"),
+    }
+    match layout {
+        Layout::Nn | Layout::Tn => {
+            line!(setup, "    let pb = b * (K * N4) + min(col4, N4 - 1u);");
+            for r in 0..4 {
+                line!(loads, "        let b{r} = B[pb + (kk * 4u + {r}u) * N4];");
+            }
+        }
+        Layout::Nt => {
+            // Columns j of op(B) are rows of the stored B^T: four of them, transposed in registers.
+            for j in 0..4 {
+                line!(
+                    setup,
+                    "    let pbt{j} = b * (N * K4) + min(col4 * 4u + {j}u, N - 1u) * K4;"
+                );
+                line!(loads, "        let bt{j} = B[pbt{j} + kk];");
+            }
+            for (r, l) in LANES.iter().enumerate() {
+                line!(
+                    loads,
+                    "        let b{r} = vec4<f32>(bt0.{l}, bt1.{l}, bt2.{l}, bt3.{l});"
+                );
+            }
+        }
+        Layout::Tt => unreachable!(),
+    }
+    if layout == Layout::Tn {
+        for r in 0..4 {
+            for g in 0..q {
+                line!(
+                    fmas,
+                    "        let t{r}_{g} = subgroupBroadcast(mine, {}u);",
+                    r * q + g
+                );
+            }
+        }
+    }
+    for i in 0..s {
+        line!(accs, "    var acc{i} = vec4<f32>(0.0);");
+        if layout != Layout::Tn {
+            line!(fmas, "        let a{i} = subgroupBroadcast(mine, {i}u);");
+        }
+        for (r, lane) in LANES.iter().enumerate() {
+            let a = if layout == Layout::Tn {
+                format!("t{r}_{}.{}", i / 4, LANES[i % 4])
+            } else {
+                format!("a{i}.{lane}")
+            };
+            line!(fmas, "        acc{i} = fma(vec4<f32>({a}), b{r}, acc{i});");
+        }
+        let at = format!("C[pc + {i}u * N4] = acc{i};");
+        if i == 0 {
+            line!(stores, "        {at}");
+        } else {
+            line!(stores, "        if (row0 + {i}u < M) {{ {at} }}");
+        }
+    }
+    [setup, accs, loads, fmas, stores]
+}
+
+/// The generated parts of a tiled kernel: setup (operand pointers, accumulators), the k loop, and
+/// the stores. Pointers are in vec4 units. Accumulator `acc{i}_{c}` holds row `row0 + i`, columns
+/// `4 * (col4 + c) ..+4`; every update is `fma(a, b, acc)` with k ascending.
+fn tiled_parts(layout: Layout, tm: usize, tc4: usize, ks: usize) -> (String, String, String) {
+    let mut setup = String::new();
+    let mut body = String::new();
+    let mut store = String::new();
+    // `writeln!` into a String cannot fail.
+    macro_rules! line {
+        ($dst:expr, $($arg:tt)*) => {{ let _ = writeln!($dst, $($arg)*); }};
+    }
+    // Rows of A, read along k (nn, nt).
+    let a_rows = |setup: &mut String| {
+        line!(setup, "    let a_base = b * (M * K4);");
+        for i in 0..tm {
+            line!(
+                setup,
+                "    let pa{i} = a_base + min(row0 + {i}u, M - 1u) * K4;"
+            );
+        }
+    };
+    // vec4 column groups of B, read along its rows (nn, tn).
+    let b_cols = |setup: &mut String| {
+        line!(setup, "    let b_base = b * (K * N4);");
+        for c in 0..tc4 {
+            line!(setup, "    let pb{c} = b_base + min(col4 + {c}u, N4 - 1u);");
+        }
+    };
+    match layout {
+        Layout::Nn => {
+            a_rows(&mut setup);
+            b_cols(&mut setup);
+        }
+        Layout::Nt => {
+            a_rows(&mut setup);
+            // Columns j of op(B) are rows of the stored B^T, read along k.
+            line!(setup, "    let bt_base = b * (N * K4);");
+            for j in 0..4 * tc4 {
+                line!(
+                    setup,
+                    "    let pb{j} = bt_base + min(col4 * 4u + {j}u, N - 1u) * K4;"
+                );
+            }
+        }
+        Layout::Tn => {
+            // Row k of the stored A^T holds column k of op(A): rows row0.. are vec4s along it.
+            line!(setup, "    let at_base = b * (K * M4);");
+            for q in 0..tm / 4 {
+                line!(
+                    setup,
+                    "    let pa{q} = at_base + min(row0 / 4u + {q}u, M4 - 1u);"
+                );
+            }
+            b_cols(&mut setup);
+        }
+        Layout::Tt => unreachable!("the tiled family has no tt layout (supports() excludes it)"),
+    }
+    for i in 0..tm {
+        for c in 0..tc4 {
+            line!(setup, "    var acc{i}_{c} = vec4<f32>(0.0);");
+        }
+    }
+    let fma = |body: &mut String, i: usize, c: usize, a: &str, bv: &str| {
+        line!(
+            body,
+            "        acc{i}_{c} = fma(vec4<f32>({a}), {bv}, acc{i}_{c});"
+        );
+    };
+    match layout {
+        Layout::Nn | Layout::Nt => {
+            let s4 = ks / 4;
+            if layout == Layout::Nn {
+                line!(body, "    var kb = 0u;");
+            }
+            line!(body, "    for (var kk = 0u; kk < K4; kk += {s4}u) {{");
+            for s in 0..s4 {
+                for i in 0..tm {
+                    line!(body, "        let a{i}_{s} = A[pa{i} + kk + {s}u];");
+                }
+                if layout == Layout::Nt {
+                    for j in 0..4 * tc4 {
+                        line!(body, "        let bt{j}_{s} = B[pb{j} + kk + {s}u];");
+                    }
+                }
+                for (r, lane) in LANES.iter().enumerate() {
+                    for c in 0..tc4 {
+                        let bv = format!("b{c}_{s}_{r}");
+                        if layout == Layout::Nn {
+                            line!(
+                                body,
+                                "        let {bv} = B[pb{c} + kb + {}u * N4];",
+                                4 * s + r
+                            );
+                        } else {
+                            let j = 4 * c;
+                            line!(
+                                body,
+                                "        let {bv} = vec4<f32>(bt{}_{s}.{lane}, bt{}_{s}.{lane}, bt{}_{s}.{lane}, bt{}_{s}.{lane});",
+                                j,
+                                j + 1,
+                                j + 2,
+                                j + 3
+                            );
+                        }
+                        for i in 0..tm {
+                            fma(&mut body, i, c, &format!("a{i}_{s}.{lane}"), &bv);
+                        }
+                    }
+                }
+            }
+            if layout == Layout::Nn {
+                line!(body, "        kb += {ks}u * N4;");
+            }
+            line!(body, "    }}");
+        }
+        Layout::Tn => {
+            line!(body, "    var ka = 0u;");
+            line!(body, "    var kb = 0u;");
+            line!(body, "    for (var k = 0u; k < K; k += {ks}u) {{");
+            for s in 0..ks {
+                for q in 0..tm / 4 {
+                    line!(body, "        let a{q}_{s} = A[pa{q} + ka + {s}u * M4];");
+                }
+                for c in 0..tc4 {
+                    let bv = format!("b{c}_{s}");
+                    line!(body, "        let {bv} = B[pb{c} + kb + {s}u * N4];");
+                    for i in 0..tm {
+                        fma(
+                            &mut body,
+                            i,
+                            c,
+                            &format!("a{}_{s}.{}", i / 4, LANES[i % 4]),
+                            &bv,
+                        );
+                    }
+                }
+            }
+            line!(body, "        ka += {ks}u * M4;");
+            line!(body, "        kb += {ks}u * N4;");
+            line!(body, "    }}");
+        }
+        Layout::Tt => unreachable!("the tiled family has no tt layout"),
+    }
+    for i in 0..tm {
+        for c in 0..tc4 {
+            let at = format!("C[pc + {i}u * N4 + {c}u] = acc{i}_{c};");
+            match (i, c) {
+                (0, 0) => line!(store, "    {at}"),
+                (_, 0) => line!(store, "    if (row0 + {i}u < M) {{ {at} }}"),
+                (0, _) => line!(store, "    if (col4 + {c}u < N4) {{ {at} }}"),
+                _ => line!(
+                    store,
+                    "    if (row0 + {i}u < M && col4 + {c}u < N4) {{ {at} }}"
+                ),
+            }
+        }
+    }
+    (setup, body, store)
 }
 
 /// Replaces every `{{NAME}}` in `template`; panics if a placeholder is left over.
@@ -226,22 +718,30 @@ mod tests {
     use super::*;
     use naga::valid::{Capabilities, ValidationFlags, Validator};
 
-    fn validate(wgsl: &str, label: &str) {
+    fn validate(wgsl: &str, label: &str, wg: u32) {
         let module = naga::front::wgsl::parse_str(wgsl)
             .unwrap_or_else(|e| panic!("{label}: parse error:\n{}", e.emit_to_string(wgsl)));
         Validator::new(ValidationFlags::all(), Capabilities::all())
             .validate(&module)
-            .unwrap_or_else(|e| panic!("{label}: validation error: {e:?}"));
+            .unwrap_or_else(|e| panic!("{label}: validation error: {e:?}\n{wgsl}"));
         let ep = module
             .entry_points
             .iter()
             .find(|ep| ep.name == "main")
             .expect("entry point main");
-        assert_eq!(ep.workgroup_size, [MATMUL_WORKGROUP_SIZE, 1, 1], "{label}");
+        assert_eq!(ep.workgroup_size, [wg, 1, 1], "{label}");
         assert!(
             !wgsl.contains("workgroupBarrier"),
             "{label}: kernels must not use barriers"
         );
+        assert!(!wgsl.contains("{{"), "{label}: placeholder left");
+        // Within the smallest of the limit sets tested elsewhere (downlevel: 4 storage buffers,
+        // 256 invocations per workgroup, no workgroup memory needed).
+        let limits = wgpu::Limits::downlevel_defaults();
+        assert_eq!(wgsl.matches("var<storage").count(), 3, "{label}");
+        assert!(3 <= limits.max_storage_buffers_per_shader_stage, "{label}");
+        assert!(wg <= limits.max_compute_invocations_per_workgroup);
+        assert!(!wgsl.contains("var<workgroup>"), "{label}");
     }
 
     const SHAPES: &[(usize, usize, usize, usize)] = &[
@@ -252,6 +752,7 @@ mod tests {
         (2, 1, 8, 4),
         (1, 7, 12, 20),
         (5, 9, 4, 8),
+        (2, 12, 24, 12),
         (1, 256, 256, 256),
         (1, 1024, 1024, 1024),
         (1, 1000, 1000, 1000),
@@ -260,58 +761,160 @@ mod tests {
         (1, 2048, 2048, 2048),
     ];
 
-    #[test]
-    fn templates_validate_for_shapes_and_dtypes() {
+    /// Every member the family has, whether or not it supports a given problem.
+    fn all_configs() -> Vec<MatmulConfig> {
+        let mut out = vec![MatmulConfig::Generic];
+        for tm in [4, 8] {
+            for tc4 in [1, 2] {
+                for ks in [1, 4, 8] {
+                    out.push(MatmulConfig::Tiled { tm, tc4, ks });
+                }
+            }
+        }
+        for s in [4, 8, 32] {
+            out.push(MatmulConfig::Subgroup { s });
+        }
+        out
+    }
+
+    fn problems() -> Vec<MatmulProblem> {
+        let mut out = Vec::new();
         for &(b, m, k, n) in SHAPES {
             for elem in ["f32", "i32", "u32"] {
-                let kern = matmul_kernel(b, m, k, n, elem, 65_535);
-                validate(&kern.wgsl, &kern.label);
-                let generic = instantiate(MatmulVariant::Generic, b, m, k, n, elem, 65_535);
-                validate(&generic.wgsl, &generic.label);
-            }
-            if k.is_multiple_of(4) && n.is_multiple_of(4) {
-                let v = instantiate(MatmulVariant::Vec4, b, m, k, n, "f32", 65_535);
-                validate(&v.wgsl, &v.label);
+                for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                    out.push(MatmulProblem {
+                        batch: b,
+                        m,
+                        k,
+                        n,
+                        elem,
+                        ta,
+                        tb,
+                    });
+                }
             }
         }
+        out
+    }
+
+    /// The per-dimension workgroup limits of the three limit sets tested elsewhere (wgpu defaults,
+    /// lavapipe, downlevel: all 65 535) and two small ones that force folding.
+    const MAX_WG: &[u32] = &[65_535, 255, 16];
+
+    #[test]
+    fn every_supported_member_validates_for_shapes_layouts_and_dtypes() {
+        let mut checked = 0;
+        for p in problems() {
+            for cfg in all_configs() {
+                if !cfg.supports(&p) {
+                    continue;
+                }
+                for &max in MAX_WG {
+                    let groups = cfg.tiles(&p).div_ceil(cfg.workgroup_size() as u64);
+                    if groups > (max as u64).pow(3) {
+                        continue;
+                    }
+                    let kern = kernel(&p, cfg, max);
+                    validate(&kern.wgsl, &kern.label, cfg.workgroup_size());
+                    checked += 1;
+                }
+            }
+            assert!(p.candidates().iter().all(|c| c.supports(&p)), "{p:?}");
+            assert!(p.heuristic().supports(&p));
+        }
+        assert!(checked > 500, "only {checked} kernels checked");
     }
 
     #[test]
-    fn no_placeholders_left() {
-        for variant in [MatmulVariant::Vec4, MatmulVariant::Generic] {
-            let k = instantiate(variant, 2, 5, 8, 12, "f32", 65_535);
-            assert!(!k.wgsl.contains("{{"), "{}", k.label);
-        }
-    }
-
-    #[test]
-    fn chooses_vec4_only_when_aligned_f32() {
-        assert_eq!(MatmulVariant::choose(8, 12, "f32"), MatmulVariant::Vec4);
-        assert_eq!(MatmulVariant::choose(8, 12, "i32"), MatmulVariant::Generic);
-        assert_eq!(MatmulVariant::choose(8, 12, "u32"), MatmulVariant::Generic);
-        assert_eq!(MatmulVariant::choose(6, 12, "f32"), MatmulVariant::Generic);
-        assert_eq!(MatmulVariant::choose(8, 10, "f32"), MatmulVariant::Generic);
+    fn tiled_family_applies_only_to_aligned_f32() {
+        let p = |m, k, n, elem, ta, tb| MatmulProblem {
+            batch: 1,
+            m,
+            k,
+            n,
+            elem,
+            ta,
+            tb,
+        };
+        assert!(p(3, 8, 12, "f32", false, false).tiled_ok());
+        assert!(p(3, 8, 12, "f32", false, true).tiled_ok());
+        assert!(!p(3, 8, 12, "f32", true, false).tiled_ok()); // tn needs m % 4
+        assert!(p(4, 7, 12, "f32", true, false).tiled_ok()); // ... not k % 4
+        assert!(!p(4, 8, 12, "f32", true, true).tiled_ok());
+        assert!(!p(4, 8, 12, "i32", false, false).tiled_ok());
+        assert!(!p(4, 6, 12, "f32", false, false).tiled_ok());
+        assert!(!p(4, 8, 10, "f32", false, false).tiled_ok());
+        assert_eq!(
+            p(4, 8, 12, "f32", false, false).heuristic(),
+            MatmulConfig::Tiled {
+                tm: 8,
+                tc4: 1,
+                ks: 4
+            }
+        );
+        assert_eq!(
+            p(4, 7, 12, "f32", true, false).heuristic(),
+            MatmulConfig::Tiled {
+                tm: 8,
+                tc4: 1,
+                ks: 1
+            }
+        );
+        assert_eq!(
+            p(4, 8, 12, "u32", true, true).heuristic(),
+            MatmulConfig::Generic
+        );
+        assert_eq!(
+            p(4, 8, 12, "u32", false, false).candidates(),
+            vec![MatmulConfig::Generic]
+        );
+        let c = p(64, 64, 64, "f32", false, false).candidates();
+        assert_eq!(c[0], p(64, 64, 64, "f32", false, false).heuristic());
+        assert!(c.len() >= 4 && !c.contains(&MatmulConfig::Generic));
         assert!(
             matmul_kernel(1, 3, 4, 4, "f32", 65_535)
                 .label
-                .starts_with("matmul_vec4_f32")
+                .starts_with("matmul_t8x1k4_nn_f32")
         );
         assert!(
             matmul_kernel(1, 3, 5, 4, "f32", 65_535)
                 .label
-                .starts_with("matmul_generic_f32")
+                .starts_with("matmul_generic_nn_f32")
         );
-        assert!(
-            matmul_kernel(1, 3, 4, 4, "i32", 65_535)
-                .label
-                .starts_with("matmul_generic_i32")
-        );
+    }
+
+    #[test]
+    fn config_names_round_trip() {
+        for cfg in all_configs() {
+            assert_eq!(MatmulConfig::parse(&cfg.name()), Some(cfg));
+        }
+        for bad in ["", "t", "t8x", "t8x1", "t8x1k", "tax1k4", "gen", "t8x1k4x"] {
+            assert_eq!(MatmulConfig::parse(bad), None, "{bad}");
+        }
+        // Parsed but nonsensical members are refused by supports().
+        for odd in ["t3x1k4", "s3", "s128"] {
+            let odd = MatmulConfig::parse(odd).unwrap();
+            assert!(!odd.supports(&MatmulProblem::plain(1, 8, 8, 8, "f32")));
+        }
+        let nt = MatmulProblem {
+            tb: true,
+            ..MatmulProblem::plain(1, 8, 8, 8, "f32")
+        };
+        assert!(MatmulConfig::Subgroup { s: 8 }.supports(&nt));
+        let tn_k7 = MatmulProblem {
+            ta: true,
+            ..MatmulProblem::plain(1, 8, 7, 8, "f32")
+        };
+        assert!(tn_k7.tiled_ok() && !MatmulConfig::Subgroup { s: 8 }.supports(&tn_k7));
+        // Only a device's chooser offers it.
+        assert!(!nt.candidates().contains(&MatmulConfig::Subgroup { s: 8 }));
     }
 
     /// Emulates the kernel's invocation numbering and checks that every output tile is
     /// computed exactly once and that no dimension exceeds the limit.
-    fn check_coverage(variant: MatmulVariant, b: usize, m: usize, k: usize, n: usize, max: u32) {
-        let kern = instantiate(variant, b, m, k, n, "f32", max);
+    fn check_coverage(cfg: MatmulConfig, b: usize, m: usize, k: usize, n: usize, max: u32) {
+        let p = MatmulProblem::plain(b, m, k, n, "f32");
+        let kern = kernel(&p, cfg, max);
         let [x, y, z] = kern.workgroups;
         assert!(
             x <= max && y <= max && z <= max,
@@ -319,8 +922,8 @@ mod tests {
             kern.label,
             kern.workgroups
         );
-        let tiles = variant.tiles(b as u64, m as u64, n as u64);
-        let wg = MATMUL_WORKGROUP_SIZE as u64;
+        let tiles = cfg.tiles(&p);
+        let wg = cfg.workgroup_size() as u64;
         let dispatched = x as u64 * y as u64 * z as u64 * wg;
         assert!(
             dispatched >= tiles,
@@ -369,17 +972,12 @@ mod tests {
                 (100_000, 4, 4, 4),
                 (1000, 17, 8, 33),
             ] {
-                let fits = |v: MatmulVariant| {
-                    let groups = v
-                        .tiles(b as u64, m as u64, n as u64)
-                        .div_ceil(MATMUL_WORKGROUP_SIZE as u64);
-                    groups <= (max as u64).pow(3)
-                };
-                if fits(MatmulVariant::Generic) {
-                    check_coverage(MatmulVariant::Generic, b, m, k, n, max);
-                }
-                if k.is_multiple_of(4) && n.is_multiple_of(4) && fits(MatmulVariant::Vec4) {
-                    check_coverage(MatmulVariant::Vec4, b, m, k, n, max);
+                let p = MatmulProblem::plain(b, m, k, n, "f32");
+                for cfg in all_configs() {
+                    let groups = cfg.tiles(&p).div_ceil(cfg.workgroup_size() as u64);
+                    if cfg.supports(&p) && groups <= (max as u64).pow(3) {
+                        check_coverage(cfg, b, m, k, n, max);
+                    }
                 }
             }
         }
@@ -438,10 +1036,17 @@ mod tests {
     fn degenerate_shapes_dispatch_nothing() {
         let kern = matmul_kernel(0, 4, 4, 4, "f32", 65_535);
         assert_eq!(kern.workgroups, [0, 0, 0]);
-        validate(&kern.wgsl, &kern.label);
+        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE);
         let kern = matmul_kernel(1, 0, 3, 5, "u32", 65_535);
         assert_eq!(kern.workgroups, [0, 0, 0]);
-        validate(&kern.wgsl, &kern.label);
+        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE);
+        let p = MatmulProblem {
+            ta: true,
+            ..MatmulProblem::plain(1, 0, 4, 8, "f32")
+        };
+        let kern = kernel(&p, p.heuristic(), 65_535);
+        assert_eq!(kern.workgroups, [0, 0, 0]);
+        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE);
     }
 
     #[test]
