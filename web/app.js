@@ -422,6 +422,8 @@ async function runAdvanced() {
     ok: all.every((r) => r.ok === true) && indivisibleShown !== false,
     realKernels: all.every((r) => real(r.work)),
     indivisibleShown,
+    // Which of the four checks failed, and by how much: the browser test prints this.
+    checks: all.map((r) => ({ ok: r.ok, err: r.err })),
     ms: performance.now() - t0,
     dispatches: all.reduce((s, r) => s + (r.work?.dispatches ?? 0), 0),
   });

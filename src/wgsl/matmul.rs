@@ -354,14 +354,18 @@ pub(crate) fn kernel(
         dispatched <= limit + 1,
         "matmul: {dispatched} invocations do not fit the kernel's 32-bit invocation index"
     );
-    // Degenerate problems dispatch nothing; keep the constants >= 1 (>= 4 where a dimension is
-    // counted in vec4s) so the module stays valid (the templates compute `M - 1u` and the like).
+    // Degenerate problems dispatch nothing; give an empty dimension the value `min_mn` (1, or 4
+    // where a dimension is counted in vec4s) so the module stays valid (the templates compute
+    // `M - 1u` and the like). A non-empty dimension keeps its size: M = 3 rounded up to 4 reads
+    // and writes a row past the end, which Vulkan's robust access drops but WebGPU clamps onto
+    // the last row.
     let common = |min_mn: usize| {
+        let nonempty = |d: usize| if d == 0 { min_mn } else { d };
         vec![
             ("BATCH", p.batch.max(1).to_string()),
-            ("M", p.m.max(min_mn).to_string()),
+            ("M", nonempty(p.m).to_string()),
             ("K", p.k.to_string()),
-            ("N", p.n.max(min_mn).to_string()),
+            ("N", nonempty(p.n).to_string()),
             ("GRID_X", workgroups[0].max(1).to_string()),
             ("GRID_Y", workgroups[1].max(1).to_string()),
         ]
@@ -800,6 +804,49 @@ mod tests {
     /// The per-dimension workgroup limits of the three limit sets tested elsewhere (wgpu defaults,
     /// lavapipe, downlevel: all 65 535) and two small ones that force folding.
     const MAX_WG: &[u32] = &[65_535, 255, 16];
+
+    /// The shape constants are the problem's own sizes: a kernel told M = 4 for a 3-row problem
+    /// reads and writes a row past the end (dropped by Vulkan's robust access, clamped onto the
+    /// last row by WebGPU implementations).
+    #[test]
+    fn shape_constants_are_the_problem_sizes() {
+        let mut checked = 0;
+        for (b, m, k, n) in [
+            (1, 1, 4, 4),
+            (1, 2, 8, 8),
+            (1, 3, 8, 8),
+            (3, 3, 8, 4),
+            (2, 5, 4, 12),
+        ] {
+            for (ta, tb) in [(false, false), (false, true), (true, false)] {
+                let p = MatmulProblem {
+                    batch: b,
+                    m,
+                    k,
+                    n,
+                    elem: "f32",
+                    ta,
+                    tb,
+                };
+                for cfg in all_configs() {
+                    if !cfg.supports(&p) {
+                        continue;
+                    }
+                    let wgsl = kernel(&p, cfg, 65_535).wgsl;
+                    for (name, v) in [("BATCH", b), ("M", m), ("K", k), ("N", n)] {
+                        let want = format!("const {name}: u32 = {v}u;");
+                        assert!(
+                            wgsl.contains(&want),
+                            "{} for {p:?}: no `{want}`",
+                            cfg.name()
+                        );
+                    }
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 20, "only {checked} kernels checked");
+    }
 
     #[test]
     fn every_supported_member_validates_for_shapes_layouts_and_dtypes() {
