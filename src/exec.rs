@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::array::{Array, host_data};
-use crate::cache::Lru;
+use crate::cache::{Lru, SyncLru};
 use crate::device::{
     BufferCopy, Command, Device, DeviceBuffer, DeviceLimits, Dispatch, Kernel, Runtime,
 };
@@ -18,7 +18,9 @@ use crate::tensor::{Repr, Tensor};
 use crate::trace::graph::{Aval, Eqn, Graph};
 use crate::trace::tracer::Trace;
 
-/// A graph with its per-device compiled programs, pipelines and constant buffers.
+/// A graph with its per-device compiled programs, pipelines and constant buffers. `Send + Sync`:
+/// shared (`Arc`) by the threads that call one compiled function; see [`crate::cache`] for how
+/// its per-device cache is locked.
 pub(crate) struct Executable {
     /// The program as traced (prints included).
     pub(crate) graph: Graph,
@@ -28,7 +30,7 @@ pub(crate) struct Executable {
     /// By device and the limits the program was planned against, with the device's cache epoch
     /// when compiled (an entry from before [`Device::clear_caches`] is compiled again). Bounded:
     /// devices that come and go (new runtimes) do not pile up programs here.
-    compiled: RefCell<Lru<CompiledKey, (u64, Rc<Compiled>)>>,
+    compiled: SyncLru<CompiledKey, (u64, Arc<Compiled>)>,
 }
 
 /// A device's id and the limits a program was planned against.
@@ -54,18 +56,20 @@ impl Executable {
             graph,
             run_graph,
             prints,
-            compiled: RefCell::new(Lru::new(DEVICES_PER_EXECUTABLE)),
+            compiled: SyncLru::new(DEVICES_PER_EXECUTABLE),
         }
     }
 
     /// Lower for `dev` (planned against `limits`, at most the device's own), create its pipelines
-    /// and upload constants: once per device and limits.
-    fn compiled_for(&self, dev: &Device, limits: &DeviceLimits) -> Result<Rc<Compiled>> {
+    /// and upload constants: once per device and limits. The cache lock is not held while
+    /// lowering or creating pipelines (see [`crate::cache::SyncLru`]): two threads that miss at
+    /// once both compile, and the first to finish is kept.
+    fn compiled_for(&self, dev: &Device, limits: &DeviceLimits) -> Result<Arc<Compiled>> {
         let key = (dev.inner.id, *limits);
         let epoch = dev.cache_epoch();
-        if let Some((e, c)) = self.compiled.borrow_mut().get(&key) {
-            if *e == epoch {
-                return Ok(c.clone());
+        if let Some((e, c)) = self.compiled.get(&key) {
+            if e == epoch {
+                return Ok(c);
             }
         }
         // Matmul kernels are picked by measurement on this device (cached per adapter and shape).
@@ -99,14 +103,17 @@ impl Executable {
             .iter()
             .map(|(s, h)| Ok((*s, dev.upload(&h.data)?)))
             .collect::<Result<Vec<_>>>()?;
-        let c = Rc::new(Compiled {
+        let c = Arc::new(Compiled {
             program,
             kernels,
             consts,
         });
-        let old = self.compiled.borrow_mut().insert(key, (epoch, c.clone()));
-        drop(old);
-        Ok(c)
+        // Keep another thread's program if it is at least as fresh (same or later epoch); the
+        // loser and anything evicted are dropped here, after the lock is released.
+        let kept = self
+            .compiled
+            .insert_or_keep(key, (epoch, c), None, |(e, _)| *e >= epoch);
+        Ok(kept.value.1)
     }
 
     /// The program compiled for `dev` (compiling it if needed).
@@ -480,8 +487,12 @@ where
 /// `vmap(..).call` and `grad(..).call` share. The function is traced once per signature; the
 /// program is lowered and cached per device by [`Executable`].
 /// Bounded (least recently used first) by the program cache capacity of the device a call runs on.
+///
+/// Shared by every thread that calls the function: the lock is held for the lookup and the
+/// insert only, never while tracing (tracing may call back into this cache, e.g. a `grad` traced
+/// inside its own `jit`) — see [`crate::cache`].
 pub(crate) struct CompileCache {
-    map: RefCell<Lru<Vec<Aval>, Rc<Executable>>>,
+    map: SyncLru<Vec<Aval>, Arc<Executable>>,
 }
 
 /// Count (and drop) programs evicted from a full program cache.
@@ -496,39 +507,32 @@ pub(crate) fn count_program_evictions<T>(evicted: Vec<T>) {
 impl CompileCache {
     pub(crate) fn new() -> CompileCache {
         CompileCache {
-            map: RefCell::new(Lru::new(crate::device::DEFAULT_PROGRAM_CACHE_CAPACITY)),
+            map: SyncLru::new(crate::device::DEFAULT_PROGRAM_CACHE_CAPACITY),
         }
     }
     /// Signatures held.
     pub(crate) fn len(&self) -> usize {
-        self.map.borrow().len()
+        self.map.len()
     }
     /// The program of `f` for arguments like `args` (tracing it the first time; then the cache
-    /// keeps at most `capacity` programs, when given).
+    /// keeps at most `capacity` programs, when given). Threads that miss on the same signature at
+    /// once each trace it; the first program inserted is the one every caller gets.
     pub(crate) fn executable(
         &self,
         label: &str,
         f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
         args: &[Array],
         capacity: Option<usize>,
-    ) -> Result<Rc<Executable>> {
+    ) -> Result<Arc<Executable>> {
         let avals: Vec<Aval> = args.iter().map(|a| a.aval().clone()).collect();
-        if let Some(e) = self.map.borrow_mut().get(&avals) {
-            return Ok(e.clone());
+        if let Some(e) = self.map.get(&avals) {
+            return Ok(e);
         }
         let g = trace_fn(label, &f, &avals)?;
-        let e = Rc::new(Executable::new(g));
-        let evicted = {
-            let mut map = self.map.borrow_mut();
-            let mut out = match capacity {
-                Some(n) => map.set_capacity(n),
-                None => Vec::new(),
-            };
-            out.extend(map.insert(avals, e.clone()));
-            out
-        };
-        count_program_evictions(evicted);
-        Ok(e)
+        let e = Arc::new(Executable::new(g));
+        let kept = self.map.insert_or_keep(avals, e, capacity, |_| true);
+        count_program_evictions(kept.evicted);
+        Ok(kept.value)
     }
     /// Run `f`'s program on the explicit device, else where [`pick_device`] says.
     pub(crate) fn call(
@@ -546,6 +550,34 @@ impl CompileCache {
 }
 
 /// A function compiled with [`jit`]: traced once per input signature, lowered and cached per device.
+///
+/// # Threads
+///
+/// On native platforms a `Jit` is `Send + Sync` whenever its function is (every closure that
+/// captures only `Send + Sync` values, e.g. none, or `Arc`s), so one compiled function, shared with
+/// an `Arc` or borrowed by scoped threads, can be called from many threads at once, on one device
+/// or several. The program caches are behind locks held only to look up or insert a program,
+/// never while tracing, compiling or running; two threads that meet a new signature at the same
+/// time both trace it, and the first program is the one kept (no thread waits on another's
+/// compile, so no lock order with the GL lock or the caller's own locks can deadlock). Tracing
+/// itself is per thread: a [`Tensor`] stays on the thread that made it. In the browser (single
+/// threaded) nothing changes.
+///
+/// ```
+/// use brigade::{jit, Array, Tensor};
+/// let f = jit(|x: &[Tensor]| vec![&x[0] * 3.0]);
+/// std::thread::scope(|s| {
+///     for t in 0..2 {
+///         let f = &f;
+///         s.spawn(move || {
+///             // A different shape per thread: each compiles its own signature.
+///             let x = Array::from_vec(vec![t as f32; t + 1], &[t + 1]).unwrap();
+///             assert_eq!(f.call(&[x]).unwrap()[0].to_vec::<f32>().unwrap(), vec![3.0 * t as f32; t + 1]);
+///         });
+///     }
+/// });
+/// assert_eq!(f.programs_cached(), 2);
+/// ```
 pub struct Jit<F> {
     f: F,
     label: String,
@@ -623,6 +655,14 @@ where
             .call(&self.label, &self.f, self.device.as_ref(), args)
     }
 }
+
+// Compiled programs are shared by the threads that call them (see [`Jit`]'s notes on threads).
+#[cfg(not(target_arch = "wasm32"))]
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Executable>();
+    send_sync::<CompileCache>();
+};
 
 impl Device {
     /// Drop this device's compiled kernels and make every program compiled for it stale: the next
