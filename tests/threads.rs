@@ -104,7 +104,7 @@ fn on_threads(what: &str, work: impl Fn(usize) + Send + Sync + 'static) {
     }
     drop(tx);
     let deadline = Instant::now() + WATCHDOG;
-    let mut done = vec![false; THREADS];
+    let mut done = [false; THREADS];
     let mut failures = Vec::new();
     while done.iter().any(|d| !d) {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -1142,8 +1142,7 @@ impl ParallelExe {
                     None => {
                         // Uploaded outside the lock; a concurrent call's copy, if first, is kept.
                         let a = put(&HostArray::scalar(crate::Scalar::I32(d as i32)), dev)?;
-                        let kept = lock(&self.index_arrays).entry(key).or_insert(a).clone();
-                        kept
+                        lock(&self.index_arrays).entry(key).or_insert(a).clone()
                     }
                 };
                 env[d].insert(*v, a);
