@@ -81,7 +81,7 @@ fn an_exported_output_holds_the_result_for_the_app() {
         let _g = device_guard(&dev);
         let x = Array::from_vec(f32s(192, 1, -2.0, 2.0), &[64, 3]).unwrap();
         let f = jit(step).on(&dev);
-        let y = f.call(&[x.clone()]).unwrap();
+        let y = f.call(std::slice::from_ref(&x)).unwrap();
         let want = reference_of(step, &[host(&x)]);
         let view = y[0].wgpu_buffer().unwrap();
         assert_eq!(view.size, 192 * 4, "on {}", dev.name());
@@ -118,7 +118,7 @@ fn an_exported_buffer_is_never_handed_to_another_array() {
             .unwrap()
             .to_device(&dev)
             .unwrap();
-        let y = f.call(&[x.clone()]).unwrap().remove(0);
+        let y = f.call(std::slice::from_ref(&x)).unwrap().remove(0);
         let view = y.wgpu_buffer().unwrap();
         let want = y.to_vec::<f32>().unwrap();
         let in_use = dev.pool_stats().buffers_in_use;
@@ -151,7 +151,7 @@ fn outputs_get_the_usages_asked_for() {
     for dev in gpu_devices() {
         let _g = device_guard(&dev);
         let x = Array::from_vec(f32s(8, 3, -1.0, 1.0), &[4, 2]).unwrap();
-        let plain = jit(step).on(&dev).call(&[x.clone()]).unwrap();
+        let plain = jit(step).on(&dev).call(std::slice::from_ref(&x)).unwrap();
         assert!(
             !plain[0]
                 .wgpu_buffer()
@@ -161,7 +161,7 @@ fn outputs_get_the_usages_asked_for() {
                 .contains(U::VERTEX)
         );
         let f = jit(step).on(&dev).output_usages(U::VERTEX | U::INDEX);
-        let y = f.call(&[x.clone()]).unwrap();
+        let y = f.call(std::slice::from_ref(&x)).unwrap();
         let usage = y[0].wgpu_buffer().unwrap().buffer.usage();
         assert!(
             usage.contains(U::VERTEX | U::INDEX | U::STORAGE | U::COPY_SRC),
@@ -178,7 +178,7 @@ fn outputs_get_the_usages_asked_for() {
         let bad = jit(step)
             .on(&dev)
             .output_usages(U::MAP_WRITE)
-            .call(&[x.clone()]);
+            .call(std::slice::from_ref(&x));
         match bad {
             Err(e @ Error::BadBuffer { .. }) => {
                 assert!(
@@ -248,7 +248,7 @@ fn an_imported_app_buffer_is_an_input_and_an_output() {
             dev.name()
         );
         let want = reference_of(step, &[HostArray::from_vec(data.clone(), &[n]).unwrap()]);
-        let y = jit(step).on(&dev).call(&[x.clone()]).unwrap();
+        let y = jit(step).on(&dev).call(std::slice::from_ref(&x)).unwrap();
         assert_close(
             &y[0].to_host().unwrap(),
             &want[0],
@@ -260,7 +260,7 @@ fn an_imported_app_buffer_is_an_input_and_an_output() {
         let out = Array::from_wgpu_buffer(&dev, out_buf.clone(), 0, &[n], DType::F32).unwrap();
         jit(step)
             .on(&dev)
-            .call_into(&[x.clone()], &[out.clone()])
+            .call_into(std::slice::from_ref(&x), std::slice::from_ref(&out))
             .unwrap();
         let got = app_read(&dev, &out_buf, 0, n as u64 * 4);
         assert_close(
@@ -334,7 +334,8 @@ fn an_in_place_update_is_right_for_ten_steps_and_moves_no_bytes() {
         let mut w = host(&x);
         let g = jit(step).on(&dev);
         for _ in 0..10 {
-            g.call_into(&[x.clone()], &[x.clone()]).unwrap();
+            g.call_into(std::slice::from_ref(&x), std::slice::from_ref(&x))
+                .unwrap();
             w = reference_of(step, &[w]).remove(0);
         }
         assert_close(&x.to_host().unwrap(), &w, Tol::new(1e-4, 1e-5), "x = f(x)");
@@ -357,7 +358,7 @@ fn call_into_copies_identity_and_repeated_outputs() {
             vec![a[0].clone(), y.clone(), y]
         })
         .on(&dev);
-        f.call_into(&[x.clone()], &outs).unwrap();
+        f.call_into(std::slice::from_ref(&x), &outs).unwrap();
         let xs = x.to_vec::<f32>().unwrap();
         assert_eq!(
             outs[0].to_vec::<f32>().unwrap(),
@@ -389,7 +390,7 @@ fn call_into_refuses_outputs_that_do_not_match() {
         let wrong_dtype = Array::full(0i32, &[6]).unwrap().to_device(dev).unwrap();
         let on_host = Array::full(0.0f32, &[6]).unwrap();
         assert!(matches!(
-            f.call_into(&[x.clone()], &[good.clone(), good.clone()]),
+            f.call_into(std::slice::from_ref(&x), &[good.clone(), good.clone()]),
             Err(Error::Arity {
                 expected: 1,
                 got: 2,
@@ -401,7 +402,7 @@ fn call_into_refuses_outputs_that_do_not_match() {
             (&wrong_dtype, "dtype"),
             (&on_host, "to_device"),
         ] {
-            match f.call_into(&[x.clone()], &[bad.clone()]) {
+            match f.call_into(std::slice::from_ref(&x), std::slice::from_ref(bad)) {
                 Err(e @ Error::BadBuffer { .. }) => assert!(e.to_string().contains(needle), "{e}"),
                 other => panic!("call_into with {bad:?}: {other:?}"),
             }
@@ -411,14 +412,14 @@ fn call_into_refuses_outputs_that_do_not_match() {
             let _g2 = (other.info().backend != dev.info().backend).then(|| device_guard(other));
             Array::full(0.0f32, &[6]).unwrap().to_device(other).unwrap()
         };
-        match f.call_into(&[x.clone()], &[elsewhere]) {
+        match f.call_into(std::slice::from_ref(&x), &[elsewhere]) {
             Err(e @ Error::BadBuffer { .. }) => {
                 assert!(e.to_string().contains("lives on device"), "{e}")
             }
             other => panic!("call_into another device's array: {other:?}"),
         }
         let two = jit(|a: &[Tensor]| vec![&a[0] + 1.0, &a[0] - 1.0]).on(dev);
-        match two.call_into(&[x.clone()], &[good.clone(), good.clone()]) {
+        match two.call_into(std::slice::from_ref(&x), &[good.clone(), good.clone()]) {
             Err(e @ Error::BadBuffer { .. }) => {
                 assert!(e.to_string().contains("share one buffer"), "{e}")
             }

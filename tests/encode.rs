@@ -66,7 +66,7 @@ fn encode_and_the_apps_copy_go_in_one_submission() {
         let f = jit(step).on(&dev).output_usages(U::VERTEX);
         let mut enc = encoder(&dev);
         let before = brigade::counters();
-        let y = f.encode(&mut enc, &[x.clone()]).unwrap();
+        let y = f.encode(&mut enc, std::slice::from_ref(&x)).unwrap();
         let work = brigade::counters().since(&before);
         assert_eq!(work.submits, 0, "encode submitted on {}", dev.name());
         assert_eq!((work.bytes_uploaded, work.bytes_downloaded), (0, 0));
@@ -115,7 +115,8 @@ fn encode_into_steps_an_app_buffer_every_frame() {
         for frame in 0..10 {
             let mut enc = encoder(&dev);
             let before = brigade::counters();
-            f.encode_into(&mut enc, &[x.clone()], &[x.clone()]).unwrap();
+            f.encode_into(&mut enc, std::slice::from_ref(&x), std::slice::from_ref(&x))
+                .unwrap();
             if frame > 0 {
                 let w = brigade::counters().since(&before);
                 moved.bytes_uploaded += w.bytes_uploaded;
@@ -182,14 +183,14 @@ fn programs_that_need_a_host_step_say_to_use_call() {
         })
         .on(&dev);
         let mut enc = encoder(&dev);
-        match printing.encode(&mut enc, &[x.clone()]) {
+        match printing.encode(&mut enc, std::slice::from_ref(&x)) {
             Err(e @ Error::Unsupported { .. }) => {
                 let m = e.to_string();
                 assert!(m.contains("debug_print") && m.contains("`call`"), "{m}");
             }
             other => panic!("encoding a print: {other:?}"),
         }
-        match long.encode(&mut enc, &[x.clone()]) {
+        match long.encode(&mut enc, std::slice::from_ref(&x)) {
             Err(e @ Error::Unsupported { .. }) => {
                 let m = e.to_string();
                 assert!(m.contains("4096") && m.contains("`call`"), "{m}");
@@ -199,7 +200,7 @@ fn programs_that_need_a_host_step_say_to_use_call() {
         // Nothing was recorded: the encoder still finishes and submits cleanly, and `call` runs
         // the long loop (fixed point 2).
         dev.wgpu().unwrap().1.submit([enc.finish()]);
-        let y = long.call(&[x.clone()]).unwrap();
+        let y = long.call(std::slice::from_ref(&x)).unwrap();
         assert!(
             y[0].to_vec::<f32>()
                 .unwrap()

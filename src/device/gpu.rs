@@ -772,8 +772,10 @@ impl Device {
     /// results can be bound as vertex buffers by the app's render pipelines
     /// ([`crate::Array::wgpu_buffer`]). Uploads and temporaries keep brigade's own usages.
     ///
-    /// Allowed: `VERTEX`, `INDEX`, `UNIFORM`, `INDIRECT` (see [`check_output_usages`] for what
-    /// binding them needs). Errors: [`Error::BadBuffer`] for any other usage (e.g. `MAP_WRITE`),
+    /// Allowed: `VERTEX`, `INDEX`, `UNIFORM`, `INDIRECT`. Binding them follows wgpu's rules: a
+    /// `UNIFORM` binding is at most `max_uniform_buffer_binding_size` bytes (64 KiB by default,
+    /// far below the storage limit), and an `INDIRECT` buffer must hold wgpu's indirect argument
+    /// layout (`DispatchIndirectArgs` / `DrawIndirectArgs`, u32 words) at its offset. Errors: [`Error::BadBuffer`] for any other usage (e.g. `MAP_WRITE`),
     /// [`Error::Unsupported`] on the cpu device (its arrays are host data).
     ///
     /// ```no_run

@@ -264,7 +264,7 @@ impl Pool {
         }
         // Free the largest buffers first.
         let mut caps: Vec<PoolKey> = self.free.keys().copied().collect();
-        caps.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        caps.sort_unstable_by_key(|k| std::cmp::Reverse(k.0));
         for cap in caps {
             while self.stats.bytes_held > limit {
                 let Some(list) = self.free.get_mut(&cap) else {
