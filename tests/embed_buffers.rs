@@ -369,6 +369,20 @@ fn call_into_copies_identity_and_repeated_outputs() {
         let tripled: Vec<f32> = xs.iter().map(|v| v * 3.0).collect();
         assert_eq!(outs[1].to_vec::<f32>().unwrap(), tripled);
         assert_eq!(outs[2].to_vec::<f32>().unwrap(), tripled);
+        // An identity program writing into its own input: a copy within one buffer, which
+        // wgpu refuses, goes through a temporary; the values stay.
+        let id = jit(|a: &[Tensor]| vec![a[0].clone(), &a[1] + 1.0]).on(&dev);
+        let z = outs[1].clone();
+        id.call_into(&[x.clone(), z.clone()], &[x.clone(), z.clone()])
+            .unwrap();
+        assert_eq!(
+            x.to_vec::<f32>().unwrap(),
+            xs,
+            "identity in place on {}",
+            dev.name()
+        );
+        let plus: Vec<f32> = tripled.iter().map(|v| v + 1.0).collect();
+        assert_eq!(z.to_vec::<f32>().unwrap(), plus);
     }
 }
 
