@@ -349,6 +349,8 @@ impl Array {
     /// not inside the buffer (`offset + bytes > buffer.size()`); a buffer of another wgpu device;
     /// [`Error::OverLimit`] for more bytes than `max_storage_buffer_binding_size`;
     /// [`Error::BadDType`] for f64; [`Error::DeviceLost`]; [`Error::Unsupported`] on the cpu device.
+    /// In the browser wgpu's answer to the other-device check is asynchronous: it comes from the
+    /// next [`Device::flush_errors`] (every read runs it) instead.
     ///
     /// ```no_run
     /// use brigade::{Array, DType};

@@ -438,7 +438,9 @@ impl Device {
     /// one copy out of device memory, no staging buffer. Storage buffers are then also
     /// `MAP_READ`. brigade keeps its own submits off a buffer while a read has it mapped; code that
     /// submits its own commands through [`Device::wgpu`] must not use an array's buffer while
-    /// another thread reads that array (wgpu rejects a submit that uses a mapped buffer).
+    /// another thread reads that array (wgpu rejects a submit that uses a mapped buffer), unless
+    /// it got the buffer from [`crate::Array::wgpu_buffer`] or `Jit::encode`: such buffers, and
+    /// imported ones, are read through a staging copy, never mapped.
     pub fn maps_reads(&self) -> bool {
         self.inner
             .gpu
