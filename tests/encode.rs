@@ -209,3 +209,58 @@ fn programs_that_need_a_host_step_say_to_use_call() {
         );
     }
 }
+
+#[test]
+fn brigade_work_before_the_apps_submit_does_not_reuse_encoded_buffers() {
+    for dev in gpu_devices() {
+        let _g = device_guard(&dev);
+        let n = 512usize;
+        // Several kernels: temporaries that a later call of the same shapes would take from the
+        // pool if the encoded ones had gone back to it.
+        let chain = |a: &[Tensor]| {
+            let t = (&a[0] * 1.5).exp() - a[0].mean_all();
+            let u = t.sin() * &a[0];
+            vec![&u + u.sum_all() * 0.001]
+        };
+        let x = Array::from_vec(f32s(n, 5, -1.0, 1.0), &[n])
+            .unwrap()
+            .to_device(&dev)
+            .unwrap();
+        let other = Array::from_vec(f32s(n, 6, -1.0, 1.0), &[n])
+            .unwrap()
+            .to_device(&dev)
+            .unwrap();
+        let f = jit(chain).on(&dev);
+        f.call(std::slice::from_ref(&x)).unwrap(); // compiled, pool warm
+        let mut enc = encoder(&dev);
+        let y = f.encode(&mut enc, std::slice::from_ref(&x)).unwrap();
+        drop(x); // the app's commands still read its buffer
+        // brigade runs (and finishes) the same program on other data before the app submits.
+        let z = f.call(std::slice::from_ref(&other)).unwrap();
+        let z_host = z[0].to_host().unwrap();
+        dev.wgpu().unwrap().1.submit([enc.finish()]);
+        let want_x = reference_of(
+            chain,
+            &[HostArray::from_vec(f32s(n, 5, -1.0, 1.0), &[n]).unwrap()],
+        );
+        let want_o = reference_of(chain, &[host(&other)]);
+        assert_close(
+            &y[0].to_host().unwrap(),
+            &want_x[0],
+            Tol::new(1e-4, 1e-4),
+            "encoded result",
+        );
+        assert_close(
+            &z_host,
+            &want_o[0],
+            Tol::new(1e-4, 1e-4),
+            "the call in between",
+        );
+        assert_close(
+            &z[0].to_host().unwrap(),
+            &want_o[0],
+            Tol::new(1e-4, 1e-4),
+            "after the submit",
+        );
+    }
+}
