@@ -513,3 +513,35 @@ fn a_buffer_of_another_device_or_a_lost_device_is_refused() {
         Err(Error::DeviceLost { .. })
     ));
 }
+
+#[test]
+fn call_into_a_program_that_prints_still_prints() {
+    for dev in gpu_devices() {
+        let _g = device_guard(&dev);
+        let x = Array::from_vec(vec![1.0f32, 2.0, 3.0], &[3])
+            .unwrap()
+            .to_device(&dev)
+            .unwrap();
+        let f = jit(|a: &[Tensor]| {
+            let y = &a[0] * 2.0;
+            brigade::debug_print("y = {}", &[&y]);
+            vec![y]
+        })
+        .on(&dev);
+        let ((), lines) = brigade::capture_debug_prints(|| {
+            f.call_into(std::slice::from_ref(&x), std::slice::from_ref(&x))
+                .unwrap()
+        });
+        assert_eq!(
+            x.to_vec::<f32>().unwrap(),
+            vec![2.0, 4.0, 6.0],
+            "on {}",
+            dev.name()
+        );
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains("y = [2") && lines[0].contains('6'),
+            "{lines:?}"
+        );
+    }
+}
