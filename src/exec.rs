@@ -253,8 +253,9 @@ impl Executable {
             slots[*s] = Some(b.clone());
         }
         // With `into`: each output is written into the caller's buffer. Bound as the output slot
-        // itself where nothing else uses that slot's buffer; copied there after the program
-        // otherwise (see `IntoPlan`).
+        // itself where nothing else uses that slot's buffer and the sizes agree (kernels see the
+        // bound size as `arrayLength`); computed into a temporary and copied there after the
+        // program otherwise.
         let targets: Vec<Arc<DeviceBuffer>> = match into {
             Some(outs) => check_into(dev, &self.graph, p, outs)?,
             None => Vec::new(),
