@@ -126,16 +126,18 @@ fn on_adapter(adapter: &wgpu::Adapter) -> Result<bool> {
     let graph = f.graph(&args)?;
     let hosts: Vec<_> = args.iter().map(|a| a.to_host()).collect::<Result<_>>()?;
     let want = reference::eval_graph(&graph, &hosts)?;
-    for (name, (o, w)) in ["softmax(x)", "tanh(x @ w)"]
-        .iter()
-        .zip(outs.iter().zip(&want))
-    {
+    println!(
+        "  the jit: {} dispatches, at most {widest} workgroups per dimension",
+        plan.launches.len()
+    );
+    // The matmul sums 512 f32 products; the reference accumulates in f64.
+    let checks = [("softmax(x)", 1e-5), ("tanh(x @ w)", 1e-4)];
+    for ((name, tol), (o, w)) in checks.iter().zip(outs.iter().zip(&want)) {
         let err = max_rel_err(&o.to_host()?.to_f64(), &w.to_f64());
-        let good = err <= 1e-5;
+        let good = err <= *tol;
         ok &= good;
         println!(
-            "  {name}: {} dispatches, at most {widest} workgroups per dimension, max rel. error vs the CPU reference {err:.1e} {}",
-            plan.launches.len(),
+            "  {name}: max rel. error vs the CPU reference {err:.1e} (tolerance {tol:.0e}) {}",
             if good { "✓" } else { "MISMATCH" }
         );
     }
