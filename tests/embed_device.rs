@@ -461,14 +461,14 @@ fn the_apps_destroy_is_a_typed_loss_on_brigades_next_call() {
         let x = rand_f32(&[4096], 5);
         let before = jit(|a: &[Tensor]| vec![a[0].mul(&a[0])])
             .on(&dev)
-            .call(&[x.clone()])
+            .call(std::slice::from_ref(&x))
             .unwrap();
         assert!(!dev.is_lost(), "{what}: lost before the destroy");
         app.device.destroy();
         let reason = assert_lost(
             jit(|a: &[Tensor]| vec![a[0].add(&a[0])])
                 .on(&dev)
-                .call(&[x.clone()]),
+                .call(std::slice::from_ref(&x)),
             &dev,
             &what,
         );
