@@ -454,8 +454,8 @@ impl Device {
     /// custom backend. Go the other way: let brigade request the device and hand its
     /// `GPUDevice` to the page with `device.wgpu().unwrap().0.as_webgpu()`.
     ///
-    /// ```no_run
-    /// # async fn demo() -> brigade::Result<()> {
+    /// ```
+    /// # fn main() -> brigade::Result<()> { pollster::block_on(async {
     /// use brigade::{Array, Tensor, jit, wgpu};
     /// let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
     /// let adapter = instance
@@ -475,7 +475,8 @@ impl Device {
     /// let x = Array::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?;
     /// let y = jit(|a: &[Tensor]| vec![a[0].mul(&a[0])]).on(&dev).call(&[x])?;
     /// assert_eq!(y[0].to_vec::<f32>()?, vec![1.0, 4.0, 9.0]);
-    /// # Ok(()) }
+    /// dev.destroy(); // brigade lets go; the app's `device` stays usable
+    /// # Ok(()) }) }
     /// ```
     pub fn from_wgpu(
         adapter_info: wgpu::AdapterInfo,
