@@ -36,6 +36,10 @@
 //! uncaptured-error handler that logs and records the message ([`Device::last_error`]) and a
 //! device-lost callback after which every call returns [`crate::Error::DeviceLost`].
 //!
+//! A device the app created itself ([`Device::from_wgpu`], [`RuntimeBuilder::with_wgpu_device`])
+//! keeps the app's own handlers: brigade installs none natively (wgpu would replace the app's),
+//! finds a loss by probing, and never destroys the device; see [`Device::from_wgpu`].
+//!
 //! # Platform notes
 //! Software drivers: `mesa-vulkan-drivers` (lavapipe) and `libegl-mesa0` + `libgl1-mesa-dri`
 //! (llvmpipe GL through EGL). While probing EGL displays wgpu logs
