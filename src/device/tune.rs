@@ -99,9 +99,15 @@ fn enabled() -> bool {
     )
 }
 
+/// The wgpu device, read in place: [`Device::wgpu`] would mark it handed out to the app, which
+/// costs a loss poll before every later submit.
+fn wgpu_device(dev: &Device) -> Option<&wgpu::Device> {
+    dev.inner.gpu.as_ref().map(|g| &g.device)
+}
+
 /// Identifies the adapter and driver: a choice measured on one never applies to another.
 fn adapter_key(dev: &Device) -> Option<String> {
-    let (d, _) = dev.wgpu()?;
+    let d = wgpu_device(dev)?;
     let i = d.adapter_info();
     let raw = format!(
         "{}|{}|{:x}:{:x}|{}|{}",
@@ -198,7 +204,7 @@ pub(crate) struct DeviceChooser<'a> {
 /// The subgroup member this device can run: it has `SUBGROUP` (requested when the adapter has it)
 /// and one fixed subgroup size, which becomes the kernel's workgroup size.
 fn device_subgroup(dev: &Device) -> Option<MatmulConfig> {
-    let (d, _) = dev.wgpu()?;
+    let d = wgpu_device(dev)?;
     let info = d.adapter_info();
     let size = info.subgroup_min_size;
     let fits = size <= dev.limits().max_compute_invocations_per_workgroup
