@@ -74,6 +74,19 @@ impl ShardLayout {
     }
 }
 
+/// The bytes of one array inside a wgpu buffer, to bind in an app's own pipelines
+/// ([`Array::wgpu_buffer`]): `buffer.slice(offset..offset + size)`.
+#[derive(Clone, Debug)]
+pub struct BufferView {
+    /// The wgpu buffer (a shared handle: cloning it does not copy).
+    pub buffer: wgpu::Buffer,
+    /// Where the array starts, in bytes.
+    pub offset: u64,
+    /// The array's bytes: its element count × 4 (every dtype is 32-bit on a device; bool is one
+    /// `u32`, 0 or 1, per element).
+    pub size: u64,
+}
+
 impl std::fmt::Debug for Array {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let place = match &self.inner.storage {
@@ -262,6 +275,111 @@ impl Array {
             self.inner.aval.clone(),
         ))
     }
+    /// The wgpu buffer holding this array, to bind in the app's own pipelines (a vertex buffer, a
+    /// storage buffer of its compute pass) with no copy. Needs a device array: a host array is
+    /// [`Error::BadBuffer`] naming [`Array::to_device`]; sharded arrays name
+    /// [`Array::shards`]. Extra usages (e.g. `VERTEX`) come from `Jit::output_usages` or
+    /// [`Device::set_output_usages`]: check `view.buffer.usage()`.
+    ///
+    /// Lifetimes: once exported, the buffer is never handed to another array: when brigade's last
+    /// array using it drops, it is not returned to the pool but released, and wgpu frees it once
+    /// the app's handle (`BufferView::buffer` and its clones) and every command using it are gone
+    /// too. So the app may keep drawing from it as long as it holds the handle; brigade does not
+    /// write it again except through `Jit::call_into` with this array as an output. Reads of the
+    /// array copy it through a staging buffer (never map it), so the app's submits cannot meet a
+    /// mapping. The app must not write it while brigade still reads the array.
+    ///
+    /// ```no_run
+    /// use brigade::{Array, Tensor, jit};
+    /// # fn demo(dev: &brigade::Device) -> brigade::Result<()> {
+    /// let step = jit(|x: &[Tensor]| vec![&x[0] * 0.5]).on(dev).output_usages(wgpu::BufferUsages::VERTEX);
+    /// let x = Array::from_vec(vec![1.0f32; 8], &[4, 2])?.to_device(dev)?;
+    /// let y = step.call(&[x])?;
+    /// let view = y[0].wgpu_buffer()?;
+    /// assert!(view.buffer.usage().contains(wgpu::BufferUsages::VERTEX));
+    /// // render_pass.set_vertex_buffer(0, view.buffer.slice(view.offset..view.offset + view.size));
+    /// # Ok(()) }
+    /// ```
+    pub fn wgpu_buffer(&self) -> Result<BufferView> {
+        match &self.inner.storage {
+            Storage::Device { buffer, .. } => {
+                buffer.share();
+                Ok(BufferView {
+                    buffer: buffer.buffer.clone(),
+                    offset: buffer.offset,
+                    size: self.size() as u64 * 4,
+                })
+            }
+            Storage::Host(_) => Err(Error::BadBuffer {
+                op: "wgpu_buffer",
+                device: String::new(),
+                detail: format!(
+                    "the array ({}) is host data (or on the cpu device), not in a wgpu buffer; move it to a GPU device first with `array.to_device(&device)`",
+                    self.inner.aval
+                ),
+            }),
+            Storage::Sharded { shards, .. } => Err(Error::BadBuffer {
+                op: "wgpu_buffer",
+                device: String::new(),
+                detail: format!(
+                    "the array ({}) is sharded over {} devices, one buffer each: export a shard with `array.shards()[i].wgpu_buffer()`",
+                    self.inner.aval,
+                    shards.len()
+                ),
+            }),
+        }
+    }
+
+    /// An array that reads and writes `shape.iter().product() * 4` bytes of an app's wgpu buffer
+    /// from `offset`, with no copy (dtype any 32-bit type; bool is one `u32` per element). The
+    /// buffer must have been created on `device`'s wgpu device (e.g. one given with
+    /// `Device::from_wgpu`, or the one [`Device::wgpu`] returns).
+    ///
+    /// The app keeps the buffer: brigade never pools or frees it (it holds a handle until the
+    /// array and every array sharing it are dropped). Programs read it as an input, and write it
+    /// when the array is an output of `Jit::call_into`; the app's own writes
+    /// (`queue.write_buffer`, its passes) are ordered with brigade's work by the queue. Reads
+    /// ([`Array::to_host`]) copy it through a staging buffer.
+    ///
+    /// Needs usages `STORAGE` (kernels bind it), `COPY_SRC` (reads, and programs that copy their
+    /// inputs) and `COPY_DST` (outputs copied into it).
+    ///
+    /// Errors ([`Error::BadBuffer`] unless said otherwise, each naming the fix): a usage missing;
+    /// `offset` not a multiple of the device's `min_storage_buffer_offset_alignment`; the bytes
+    /// not inside the buffer (`offset + bytes > buffer.size()`); a buffer of another wgpu device;
+    /// [`Error::OverLimit`] for more bytes than `max_storage_buffer_binding_size`;
+    /// [`Error::BadDType`] for f64; [`Error::DeviceLost`]; [`Error::Unsupported`] on the cpu device.
+    /// In the browser wgpu's answer to the other-device check is asynchronous: it comes from the
+    /// next [`Device::flush_errors`] (every read runs it) instead.
+    ///
+    /// ```no_run
+    /// use brigade::{Array, DType};
+    /// # fn demo(dev: &brigade::Device) -> brigade::Result<()> {
+    /// let (wdev, queue) = dev.wgpu().expect("a GPU device");
+    /// let buf = wdev.create_buffer(&wgpu::BufferDescriptor {
+    ///     label: Some("positions"),
+    ///     size: 1024 * 8,
+    ///     usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::VERTEX
+    ///         | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+    ///     mapped_at_creation: false,
+    /// });
+    /// queue.write_buffer(&buf, 0, bytemuck::cast_slice(&vec![0.5f32; 2048]));
+    /// let x = Array::from_wgpu_buffer(dev, buf, 0, &[1024, 2], DType::F32)?;
+    /// assert_eq!(x.to_vec::<f32>()?[0], 0.5);
+    /// # Ok(()) }
+    /// ```
+    pub fn from_wgpu_buffer(
+        device: &Device,
+        buffer: wgpu::Buffer,
+        offset: u64,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<Array> {
+        let aval = Aval::new(shape.to_vec(), dtype);
+        let buf = device.import_buffer(buffer, offset, &aval)?;
+        Ok(Array::from_buffer(device.clone(), buf, aval))
+    }
+
     /// Read the data back to the host (waits for pending work on its device).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn to_host(&self) -> Result<HostArray> {

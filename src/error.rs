@@ -163,6 +163,16 @@ pub enum Error {
     #[error("device {device}: {message}")]
     Wgpu { device: String, message: String },
 
+    /// A buffer given to or asked of brigade does not fit its use (an app's wgpu buffer without
+    /// the usages, alignment or size needed, from another device; output usages brigade cannot
+    /// give; outputs of `call_into` that do not match the program). The detail names the fix.
+    #[error("{op}{}: {detail}", if device.is_empty() { String::new() } else { format!(" on device {device}") })]
+    BadBuffer {
+        op: &'static str,
+        device: String,
+        detail: String,
+    },
+
     /// Transfer between host and device failed.
     #[error("transfer on device {device} failed: {detail}")]
     Transfer { device: String, detail: String },
@@ -338,6 +348,7 @@ impl Error {
                 | Error::NotDifferentiable { .. }
                 | Error::BranchMismatch { .. }
                 | Error::CarryMismatch { .. }
+                | Error::BadBuffer { .. }
         )
     }
 }

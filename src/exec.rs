@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::array::{Array, host_data};
-use crate::cache::Lru;
+use crate::cache::{Lru, SyncLru};
 use crate::device::{
     BufferCopy, Command, Device, DeviceBuffer, DeviceLimits, Dispatch, Kernel, Runtime,
 };
@@ -18,7 +18,9 @@ use crate::tensor::{Repr, Tensor};
 use crate::trace::graph::{Aval, Eqn, Graph};
 use crate::trace::tracer::Trace;
 
-/// A graph with its per-device compiled programs, pipelines and constant buffers.
+/// A graph with its per-device compiled programs, pipelines and constant buffers. `Send + Sync`:
+/// shared (`Arc`) by the threads that call one compiled function; see [`crate::cache`] for how
+/// its per-device cache is locked.
 pub(crate) struct Executable {
     /// The program as traced (prints included).
     pub(crate) graph: Graph,
@@ -28,7 +30,7 @@ pub(crate) struct Executable {
     /// By device and the limits the program was planned against, with the device's cache epoch
     /// when compiled (an entry from before [`Device::clear_caches`] is compiled again). Bounded:
     /// devices that come and go (new runtimes) do not pile up programs here.
-    compiled: RefCell<Lru<CompiledKey, (u64, Rc<Compiled>)>>,
+    compiled: SyncLru<CompiledKey, (u64, Arc<Compiled>)>,
 }
 
 /// A device's id and the limits a program was planned against.
@@ -54,18 +56,20 @@ impl Executable {
             graph,
             run_graph,
             prints,
-            compiled: RefCell::new(Lru::new(DEVICES_PER_EXECUTABLE)),
+            compiled: SyncLru::new(DEVICES_PER_EXECUTABLE),
         }
     }
 
     /// Lower for `dev` (planned against `limits`, at most the device's own), create its pipelines
-    /// and upload constants: once per device and limits.
-    fn compiled_for(&self, dev: &Device, limits: &DeviceLimits) -> Result<Rc<Compiled>> {
+    /// and upload constants: once per device and limits. The cache lock is not held while
+    /// lowering or creating pipelines (see [`crate::cache::SyncLru`]): two threads that miss at
+    /// once both compile, and the first to finish is kept.
+    fn compiled_for(&self, dev: &Device, limits: &DeviceLimits) -> Result<Arc<Compiled>> {
         let key = (dev.inner.id, *limits);
         let epoch = dev.cache_epoch();
-        if let Some((e, c)) = self.compiled.borrow_mut().get(&key) {
-            if *e == epoch {
-                return Ok(c.clone());
+        if let Some((e, c)) = self.compiled.get(&key) {
+            if e == epoch {
+                return Ok(c);
             }
         }
         // Matmul kernels are picked by measurement on this device (cached per adapter and shape).
@@ -99,14 +103,17 @@ impl Executable {
             .iter()
             .map(|(s, h)| Ok((*s, dev.upload(&h.data)?)))
             .collect::<Result<Vec<_>>>()?;
-        let c = Rc::new(Compiled {
+        let c = Arc::new(Compiled {
             program,
             kernels,
             consts,
         });
-        let old = self.compiled.borrow_mut().insert(key, (epoch, c.clone()));
-        drop(old);
-        Ok(c)
+        // Keep another thread's program if it is at least as fresh (same or later epoch); the
+        // loser and anything evicted are dropped here, after the lock is released.
+        let kept = self
+            .compiled
+            .insert_or_keep(key, (epoch, c), None, |(e, _)| *e >= epoch);
+        Ok(kept.value.1)
     }
 
     /// The program compiled for `dev` (compiling it if needed).
@@ -128,9 +135,36 @@ impl Executable {
         args: &[Array],
         limits: &DeviceLimits,
     ) -> Result<Vec<Array>> {
-        let mut outs = self.run_unprinted(dev, args, limits)?;
+        let outs = self.run_unprinted(dev, args, limits, RunOpts::default())?;
+        Ok(self.print_extras(dev, outs))
+    }
+
+    /// Run on `dev` with `opts` (extra output usages, outputs written into given arrays, or
+    /// recorded into an app's encoder).
+    pub(crate) fn run_with(
+        &self,
+        dev: &Device,
+        args: &[Array],
+        opts: RunOpts<'_>,
+    ) -> Result<Vec<Array>> {
+        if opts.encoder.is_some() && !self.prints.is_empty() {
+            return Err(Error::Unsupported {
+                op: "Jit::encode",
+                detail: format!(
+                    "of a program with {} debug_print(s): printing reads the values on the host after the \
+                     program ran, which needs a submit and a wait; use `call` (or remove the prints)",
+                    self.prints.len()
+                ),
+            });
+        }
+        let outs = self.run_unprinted(dev, args, dev.limits(), opts)?;
+        Ok(self.print_extras(dev, outs))
+    }
+
+    /// Print the values a run's prints read (they come after the outputs) and return the outputs.
+    fn print_extras(&self, dev: &Device, mut outs: Vec<Array>) -> Vec<Array> {
         if self.prints.is_empty() {
-            return Ok(outs);
+            return outs;
         }
         // Printed values come after the outputs: read them (this waits for the device) and print.
         let printed = outs.split_off(self.graph.outputs.len());
@@ -148,7 +182,7 @@ impl Executable {
             )],
         };
         crate::debug::emit(lines);
-        Ok(outs)
+        outs
     }
 
     /// Run the program, returning its outputs followed by the values its prints read.
@@ -157,6 +191,7 @@ impl Executable {
         dev: &Device,
         args: &[Array],
         limits: &DeviceLimits,
+        opts: RunOpts<'_>,
     ) -> Result<Vec<Array>> {
         let g = &self.run_graph;
         if args.len() != g.inputs.len() {
@@ -164,6 +199,20 @@ impl Executable {
                 what: "compiled function".into(),
                 expected: g.inputs.len(),
                 got: args.len(),
+            });
+        }
+        if dev.is_cpu() && (opts.into.is_some() || opts.encoder.is_some()) {
+            return Err(Error::Unsupported {
+                op: if opts.into.is_some() {
+                    "Jit::call_into"
+                } else {
+                    "Jit::encode"
+                },
+                detail: format!(
+                    "on the cpu device {}: its arrays are host data, with no wgpu buffer to write or encoder to record into; \
+                     run on a GPU device with `.on(device)`",
+                    dev.name()
+                ),
             });
         }
         if dev.is_cpu() {
@@ -185,6 +234,13 @@ impl Executable {
         }
         let c = self.compiled_for(dev, limits)?;
         let p = &c.program;
+        let RunOpts {
+            usages,
+            into,
+            encoder,
+        } = opts;
+        crate::device::check_output_usages(usages, "Jit::output_usages")?;
+        let extra = dev.output_usages() | usages;
         let mut slots: Vec<Option<Arc<DeviceBuffer>>> = vec![None; p.slot_bytes.len()];
         for (arg, &s) in args.iter().zip(&p.input_slots) {
             let on_dev = match (arg.device(), arg.buffer()) {
@@ -203,9 +259,54 @@ impl Executable {
         for (s, b) in &c.consts {
             slots[*s] = Some(b.clone());
         }
+        // With `into`: each output is written into the caller's buffer. Bound as the output slot
+        // itself where nothing else uses that slot's buffer and the sizes agree (kernels see the
+        // bound size as `arrayLength`); computed into a temporary and copied there after the
+        // program otherwise.
+        let targets: Vec<Arc<DeviceBuffer>> = match into {
+            Some(outs) => check_into(dev, &self.graph, p, outs)?,
+            None => Vec::new(),
+        };
+        let mut copy_after: Vec<usize> = Vec::new();
+        for (i, target) in targets.iter().enumerate() {
+            let s = p.output_slots[i];
+            let shared_slot =
+                slots[s].is_some() || p.output_slots.iter().filter(|&&o| o == s).count() > 1;
+            // wgpu refuses one buffer bound read-only and writable in one dispatch: an output that
+            // shares its wgpu buffer with an input or another output goes through a temporary.
+            let aliased = args
+                .iter()
+                .filter_map(Array::buffer)
+                .chain(c.consts.iter().map(|(_, b)| b))
+                .any(|b| b.same_wgpu_buffer(target))
+                || targets
+                    .iter()
+                    .enumerate()
+                    .any(|(j, t)| j != i && t.same_wgpu_buffer(target));
+            let size_fits = target.size() == p.slot_bytes[s].max(4).next_multiple_of(4);
+            if shared_slot || aliased || !size_fits {
+                copy_after.push(i);
+            } else {
+                slots[s] = Some(target.clone());
+            }
+        }
+        let output_slot = |s: usize| into.is_none() && p.output_slots.contains(&s);
         for (s, slot) in slots.iter_mut().enumerate() {
             if slot.is_none() {
-                *slot = Some(dev.alloc(p.slot_bytes[s])?);
+                *slot = Some(if output_slot(s) {
+                    dev.alloc_with(p.slot_bytes[s], extra)?
+                } else {
+                    dev.alloc(p.slot_bytes[s])?
+                });
+            }
+        }
+        // A copy within one wgpu buffer is refused too: such an output is staged through a
+        // temporary of its own.
+        let mut staged: Vec<Option<Arc<DeviceBuffer>>> = vec![None; targets.len()];
+        for &i in &copy_after {
+            let src = slots[p.output_slots[i]].as_ref().expect("slot filled");
+            if src.same_wgpu_buffer(&targets[i]) {
+                staged[i] = Some(dev.alloc(targets[i].size())?);
             }
         }
         let dispatches: Vec<Dispatch<'_>> = p
@@ -223,12 +324,82 @@ impl Executable {
             })
             .collect();
         let buf = |s: usize| &**slots[s].as_ref().expect("every slot is filled");
-        // Loops are unrolled as they are recorded and submitted in chunks (bounded memory at
-        // any iteration count). Submit and return: outputs are ready when read (reads wait on
-        // the queue).
-        let mut rec = dev.recorder(&dispatches)?;
-        walk(&p.schedule, 0, &buf, &mut |c| rec.push(c))?;
-        rec.finish()?;
+        // The copies into the caller's buffers, after the program.
+        let mut finals: Vec<Command<'_>> = Vec::new();
+        for &i in &copy_after {
+            let src = buf(p.output_slots[i]);
+            let dst = &*targets[i];
+            let bytes = p.output_avals[i].size() as u64 * 4;
+            if bytes == 0 {
+                continue;
+            }
+            let copy = |src, dst| {
+                Command::Copy(BufferCopy {
+                    src,
+                    src_offset: 0,
+                    dst,
+                    dst_offset: 0,
+                    size: bytes,
+                })
+            };
+            match &staged[i] {
+                Some(t) => {
+                    finals.push(copy(src, t));
+                    finals.push(copy(t, dst));
+                }
+                None => finals.push(copy(src, dst)),
+            }
+        }
+        match encoder {
+            None => {
+                // Loops are unrolled as they are recorded and submitted in chunks (bounded memory
+                // at any iteration count). Submit and return: outputs are ready when read (reads
+                // wait on the queue).
+                let mut rec = dev.recorder(&dispatches)?;
+                walk(&p.schedule, 0, &buf, &mut |c| rec.push(c))?;
+                for c in finals {
+                    rec.push(c)?;
+                }
+                rec.finish()?;
+            }
+            Some(enc) => {
+                let mut commands: Vec<Command<'_>> = Vec::new();
+                walk(&p.schedule, 0, &buf, &mut |c| {
+                    push_encoded(&mut commands, c)
+                })?;
+                for c in finals {
+                    push_encoded(&mut commands, c)?;
+                }
+                // Every buffer the app's commands will use stays out of the pool and is never
+                // mapped by a read until brigade and the app have both dropped it: the commands
+                // run only when the app submits.
+                for b in slots.iter().flatten().chain(staged.iter().flatten()) {
+                    b.share();
+                }
+                for t in &targets {
+                    t.share();
+                }
+                dev.encode_commands(enc, &dispatches, &commands)?;
+            }
+        }
+        if into.is_some() {
+            // The caller's arrays, then the printed values (in fresh buffers).
+            let mut outs: Vec<Array> = into.unwrap_or_default().to_vec();
+            outs.extend(
+                p.output_slots
+                    .iter()
+                    .zip(&p.output_avals)
+                    .skip(targets.len())
+                    .map(|(&s, aval)| {
+                        Array::from_buffer(
+                            dev.clone(),
+                            slots[s].clone().expect("output slot filled"),
+                            aval.clone(),
+                        )
+                    }),
+            );
+            return Ok(outs);
+        }
         Ok(p.output_slots
             .iter()
             .zip(&p.output_avals)
@@ -241,6 +412,101 @@ impl Executable {
             })
             .collect())
     }
+}
+
+/// Queue one command of `Jit::encode`: all go in the app's one encoder, so a program longer
+/// than a chunk is refused.
+fn push_encoded<'a>(commands: &mut Vec<Command<'a>>, c: Command<'a>) -> Result<()> {
+    let limit = crate::device::CHUNK_COMMANDS;
+    if commands.len() == limit {
+        return Err(Error::Unsupported {
+            op: "Jit::encode",
+            detail: format!(
+                "of a program of more than {limit} commands (loops unrolled): `call` submits such a program in \
+                 chunks, waiting between them to bound host memory, which one encoder of yours cannot do; \
+                 use `call`, or fewer loop iterations per encode"
+            ),
+        });
+    }
+    commands.push(c);
+    Ok(())
+}
+
+/// How a run hands back its outputs (see [`Executable::run_with`]).
+pub(crate) struct RunOpts<'o> {
+    /// Usages added to fresh output buffers, on top of the device's
+    /// ([`Device::set_output_usages`]).
+    pub(crate) usages: wgpu::BufferUsages,
+    /// Write the program's outputs into these device arrays (`call_into`).
+    pub(crate) into: Option<&'o [Array]>,
+    /// Record into this encoder instead of submitting (`encode`).
+    pub(crate) encoder: Option<&'o mut wgpu::CommandEncoder>,
+}
+
+impl Default for RunOpts<'_> {
+    fn default() -> Self {
+        RunOpts {
+            usages: wgpu::BufferUsages::empty(),
+            into: None,
+            encoder: None,
+        }
+    }
+}
+
+/// Check the arrays given to `call_into` against the program's outputs: as many, each a device
+/// array on `dev` of the output's shape and dtype, no array given twice. Returns their buffers.
+fn check_into(
+    dev: &Device,
+    graph: &Graph,
+    p: &Program,
+    outs: &[Array],
+) -> Result<Vec<Arc<DeviceBuffer>>> {
+    let n = graph.outputs.len();
+    if outs.len() != n {
+        return Err(Error::Arity {
+            what: "call_into outputs (one array per output of the program)".into(),
+            expected: n,
+            got: outs.len(),
+        });
+    }
+    let bad = |detail: String| Error::BadBuffer {
+        op: "call_into",
+        device: dev.name().to_string(),
+        detail,
+    };
+    let mut bufs: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(n);
+    for (i, (o, want)) in outs.iter().zip(&p.output_avals).enumerate() {
+        if o.shape() != want.shape.as_slice() || o.dtype() != want.dtype {
+            return Err(bad(format!(
+                "output {i} of the program is {want} but the array given for it is {}: pass an array of that shape and dtype",
+                o.aval()
+            )));
+        }
+        let b = match (o.device(), o.buffer()) {
+            (Some(d), Some(b)) if same_device(d, dev) => b.clone(),
+            (Some(d), Some(_)) => {
+                return Err(bad(format!(
+                    "the array given for output {i} lives on device {}, not on the device the program runs on: \
+                     pass an array of this device (or run the program there with `.on(device)`)",
+                    d.name()
+                )));
+            }
+            _ => {
+                return Err(bad(format!(
+                    "the array given for output {i} ({}) is not in a buffer of this device (host, cpu or sharded data): \
+                     pass a device array, e.g. `array.to_device(&device)?` or `Array::from_wgpu_buffer`",
+                    o.aval()
+                )));
+            }
+        };
+        if let Some(j) = bufs.iter().position(|x| Arc::ptr_eq(x, &b)) {
+            return Err(bad(format!(
+                "the arrays given for outputs {j} and {i} share one buffer: each output needs its own"
+            )));
+        }
+        bufs.push(b);
+    }
+    Ok(bufs)
 }
 
 /// Emit the device commands of a schedule, loops unrolled (`i`: the enclosing loop's iteration).
@@ -480,8 +746,12 @@ where
 /// `vmap(..).call` and `grad(..).call` share. The function is traced once per signature; the
 /// program is lowered and cached per device by [`Executable`].
 /// Bounded (least recently used first) by the program cache capacity of the device a call runs on.
+///
+/// Shared by every thread that calls the function: the lock is held for the lookup and the
+/// insert only, never while tracing (tracing may call back into this cache, e.g. a `grad` traced
+/// inside its own `jit`) — see [`crate::cache`].
 pub(crate) struct CompileCache {
-    map: RefCell<Lru<Vec<Aval>, Rc<Executable>>>,
+    map: SyncLru<Vec<Aval>, Arc<Executable>>,
 }
 
 /// Count (and drop) programs evicted from a full program cache.
@@ -496,39 +766,32 @@ pub(crate) fn count_program_evictions<T>(evicted: Vec<T>) {
 impl CompileCache {
     pub(crate) fn new() -> CompileCache {
         CompileCache {
-            map: RefCell::new(Lru::new(crate::device::DEFAULT_PROGRAM_CACHE_CAPACITY)),
+            map: SyncLru::new(crate::device::DEFAULT_PROGRAM_CACHE_CAPACITY),
         }
     }
     /// Signatures held.
     pub(crate) fn len(&self) -> usize {
-        self.map.borrow().len()
+        self.map.len()
     }
     /// The program of `f` for arguments like `args` (tracing it the first time; then the cache
-    /// keeps at most `capacity` programs, when given).
+    /// keeps at most `capacity` programs, when given). Threads that miss on the same signature at
+    /// once each trace it; the first program inserted is the one every caller gets.
     pub(crate) fn executable(
         &self,
         label: &str,
         f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
         args: &[Array],
         capacity: Option<usize>,
-    ) -> Result<Rc<Executable>> {
+    ) -> Result<Arc<Executable>> {
         let avals: Vec<Aval> = args.iter().map(|a| a.aval().clone()).collect();
-        if let Some(e) = self.map.borrow_mut().get(&avals) {
-            return Ok(e.clone());
+        if let Some(e) = self.map.get(&avals) {
+            return Ok(e);
         }
         let g = trace_fn(label, &f, &avals)?;
-        let e = Rc::new(Executable::new(g));
-        let evicted = {
-            let mut map = self.map.borrow_mut();
-            let mut out = match capacity {
-                Some(n) => map.set_capacity(n),
-                None => Vec::new(),
-            };
-            out.extend(map.insert(avals, e.clone()));
-            out
-        };
-        count_program_evictions(evicted);
-        Ok(e)
+        let e = Arc::new(Executable::new(g));
+        let kept = self.map.insert_or_keep(avals, e, capacity, |_| true);
+        count_program_evictions(kept.evicted);
+        Ok(kept.value)
     }
     /// Run `f`'s program on the explicit device, else where [`pick_device`] says.
     pub(crate) fn call(
@@ -543,14 +806,59 @@ impl CompileCache {
         let exe = self.executable(label, f, args, Some(dev.program_cache_capacity()))?;
         exe.run(&dev, args)
     }
+    /// [`CompileCache::call`] with `opts`; without an explicit device, the arrays of
+    /// `opts.into` also say where to run.
+    pub(crate) fn call_with(
+        &self,
+        label: &str,
+        f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+        device: Option<&Device>,
+        args: &[Array],
+        opts: RunOpts<'_>,
+    ) -> Result<Vec<Array>> {
+        let refs: Vec<&Array> = args.iter().chain(opts.into.unwrap_or_default()).collect();
+        let dev = pick_device(device, &refs)?;
+        let exe = self.executable(label, f, args, Some(dev.program_cache_capacity()))?;
+        exe.run_with(&dev, args, opts)
+    }
 }
 
 /// A function compiled with [`jit`]: traced once per input signature, lowered and cached per device.
+///
+/// # Threads
+///
+/// On native platforms a `Jit` is `Send + Sync` whenever its function is (every closure that
+/// captures only `Send + Sync` values, e.g. none, or `Arc`s), so one compiled function, shared with
+/// an `Arc` or borrowed by scoped threads, can be called from many threads at once, on one device
+/// or several. The program caches are behind locks held only to look up or insert a program,
+/// never while tracing, compiling or running; two threads that meet a new signature at the same
+/// time both trace it, and the first program is the one kept (no thread waits on another's
+/// compile, so no lock order with the GL lock or the caller's own locks can deadlock). Tracing
+/// itself is per thread: a [`Tensor`] stays on the thread that made it. In the browser (single
+/// threaded) nothing changes.
+///
+/// ```
+/// use brigade::{jit, Array, Tensor};
+/// let f = jit(|x: &[Tensor]| vec![&x[0] * 3.0]);
+/// std::thread::scope(|s| {
+///     for t in 0..2 {
+///         let f = &f;
+///         s.spawn(move || {
+///             // A different shape per thread: each compiles its own signature.
+///             let x = Array::from_vec(vec![t as f32; t + 1], &[t + 1]).unwrap();
+///             assert_eq!(f.call(&[x]).unwrap()[0].to_vec::<f32>().unwrap(), vec![3.0 * t as f32; t + 1]);
+///         });
+///     }
+/// });
+/// assert_eq!(f.programs_cached(), 2);
+/// ```
 pub struct Jit<F> {
     f: F,
     label: String,
     device: Option<Device>,
     cache: CompileCache,
+    /// Extra usages of the output buffers ([`Jit::output_usages`]).
+    usages: wgpu::BufferUsages,
 }
 
 /// Compile `f` (JAX's `jax.jit`). The first call with a given signature (shapes and dtypes) traces `f`
@@ -575,6 +883,7 @@ where
         label: "jit".into(),
         device: None,
         cache: CompileCache::new(),
+        usages: wgpu::BufferUsages::empty(),
     }
 }
 
@@ -619,10 +928,128 @@ where
     }
     /// Call with concrete arrays.
     pub fn call(&self, args: &[Array]) -> Result<Vec<Array>> {
+        if self.usages.is_empty() {
+            return self
+                .cache
+                .call(&self.label, &self.f, self.device.as_ref(), args);
+        }
+        let opts = RunOpts {
+            usages: self.usages,
+            ..RunOpts::default()
+        };
         self.cache
-            .call(&self.label, &self.f, self.device.as_ref(), args)
+            .call_with(&self.label, &self.f, self.device.as_ref(), args, opts)
+    }
+
+    /// Give this program's output buffers `usages` on top of brigade's own (and of the device's,
+    /// [`Device::set_output_usages`]), so that the app can bind them in its pipelines: e.g.
+    /// `wgpu::BufferUsages::VERTEX` to draw an output as a vertex buffer
+    /// ([`Array::wgpu_buffer`]). Allowed: `VERTEX`, `INDEX`, `UNIFORM` (a uniform binding is at
+    /// most `max_uniform_buffer_binding_size` bytes, 64 KiB by default), `INDIRECT` (the buffer
+    /// must then hold wgpu's indirect argument layout). Another usage (e.g. `MAP_WRITE`) makes
+    /// every call fail with [`Error::BadBuffer`]. Outputs with different usages come from
+    /// different pool buckets.
+    pub fn output_usages(mut self, usages: wgpu::BufferUsages) -> Self {
+        self.usages = usages;
+        self
+    }
+
+    /// Run the program and write its outputs into `outs` (device arrays of the outputs' shapes
+    /// and dtypes, e.g. an app's vertex buffers imported with [`Array::from_wgpu_buffer`])
+    /// instead of new buffers: a simulation step `x = f(x)` updates `x` in place every frame,
+    /// with no allocation and no transfer. Submits and returns without waiting, like `call`.
+    ///
+    /// An output array may also be an argument (`call_into(&[x.clone()], &[x])`): the results
+    /// are computed into a temporary and copied over afterwards, so the program reads the old
+    /// values. Each output is otherwise bound as the kernels' output buffer itself (no copy),
+    /// unless the program's output is one of its inputs or constants, or shares a buffer with
+    /// another output: then it is copied. Other arrays sharing an output's buffer (clones) see
+    /// the new values.
+    ///
+    /// ```
+    /// use brigade::{Array, Tensor, jit};
+    /// let step = jit(|x: &[Tensor]| vec![&x[0] * 0.5 + 1.0]);
+    /// # let Some(dev) = brigade::Runtime::global()?.devices().iter().find(|d| !d.is_cpu()).cloned() else { return Ok(()) };
+    /// let x = Array::from_vec(vec![2.0f32, 4.0], &[2])?.to_device(&dev)?;
+    /// for _ in 0..3 {
+    ///     step.call_into(&[x.clone()], &[x.clone()])?;
+    /// }
+    /// assert_eq!(x.to_vec::<f32>()?, vec![2.0, 2.25]); // 2 stays 2; 4 → 3 → 2.5 → 2.25
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    ///
+    /// Errors: [`Error::Arity`] (not one array per output), [`Error::BadBuffer`] (an array of
+    /// another shape or dtype, on another device, on the host, or given for two outputs),
+    /// [`Error::Unsupported`] on the cpu device, and those of `call`.
+    pub fn call_into(&self, args: &[Array], outs: &[Array]) -> Result<()> {
+        let opts = RunOpts {
+            usages: self.usages,
+            into: Some(outs),
+            encoder: None,
+        };
+        self.cache
+            .call_with(&self.label, &self.f, self.device.as_ref(), args, opts)
+            .map(drop)
+    }
+
+    /// Record the program into the app's `encoder` without submitting or waiting, so that its
+    /// compute and the app's render passes go in one submission, ordered by wgpu; the outputs
+    /// are valid once the app has submitted the encoder (read them, or bind their
+    /// [`Array::wgpu_buffer`], after that). `call` keeps submitting on its own.
+    ///
+    /// The encoder must come from the wgpu device of the device the program runs on
+    /// ([`Jit::on`], else the first device argument's, else the global runtime's first).
+    /// Arguments not on that device are uploaded now with `queue.write_buffer` (counted in
+    /// [`crate::Counters::bytes_uploaded`]), which wgpu orders before the app's later submit.
+    ///
+    /// Every buffer the recorded commands use (arguments, outputs, temporaries, constants) is
+    /// marked shared: it never returns to the pool, so no later brigade work can overwrite it
+    /// before the app's commands have run, and reads copy it instead of mapping it, so the app's
+    /// submit cannot meet a mapping brigade holds (a read of an argument that was already waiting
+    /// on another thread is waited for here). Temporaries are therefore allocated afresh at
+    /// every encode.
+    ///
+    /// Errors: [`Error::Unsupported`] for a program that needs a host step between its stages:
+    /// one with `debug_print` (printing reads values on the host), or more than 4096 commands
+    /// with loops unrolled (`call` submits those in chunks and waits between them); use `call`
+    /// for those. Also the errors of `call`. wgpu reports an encoder from another device when
+    /// the app finishes or submits it.
+    pub fn encode(&self, encoder: &mut wgpu::CommandEncoder, args: &[Array]) -> Result<Vec<Array>> {
+        let opts = RunOpts {
+            usages: self.usages,
+            into: None,
+            encoder: Some(encoder),
+        };
+        self.cache
+            .call_with(&self.label, &self.f, self.device.as_ref(), args, opts)
+    }
+
+    /// [`Jit::encode`] writing the outputs into `outs`, as [`Jit::call_into`] does: a step
+    /// `x = f(x)` on an app's vertex buffer recorded into the frame's encoder.
+    pub fn encode_into(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        args: &[Array],
+        outs: &[Array],
+    ) -> Result<()> {
+        let opts = RunOpts {
+            usages: self.usages,
+            into: Some(outs),
+            encoder: Some(encoder),
+        };
+        self.cache
+            .call_with(&self.label, &self.f, self.device.as_ref(), args, opts)
+            .map(drop)
     }
 }
+
+// Compiled programs are shared by the threads that call them (see [`Jit`]'s notes on threads).
+#[cfg(not(target_arch = "wasm32"))]
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Executable>();
+    send_sync::<CompileCache>();
+};
 
 impl Device {
     /// Drop this device's compiled kernels and make every program compiled for it stale: the next

@@ -24,7 +24,7 @@ pub mod transform;
 pub mod web;
 pub mod wgsl;
 
-pub use array::{Array, ShardLayout};
+pub use array::{Array, BufferView, ShardLayout};
 pub use collective::{
     all_gather, all_to_all, axis_index, axis_size, pmax, pmax_axes, pmean, pmean_axes, pmin,
     pmin_axes, ppermute, psum, psum_axes, psum_scatter,

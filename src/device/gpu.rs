@@ -522,14 +522,24 @@ impl Device {
     /// message names the bytes requested, in use and the limit), [`Error::DeviceLost`],
     /// [`Error::Unsupported`] on the cpu device.
     pub fn alloc(&self, bytes: u64) -> Result<Arc<DeviceBuffer>> {
+        self.alloc_with(bytes, wgpu::BufferUsages::empty())
+    }
+
+    /// [`Device::alloc`] with `extra` usages (checked by [`check_output_usages`]) beyond
+    /// brigade's own; pooled apart from buffers with other usages.
+    pub(crate) fn alloc_with(
+        &self,
+        bytes: u64,
+        extra: wgpu::BufferUsages,
+    ) -> Result<Arc<DeviceBuffer>> {
         let gpu = self.gpu("alloc")?;
         let size = self.check_fits(bytes, || format!("a buffer of {}", human_bytes(bytes)))?;
         let bucket = bucket_size(size, self.inner.info.limits.max_array_bytes());
         let mut freed = Vec::new();
         let reserved = {
             let mut pool = lock(&gpu.pool);
-            if let Some(buffer) = pool.take(bucket) {
-                return Ok(self.wrap(buffer, size, bucket));
+            if let Some(buffer) = pool.take(bucket, extra) {
+                return Ok(self.wrap(buffer, size, bucket, extra));
             }
             pool.reserve(bucket, size, &mut freed)
         };
@@ -549,7 +559,8 @@ impl Device {
         // Mappable too where array reads map their buffer in place (see `transfer.rs`).
         let mut usage = wgpu::BufferUsages::STORAGE
             | wgpu::BufferUsages::COPY_SRC
-            | wgpu::BufferUsages::COPY_DST;
+            | wgpu::BufferUsages::COPY_DST
+            | extra;
         if gpu.map_gate.is_some() {
             usage |= wgpu::BufferUsages::MAP_READ;
         }
@@ -591,7 +602,7 @@ impl Device {
             }));
         }
         lock(&gpu.pool).stats.created += 1;
-        Ok(self.wrap(buffer, size, capacity))
+        Ok(self.wrap(buffer, size, capacity, extra))
     }
 
     /// [`Error::OutOfMemory`] for a buffer of `bytes` bytes, naming what is in use and the limit.
@@ -617,13 +628,176 @@ impl Device {
         }
     }
 
-    fn wrap(&self, buffer: wgpu::Buffer, size: u64, capacity: u64) -> Arc<DeviceBuffer> {
+    fn wrap(
+        &self,
+        buffer: wgpu::Buffer,
+        size: u64,
+        capacity: u64,
+        extra: wgpu::BufferUsages,
+    ) -> Arc<DeviceBuffer> {
         Arc::new(DeviceBuffer {
             buffer,
+            offset: 0,
             size,
             capacity,
             owner: self.inner.clone(),
+            extra,
+            imported: false,
+            shared: Default::default(),
         })
+    }
+
+    /// Wrap `bytes` of an app's buffer from `offset` for an array of `aval` (see
+    /// [`crate::Array::from_wgpu_buffer`], which documents the checks).
+    pub(crate) fn import_buffer(
+        &self,
+        buffer: wgpu::Buffer,
+        offset: u64,
+        aval: &crate::trace::graph::Aval,
+    ) -> Result<Arc<DeviceBuffer>> {
+        const OP: &str = "Array::from_wgpu_buffer";
+        if aval.dtype == crate::DType::F64 {
+            return Err(crate::error::f64_on_gpu(OP, &aval.shape));
+        }
+        let gpu = self.live_gpu(OP)?;
+        let bad = |detail: String| Error::BadBuffer {
+            op: OP,
+            device: self.inner.label.clone(),
+            detail,
+        };
+        use wgpu::BufferUsages as U;
+        let have = buffer.usage();
+        let missing = (U::STORAGE | U::COPY_SRC | U::COPY_DST) - have;
+        if !missing.is_empty() {
+            return Err(bad(format!(
+                "the buffer has usages {have:?}, without {missing:?}: create it with {missing:?} added \
+                 (STORAGE: kernels bind it; COPY_SRC: reads and programs that copy their inputs; \
+                 COPY_DST: outputs copied into it)"
+            )));
+        }
+        let align = u64::from(gpu.device.limits().min_storage_buffer_offset_alignment);
+        if !offset.is_multiple_of(align) {
+            return Err(bad(format!(
+                "offset {offset} is not a multiple of this device's min_storage_buffer_offset_alignment \
+                 ({align} bytes): start the array at {} or {} instead",
+                offset / align * align,
+                offset.next_multiple_of(align)
+            )));
+        }
+        let bytes = aval
+            .shape
+            .iter()
+            .try_fold(4u64, |a, &d| a.checked_mul(d as u64))
+            .ok_or_else(|| Error::ShapeTooLarge {
+                op: OP,
+                shape: aval.shape.clone(),
+                detail: "its byte count overflows u64".into(),
+            })?;
+        let size = self.check_fits(bytes, || format!("importing an array of {aval}"))?;
+        if offset
+            .checked_add(size)
+            .is_none_or(|end| end > buffer.size())
+        {
+            return Err(bad(format!(
+                "an array of {aval} needs {size} bytes from offset {offset} (up to byte {}), but the buffer holds {} bytes: \
+                 use a larger buffer, a smaller shape or a smaller offset",
+                offset.saturating_add(size),
+                buffer.size()
+            )));
+        }
+        // wgpu cannot say which device a buffer belongs to, but refuses to bind it elsewhere.
+        let ((), err) = gpu.capture(|| {
+            let layout = gpu
+                .device
+                .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                    label: Some("brigade import check"),
+                    entries: &[wgpu::BindGroupLayoutEntry {
+                        binding: 0,
+                        visibility: wgpu::ShaderStages::COMPUTE,
+                        ty: wgpu::BindingType::Buffer {
+                            ty: wgpu::BufferBindingType::Storage { read_only: false },
+                            has_dynamic_offset: false,
+                            min_binding_size: None,
+                        },
+                        count: None,
+                    }],
+                });
+            let group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("brigade import check"),
+                layout: &layout,
+                entries: &[wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &buffer,
+                        offset,
+                        size: wgpu::BufferSize::new(size),
+                    }),
+                }],
+            });
+            drop(group);
+        });
+        if let Some(e) = err {
+            if let Some(reason) = gpu.lost_now(true) {
+                return Err(self.lost_error(reason));
+            }
+            let text = e.to_string();
+            let other_device = text.contains("cannot be used with") || text.contains("device");
+            return Err(bad(if other_device {
+                format!(
+                    "the buffer belongs to another wgpu device: create it with this device's wgpu \
+                     device (`device.wgpu()`), or copy its data over through the host (wgpu: {})",
+                    text.trim()
+                )
+            } else {
+                format!(
+                    "wgpu refused to bind it as a storage buffer: {}",
+                    text.trim()
+                )
+            }));
+        }
+        Ok(Arc::new(DeviceBuffer {
+            buffer,
+            offset,
+            size,
+            capacity: size,
+            owner: self.inner.clone(),
+            extra: wgpu::BufferUsages::empty(),
+            imported: true,
+            shared: std::sync::atomic::AtomicBool::new(true),
+        }))
+    }
+
+    /// Usages added to every program output made on this device from now on (on top of those a
+    /// program asks for with `Jit::output_usages`), e.g. `wgpu::BufferUsages::VERTEX` so that
+    /// results can be bound as vertex buffers by the app's render pipelines
+    /// ([`crate::Array::wgpu_buffer`]). Uploads and temporaries keep brigade's own usages.
+    ///
+    /// Allowed: `VERTEX`, `INDEX`, `UNIFORM`, `INDIRECT`. Binding them follows wgpu's rules: a
+    /// `UNIFORM` binding is at most `max_uniform_buffer_binding_size` bytes (64 KiB by default,
+    /// far below the storage limit), and an `INDIRECT` buffer must hold wgpu's indirect argument
+    /// layout (`DispatchIndirectArgs` / `DrawIndirectArgs`, u32 words) at its offset. Errors: [`Error::BadBuffer`] for any other usage (e.g. `MAP_WRITE`),
+    /// [`Error::Unsupported`] on the cpu device (its arrays are host data).
+    ///
+    /// ```no_run
+    /// # fn demo(dev: &brigade::Device) -> brigade::Result<()> {
+    /// dev.set_output_usages(wgpu::BufferUsages::VERTEX)?;
+    /// assert_eq!(dev.output_usages(), wgpu::BufferUsages::VERTEX);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_output_usages(&self, usages: wgpu::BufferUsages) -> Result<()> {
+        let gpu = self.gpu("set_output_usages")?;
+        check_output_usages(usages, "Device::set_output_usages")?;
+        lock(&gpu.pool).output_usages = usages;
+        Ok(())
+    }
+
+    /// The usages [`Device::set_output_usages`] set (empty by default and on the cpu device).
+    pub fn output_usages(&self) -> wgpu::BufferUsages {
+        self.inner
+            .gpu
+            .as_ref()
+            .map(|g| lock(&g.pool).output_usages)
+            .unwrap_or(wgpu::BufferUsages::empty())
     }
 
     /// Like [`Device::alloc`], with every byte zero (one extra submit that clears the buffer).
@@ -851,7 +1025,7 @@ impl Device {
         if c.src.owner.id != self.inner.id || c.dst.owner.id != self.inner.id {
             return Err(bad("a buffer lives on another device".into()));
         }
-        if std::ptr::eq(c.src, c.dst) {
+        if std::ptr::eq(c.src, c.dst) || c.src.same_wgpu_buffer(c.dst) {
             return Err(bad("source and destination are the same buffer".into()));
         }
         if [c.src_offset, c.dst_offset, c.size]
@@ -1037,6 +1211,34 @@ impl Device {
     }
 }
 
+/// The extra usages brigade may give output buffers: `VERTEX`, `INDEX`, `UNIFORM`, `INDIRECT`.
+///
+/// Binding such a buffer in the app's pipelines is the app's business, with wgpu's rules: a
+/// `UNIFORM` binding is at most `max_uniform_buffer_binding_size` bytes (64 KiB by default, far
+/// below the storage limit) at an offset that is a multiple of
+/// `min_uniform_buffer_offset_alignment`, and an `INDIRECT` buffer must hold the exact layout of
+/// `wgpu::util::DispatchIndirectArgs` / `DrawIndirectArgs` (u32 words) at its offset. `MAP_READ`
+/// / `MAP_WRITE` and the copy and storage usages are not extras: brigade manages those itself.
+pub(crate) fn check_output_usages(usages: wgpu::BufferUsages, op: &'static str) -> Result<()> {
+    use wgpu::BufferUsages as U;
+    let allowed = U::VERTEX | U::INDEX | U::UNIFORM | U::INDIRECT;
+    let bad = usages - allowed;
+    if bad.is_empty() {
+        return Ok(());
+    }
+    Err(Error::BadBuffer {
+        op,
+        device: String::new(),
+        detail: format!(
+            "usages {bad:?} cannot be added to output buffers: only VERTEX, INDEX, UNIFORM and INDIRECT \
+             are allowed (brigade sets STORAGE, COPY_SRC, COPY_DST and MAP_READ itself; to write an \
+             output from the host, copy it with your own encoder or use Array::from_wgpu_buffer on a \
+             buffer you created). UNIFORM bindings are limited to max_uniform_buffer_binding_size \
+             (64 KiB by default); INDIRECT buffers must hold wgpu's indirect argument layout"
+        ),
+    })
+}
+
 /// Commands recorded into one command buffer before it is submitted. wgpu and the driver keep
 /// every recorded command (and wgpu its resource tracking) until the submission has finished, so a
 /// loop recorded whole costs host memory per iteration; chunks bound that to a few MiB.
@@ -1143,71 +1345,13 @@ impl<'a> Recorder<'_, 'a> {
         let (dispatches, live_of, pending) = (self.dispatches, &self.live_of, &self.pending);
         let groups = &mut self.groups;
         let (idx, err) = gpu.capture(|| {
-            let groups = groups.get_or_insert_with(|| {
-                dispatches
-                    .iter()
-                    .zip(live_of)
-                    .filter(|(_, l)| l.is_some())
-                    .map(|(d, _)| {
-                        let entries: Vec<wgpu::BindGroupEntry<'_>> = d
-                            .buffers
-                            .iter()
-                            .enumerate()
-                            .map(|(j, b)| wgpu::BindGroupEntry {
-                                binding: j as u32,
-                                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                    buffer: &b.buffer,
-                                    offset: 0,
-                                    size: wgpu::BufferSize::new(b.size),
-                                }),
-                            })
-                            .collect();
-                        gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                            label: None,
-                            layout: &d.kernel.bind_group_layout,
-                            entries: &entries,
-                        })
-                    })
-                    .collect()
-            });
+            let groups = groups.get_or_insert_with(|| bind_groups(gpu, dispatches, live_of));
             let mut enc = gpu
                 .device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                     label: Some("brigade run"),
                 });
-            // Runs of dispatches share one compute pass; copies go between passes.
-            let mut i = 0;
-            while i < pending.len() {
-                if let Command::Copy(c) = &pending[i] {
-                    enc.copy_buffer_to_buffer(
-                        &c.src.buffer,
-                        c.src_offset,
-                        &c.dst.buffer,
-                        c.dst_offset,
-                        c.size,
-                    );
-                    i += 1;
-                    continue;
-                }
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: None,
-                    timestamp_writes: None,
-                });
-                let mut bound: Option<usize> = None;
-                while let Some(Command::Dispatch(d)) = pending.get(i) {
-                    if let Some(k) = live_of[*d] {
-                        // A loop body of one dispatch binds once per pass, not per iteration.
-                        if bound != Some(k) {
-                            pass.set_pipeline(&dispatches[*d].kernel.pipeline);
-                            pass.set_bind_group(0, &groups[k], &[]);
-                            bound = Some(k);
-                        }
-                        let [x, y, z] = dispatches[*d].workgroups;
-                        pass.dispatch_workgroups(x, y, z);
-                    }
-                    i += 1;
-                }
-            }
+            record(&mut enc, dispatches, live_of, groups, pending);
             let cmd = enc.finish();
             // Not while another thread's read has one of these buffers mapped (see `transfer.rs`).
             let uses = |k: usize| {
@@ -1246,6 +1390,139 @@ impl<'a> Recorder<'_, 'a> {
         self.pending.clear();
         self.passes = 0;
         self.in_flight.push_back(idx);
+        Ok(())
+    }
+}
+
+/// One bind group per live dispatch (each buffer bound from its offset, `size` bytes).
+fn bind_groups(
+    gpu: &Gpu,
+    dispatches: &[Dispatch<'_>],
+    live_of: &[Option<usize>],
+) -> Vec<wgpu::BindGroup> {
+    dispatches
+        .iter()
+        .zip(live_of)
+        .filter(|(_, l)| l.is_some())
+        .map(|(d, _)| {
+            let entries: Vec<wgpu::BindGroupEntry<'_>> = d
+                .buffers
+                .iter()
+                .enumerate()
+                .map(|(j, b)| wgpu::BindGroupEntry {
+                    binding: j as u32,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &b.buffer,
+                        offset: b.offset,
+                        size: wgpu::BufferSize::new(b.size),
+                    }),
+                })
+                .collect();
+            gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &d.kernel.bind_group_layout,
+                entries: &entries,
+            })
+        })
+        .collect()
+}
+
+/// Record `pending` into `enc`: runs of dispatches share one compute pass; copies go between
+/// passes.
+fn record(
+    enc: &mut wgpu::CommandEncoder,
+    dispatches: &[Dispatch<'_>],
+    live_of: &[Option<usize>],
+    groups: &[wgpu::BindGroup],
+    pending: &[Command<'_>],
+) {
+    let mut i = 0;
+    while i < pending.len() {
+        if let Command::Copy(c) = &pending[i] {
+            enc.copy_buffer_to_buffer(
+                &c.src.buffer,
+                c.src.offset + c.src_offset,
+                &c.dst.buffer,
+                c.dst.offset + c.dst_offset,
+                c.size,
+            );
+            i += 1;
+            continue;
+        }
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        let mut bound: Option<usize> = None;
+        while let Some(Command::Dispatch(d)) = pending.get(i) {
+            if let Some(k) = live_of[*d] {
+                // A loop body of one dispatch binds once per pass, not per iteration.
+                if bound != Some(k) {
+                    pass.set_pipeline(&dispatches[*d].kernel.pipeline);
+                    pass.set_bind_group(0, &groups[k], &[]);
+                    bound = Some(k);
+                }
+                let [x, y, z] = dispatches[*d].workgroups;
+                pass.dispatch_workgroups(x, y, z);
+            }
+            i += 1;
+        }
+    }
+}
+
+impl Device {
+    /// Check `commands` over `dispatches` and record them into the app's `enc`, submitting
+    /// nothing (`Jit::encode`). The caller bounds the count (one encoder holds them all).
+    pub(crate) fn encode_commands(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        dispatches: &[Dispatch<'_>],
+        commands: &[Command<'_>],
+    ) -> Result<()> {
+        let rec = self.recorder(dispatches)?;
+        for (i, c) in commands.iter().enumerate() {
+            rec.check(i, c)?;
+        }
+        let gpu = self.live_gpu("encode")?;
+        let live: Vec<Command<'_>> = commands
+            .iter()
+            .copied()
+            .filter(|c| match c {
+                Command::Dispatch(d) => rec.live_of[*d].is_some(),
+                Command::Copy(c) => c.size > 0,
+            })
+            .collect();
+        // Not while another thread's read has one of these buffers mapped: they are marked
+        // shared, so no read maps them from now on, and none still does when this returns.
+        let uses = |k: usize| {
+            dispatches
+                .iter()
+                .flat_map(|d| d.buffers.iter())
+                .any(|b| super::transfer::gate_key(b) == k)
+                || live.iter().any(|c| match c {
+                    Command::Copy(c) => {
+                        super::transfer::gate_key(c.src) == k
+                            || super::transfer::gate_key(c.dst) == k
+                    }
+                    Command::Dispatch(_) => false,
+                })
+        };
+        let ((), err) = gpu.capture(|| {
+            gpu.unmapped(uses, || {
+                let groups = bind_groups(gpu, dispatches, &rec.live_of);
+                record(enc, dispatches, &rec.live_of, &groups, &live);
+            })
+        });
+        if let Some(e) = err {
+            return Err(self.wgpu_error(e, || {
+                format!("recording {} commands into the app's encoder", live.len())
+            }));
+        }
+        let n = live
+            .iter()
+            .filter(|c| matches!(c, Command::Dispatch(_)))
+            .count() as u64;
+        bump(|c| c.dispatches += n);
         Ok(())
     }
 }

@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::gpu::DeviceInner;
 
@@ -118,15 +119,22 @@ impl fmt::Display for MemoryStats {
     }
 }
 
-/// Free buffers of one device, by capacity.
+/// A pool bucket: the capacity, and the usages asked for beyond brigade's own (outputs made for
+/// an app's vertex buffers are kept apart from plain storage buffers).
+type PoolKey = (u64, wgpu::BufferUsages);
+
+/// Free buffers of one device, by capacity and extra usages.
 pub(crate) struct Pool {
-    free: HashMap<u64, Vec<wgpu::Buffer>>,
+    free: HashMap<PoolKey, Vec<wgpu::Buffer>>,
     pub(crate) stats: PoolStats,
     pub(crate) limit: u64,
     /// The memory budget (bytes in use + held), if any.
     pub(crate) budget: Option<u64>,
     pub(crate) peak: u64,
     pub(crate) oom: u64,
+    /// Extra usages of every program output made on this device
+    /// ([`super::Device::set_output_usages`]).
+    pub(crate) output_usages: wgpu::BufferUsages,
 }
 
 impl Pool {
@@ -138,6 +146,7 @@ impl Pool {
             budget: None,
             peak: 0,
             oom: 0,
+            output_usages: wgpu::BufferUsages::empty(),
         }
     }
 
@@ -197,12 +206,17 @@ impl Pool {
         self.stats.bytes_in_use = self.stats.bytes_in_use.saturating_sub(capacity);
     }
 
-    /// A free buffer of exactly `capacity` bytes, marked in use.
-    pub(crate) fn take(&mut self, capacity: u64) -> Option<wgpu::Buffer> {
-        let list = self.free.get_mut(&capacity)?;
+    /// A free buffer of exactly `capacity` bytes and `extra` usages, marked in use.
+    pub(crate) fn take(
+        &mut self,
+        capacity: u64,
+        extra: wgpu::BufferUsages,
+    ) -> Option<wgpu::Buffer> {
+        let key = (capacity, extra);
+        let list = self.free.get_mut(&key)?;
         let buf = list.pop()?;
         if list.is_empty() {
-            self.free.remove(&capacity);
+            self.free.remove(&key);
         }
         self.stats.buffers_held -= 1;
         self.stats.bytes_held -= capacity;
@@ -219,15 +233,19 @@ impl Pool {
 
     /// Take back a buffer that was in use. Returns it when the pool is full (the caller drops it
     /// outside the lock).
-    pub(crate) fn give(&mut self, buf: wgpu::Buffer, capacity: u64) -> Option<wgpu::Buffer> {
-        self.stats.buffers_in_use = self.stats.buffers_in_use.saturating_sub(1);
-        self.stats.bytes_in_use = self.stats.bytes_in_use.saturating_sub(capacity);
+    pub(crate) fn give(
+        &mut self,
+        buf: wgpu::Buffer,
+        capacity: u64,
+        extra: wgpu::BufferUsages,
+    ) -> Option<wgpu::Buffer> {
+        self.unreserve(capacity);
         if self.stats.bytes_held + capacity > self.limit {
             return Some(buf);
         }
         self.stats.buffers_held += 1;
         self.stats.bytes_held += capacity;
-        self.free.entry(capacity).or_default().push(buf);
+        self.free.entry((capacity, extra)).or_default().push(buf);
         None
     }
 
@@ -245,8 +263,8 @@ impl Pool {
             return out;
         }
         // Free the largest buffers first.
-        let mut caps: Vec<u64> = self.free.keys().copied().collect();
-        caps.sort_unstable_by(|a, b| b.cmp(a));
+        let mut caps: Vec<PoolKey> = self.free.keys().copied().collect();
+        caps.sort_unstable_by_key(|k| std::cmp::Reverse(k.0));
         for cap in caps {
             while self.stats.bytes_held > limit {
                 let Some(list) = self.free.get_mut(&cap) else {
@@ -254,7 +272,7 @@ impl Pool {
                 };
                 let Some(buf) = list.pop() else { break };
                 self.stats.buffers_held -= 1;
-                self.stats.bytes_held -= cap;
+                self.stats.bytes_held -= cap.0;
                 out.push(buf);
             }
             if self.free.get(&cap).is_some_and(|l| l.is_empty()) {
@@ -265,17 +283,31 @@ impl Pool {
     }
 }
 
-/// A storage buffer on one GPU device (usage `STORAGE | COPY_SRC | COPY_DST`).
+/// A storage buffer on one GPU device (usage `STORAGE | COPY_SRC | COPY_DST`, plus the extra
+/// usages asked for outputs, plus `MAP_READ` where reads map buffers), or a range of an app's
+/// buffer ([`crate::Array::from_wgpu_buffer`]).
 ///
 /// Created by [`super::Device::alloc`] / [`super::Device::upload`]; hold it in an `Arc`. When the
-/// last reference is dropped the wgpu buffer goes back to its device's pool. Its contents after
+/// last reference is dropped the wgpu buffer goes back to its device's pool, unless it was shared
+/// with code brigade does not control (see [`DeviceBuffer::is_shared`]). Its contents after
 /// [`super::Device::alloc`] are unspecified (a reused buffer keeps old data): kernels must write
 /// every element of their outputs, or use [`super::Device::alloc_zeroed`].
 pub struct DeviceBuffer {
     pub(crate) buffer: wgpu::Buffer,
+    /// Where brigade's bytes start in `buffer` (0 except for imported buffers).
+    pub(crate) offset: u64,
     pub(crate) size: u64,
     pub(crate) capacity: u64,
     pub(crate) owner: Arc<DeviceInner>,
+    /// The usages beyond brigade's own it was made with (its pool bucket).
+    pub(crate) extra: wgpu::BufferUsages,
+    /// True for an app's buffer: never pooled, never counted in the pool's memory.
+    pub(crate) imported: bool,
+    /// Set once the buffer was handed to code brigade does not control: exported with
+    /// [`crate::Array::wgpu_buffer`], or recorded into an app's command encoder. Such a buffer is
+    /// never returned to the pool (the app may still bind it, or its commands may not have run
+    /// yet) and never mapped by a read (the app's submits would race the mapping).
+    pub(crate) shared: AtomicBool,
 }
 
 impl DeviceBuffer {
@@ -285,12 +317,20 @@ impl DeviceBuffer {
         self.size
     }
 
-    /// Bytes of the underlying wgpu buffer (the pool bucket, ≥ `size()`).
+    /// Bytes brigade may use from [`DeviceBuffer::offset`]: for its own buffers, the whole wgpu
+    /// buffer (the pool bucket, ≥ `size()`); for an imported one, `size()`.
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
 
-    /// The wgpu buffer, for code that records its own commands.
+    /// Where this buffer's bytes start inside [`DeviceBuffer::raw`]: 0 for brigade's own
+    /// buffers, the offset given to [`crate::Array::from_wgpu_buffer`] for an imported one.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The wgpu buffer, for code that records its own commands (bind from
+    /// [`DeviceBuffer::offset`]).
     pub fn raw(&self) -> &wgpu::Buffer {
         &self.buffer
     }
@@ -304,27 +344,71 @@ impl DeviceBuffer {
     pub fn is_on(&self, device: &super::Device) -> bool {
         self.owner.id == device.inner.id
     }
+
+    /// True for a range of an app's wgpu buffer ([`crate::Array::from_wgpu_buffer`]).
+    pub fn is_imported(&self) -> bool {
+        self.imported
+    }
+
+    /// True once the buffer was handed out ([`crate::Array::wgpu_buffer`]) or recorded into an
+    /// app's encoder (`Jit::encode`): it is then freed, not pooled, when dropped, and reads copy
+    /// it instead of mapping it.
+    pub fn is_shared(&self) -> bool {
+        self.shared.load(Ordering::Acquire)
+    }
+
+    /// Mark the buffer shared (see [`DeviceBuffer::is_shared`]).
+    pub(crate) fn share(&self) {
+        self.shared.store(true, Ordering::Release);
+    }
+
+    /// True when reads may map this buffer itself: brigade's own, never handed out, mappable.
+    pub(crate) fn mappable(&self) -> bool {
+        !self.imported
+            && !self.is_shared()
+            && self.buffer.usage().contains(wgpu::BufferUsages::MAP_READ)
+    }
+
+    /// True when `self` and `other` use the same wgpu buffer (any range of it: wgpu refuses a
+    /// dispatch that binds one buffer both read-only and writable, and a copy within one buffer).
+    pub(crate) fn same_wgpu_buffer(&self, other: &DeviceBuffer) -> bool {
+        self.buffer == other.buffer
+    }
 }
 
 impl fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeviceBuffer")
             .field("device", &self.owner.info.index)
+            .field("offset", &self.offset)
             .field("size", &self.size)
             .field("capacity", &self.capacity)
+            .field("imported", &self.imported)
+            .field("shared", &self.is_shared())
             .finish()
     }
 }
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        if self.imported {
+            // The app's buffer: the app frees it.
+            return;
+        }
         if let Some(gpu) = &self.owner.gpu {
             if gpu.state.lost().is_some() {
                 return;
             }
-            // `wgpu::Buffer` is a reference-counted handle: the clone goes to the pool and `self.buffer`
-            // is released right after.
-            let spill = super::gpu::lock(&gpu.pool).give(self.buffer.clone(), self.capacity);
+            let spill = if self.is_shared() {
+                // Not reused: the app may still bind it. wgpu frees it once the app's handle and
+                // every command using it are gone.
+                super::gpu::lock(&gpu.pool).unreserve(self.capacity);
+                None
+            } else {
+                // `wgpu::Buffer` is a reference-counted handle: the clone goes to the pool and
+                // `self.buffer` is released right after.
+                super::gpu::lock(&gpu.pool).give(self.buffer.clone(), self.capacity, self.extra)
+            };
             // Destroying wgpu buffers touches the GL context: serialize like every GL call.
             let _gl = gpu.gl_guard();
             drop(spill);

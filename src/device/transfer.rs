@@ -21,6 +21,10 @@
 //! of its buffers is marked, waiting until the read has unmapped them. A read holds its marks only
 //! from the map request to the unmap, inside one await (the map is requested when the read is
 //! awaited, not when it is issued), so the thread that reads never submits while it holds them.
+//! Buffers an app may use in its own submissions are never mapped (they are read through a
+//! staging copy): exported ones ([`crate::Array::wgpu_buffer`]), imported ones
+//! ([`crate::Array::from_wgpu_buffer`]) and any recorded into an app's encoder (`Jit::encode`),
+//! so a submit the app makes cannot meet a mapping brigade holds.
 //! Arrays are immutable, so reading at await time sees what the array holds; raw buffer reads
 //! ([`Device::download`], [`download_all`]) keep the staging copy made when they are called.
 
@@ -269,7 +273,7 @@ impl Device {
             let ((), err) = gpu.capture(|| {
                 gpu.unmapped(
                     |k| k == key,
-                    || gpu.queue.write_buffer(&buf.buffer, 0, bytes),
+                    || gpu.queue.write_buffer(&buf.buffer, buf.offset, bytes),
                 )
             });
             if let Some(e) = err {
@@ -350,7 +354,7 @@ impl Device {
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                         label: Some("brigade upload"),
                     });
-                enc.copy_buffer_to_buffer(&staging, 0, &buf.buffer, 0, n);
+                enc.copy_buffer_to_buffer(&staging, 0, &buf.buffer, buf.offset, n);
                 let cmd = enc.finish();
                 let key = gate_key(buf);
                 gpu.unmapped(|k| k == key, || gpu.queue.submit([cmd]));
@@ -434,7 +438,9 @@ impl Device {
     /// one copy out of device memory, no staging buffer. Storage buffers are then also
     /// `MAP_READ`. brigade keeps its own submits off a buffer while a read has it mapped; code that
     /// submits its own commands through [`Device::wgpu`] must not use an array's buffer while
-    /// another thread reads that array (wgpu rejects a submit that uses a mapped buffer).
+    /// another thread reads that array (wgpu rejects a submit that uses a mapped buffer), unless
+    /// it got the buffer from [`crate::Array::wgpu_buffer`] or `Jit::encode`: such buffers, and
+    /// imported ones, are read through a staging copy, never mapped.
     pub fn maps_reads(&self) -> bool {
         self.inner
             .gpu
@@ -529,7 +535,9 @@ impl Device {
                 });
                 continue;
             }
-            if let Some(keep) = direct {
+            // Buffers an app can bind (exported, imported, recorded into its encoder) are
+            // copied, never mapped: the app's own submits would race a mapping.
+            if let Some(keep) = direct.filter(|_| buf.mappable()) {
                 // One map per buffer, however often it is read in this batch.
                 let index = match maps
                     .buffers
@@ -621,7 +629,7 @@ impl Device {
                     label: Some("brigade download"),
                 });
             for &(src, g, offset, bytes) in &copies {
-                enc.copy_buffer_to_buffer(&src.buffer, 0, &buffers[g], offset, bytes);
+                enc.copy_buffer_to_buffer(&src.buffer, src.offset, &buffers[g], offset, bytes);
             }
             let cmd = enc.finish();
             // A source another thread's mapped read has mapped cannot be copied until unmapped.

@@ -143,6 +143,10 @@ impl Linearized {
 }
 
 /// A function differentiated by [`grad`] or [`value_and_grad`].
+///
+/// On native platforms a `Grad` is `Send + Sync` when its function is: one differentiated function
+/// may be applied or called from several threads at once (its compiled programs are cached like
+/// [`crate::Jit`]'s, behind a lock held only to look up and insert).
 pub struct Grad<F> {
     f: F,
     label: String,
@@ -235,6 +239,12 @@ where
             self.device.as_ref(),
             args,
         )
+    }
+
+    /// Number of argument signatures whose compiled programs [`Self::call`] holds (at most the
+    /// [`crate::Device::program_cache_capacity`] of the device it last compiled for).
+    pub fn programs_cached(&self) -> usize {
+        self.compiled.len()
     }
 
     /// The compiled program for these arguments (what [`Self::call`] runs).

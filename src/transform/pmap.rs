@@ -7,12 +7,11 @@
 //! order, and writes each device its result. Outputs stay on their devices as sharded arrays; fed
 //! to the next parallel call with the same layout they are used in place (no host round trip).
 
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use crate::array::{Array, ShardLayout, host_data, read_all};
-use crate::cache::Lru;
+use crate::cache::{SyncLru, lock};
 use crate::device::read_mapped;
 use crate::device::{DEFAULT_PROGRAM_CACHE_CAPACITY, Device, Runtime};
 use crate::error::{Error, Result};
@@ -23,9 +22,6 @@ use crate::ops::collective::take_block;
 use crate::ops::{CollectiveKind, Prim};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph, Var};
-
-/// A traced function behind a box (what [`Parallel::vmap`] maps).
-pub type BoxedFn = Box<dyn Fn(&[Tensor]) -> Vec<Tensor>>;
 
 /// Which reading of "parallel map" a [`Parallel`] follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,6 +47,12 @@ impl ParallelMode {
 /// A function mapped over devices by [`pmap`] or [`shard_map`]. Configure with the builder methods,
 /// run with [`Parallel::call`]. Traced once per argument signature; the stages are compiled once
 /// per device and reused by later calls.
+///
+/// On native platforms a `Parallel` is `Send + Sync` when its function is (a closure that
+/// captures only `Send + Sync` values): one map, shared with `Arc` or borrowed by scoped threads,
+/// may be called from several threads at once. Its caches are locked only to look up and insert
+/// (never while tracing, compiling or running); threads that trace the same new signature at once
+/// each trace it and the first program is kept.
 pub struct Parallel<F> {
     f: F,
     mode: ParallelMode,
@@ -62,9 +64,9 @@ pub struct Parallel<F> {
     devices: Option<Vec<Device>>,
     static_argnums: Vec<usize>,
     /// By signature, bounded by the first device's program cache capacity.
-    cache: RefCell<Lru<Key, Rc<ParallelExe>>>,
+    cache: SyncLru<Key, Arc<ParallelExe>>,
     /// Single-device emulations ([`Parallel::emulate`]) by signature, bounded likewise.
-    emulated: RefCell<Lru<Key, Rc<Executable>>>,
+    emulated: SyncLru<Key, Arc<Executable>>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -89,10 +91,10 @@ struct ParallelExe {
     shown: Graph,
     /// Per host-driven loop of the plan (`plan.loops`, flattened in order): its body as a parallel
     /// program of its own.
-    loop_bodies: Vec<Rc<ParallelExe>>,
+    loop_bodies: Vec<Arc<ParallelExe>>,
     /// Per loop, the slicing program of each `xs` (`take` at a traced index) and the stacking
     /// program of its `ys`, by signature.
-    loop_kernels: RefCell<Lru<LoopKernelKey, Rc<Executable>>>,
+    loop_kernels: SyncLru<LoopKernelKey, Arc<Executable>>,
     /// The prints of the program (their values are kept to the end of the run).
     prints: Vec<crate::debug::PrintSpec>,
     /// How a device's axis index is shown in its printed lines (`i` for axis name "i").
@@ -100,11 +102,12 @@ struct ParallelExe {
     plan: StagePlan,
     stages: Vec<Executable>,
     out_layouts: Vec<ShardLayout>,
-    /// `axis_index` values per device id (uploaded once).
-    index_arrays: RefCell<HashMap<(u64, usize), Array>>,
+    /// `axis_index` values per device id (uploaded once; locked only to look up and insert).
+    index_arrays: Mutex<HashMap<(u64, usize), Array>>,
     /// Host buffer of all-reduce results, kept between calls so that large collectives write
-    /// into memory that is already mapped in.
-    scratch: RefCell<Vec<u32>>,
+    /// into memory that is already mapped in. A call takes it out for its exchange and puts it
+    /// back after (a concurrent call meanwhile finds it empty and grows its own).
+    scratch: Mutex<Vec<u32>>,
 }
 
 /// Map `f` over devices, JAX-exact (`jax.pmap`): every argument with `in_axes` `Some(a)` is cut along
@@ -176,8 +179,8 @@ where
             axis_size: None,
             devices: None,
             static_argnums: Vec::new(),
-            cache: RefCell::new(Lru::new(DEFAULT_PROGRAM_CACHE_CAPACITY)),
-            emulated: RefCell::new(Lru::new(DEFAULT_PROGRAM_CACHE_CAPACITY)),
+            cache: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
+            emulated: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
         }
     }
     /// The name collectives inside `f` use for this axis (none by default, as in JAX).
@@ -239,10 +242,7 @@ where
         in_axes: &[Option<usize>],
         out_axes: &[Option<usize>],
         axis_name: Option<&str>,
-    ) -> Parallel<BoxedFn>
-    where
-        F: 'static,
-    {
+    ) -> Parallel<impl Fn(&[Tensor]) -> Vec<Tensor>> {
         let split = self.mode == ParallelMode::Split;
         let n_args = in_axes.len();
         let map_in: Vec<Option<usize>> = match &self.in_axes {
@@ -314,7 +314,7 @@ where
             v.apply(xs)
         };
         Parallel {
-            f: Box::new(body),
+            f: body,
             mode: self.mode,
             label: format!("vmap({})", self.label),
             axis_name: self.axis_name,
@@ -323,8 +323,8 @@ where
             axis_size: self.axis_size,
             devices: self.devices,
             static_argnums: self.static_argnums,
-            cache: RefCell::new(Lru::new(DEFAULT_PROGRAM_CACHE_CAPACITY)),
-            emulated: RefCell::new(Lru::new(DEFAULT_PROGRAM_CACHE_CAPACITY)),
+            cache: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
+            emulated: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
         }
     }
 
@@ -349,7 +349,7 @@ where
     /// smallest [`Device::program_cache_capacity`] of the devices it last compiled for), and of
     /// its single-device emulations ([`Parallel::emulate`]).
     pub fn programs_cached(&self) -> (usize, usize) {
-        (self.cache.borrow().len(), self.emulated.borrow().len())
+        (self.cache.len(), self.emulated.len())
     }
 
     /// Number of stages and host round trips (collective exchanges) of the program for `args`.
@@ -420,7 +420,7 @@ where
             shards: n,
             statics,
         };
-        let cached = self.emulated.borrow_mut().get(&key).cloned();
+        let cached = self.emulated.get(&key);
         let exe = match cached {
             Some(e) => e,
             None => {
@@ -437,15 +437,15 @@ where
                     .collect();
                 let f = |ts: &[Tensor]| self.emulated_body(ts, &mapped, n);
                 let g = trace_args(&format!("{} (emulated)", self.label), &f, &targs)?;
-                let e = Rc::new(Executable::new(g));
-                let evicted = {
-                    let mut c = self.emulated.borrow_mut();
-                    let mut out = c.set_capacity(device.program_cache_capacity());
-                    out.extend(c.insert(key, e.clone()));
-                    out
-                };
-                count_program_evictions(evicted);
-                e
+                let e = Arc::new(Executable::new(g));
+                let kept = self.emulated.insert_or_keep(
+                    key,
+                    e,
+                    Some(device.program_cache_capacity()),
+                    |_| true,
+                );
+                count_program_evictions(kept.evicted);
+                kept.value
             }
         };
         let traced: Vec<Array> = args
@@ -581,7 +581,7 @@ where
     }
 
     /// Check the arguments, pick the devices and the per-device shapes, trace if needed.
-    fn prepare(&self, args: &[Array]) -> Result<(Rc<ParallelExe>, Vec<Device>, ArgPlan)> {
+    fn prepare(&self, args: &[Array]) -> Result<(Arc<ParallelExe>, Vec<Device>, ArgPlan)> {
         let mapped = self.mapped_axes(args)?;
         let is_static = |i: usize| self.static_argnums.contains(&i);
         let available = self.available_devices()?;
@@ -616,24 +616,19 @@ where
             shards: n,
             statics,
         };
-        let cached = self.cache.borrow_mut().get(&key).cloned();
+        let cached = self.cache.get(&key);
         let exe = match cached {
             Some(e) => e,
             None => {
-                let e = Rc::new(self.trace(args, &key, &mapped)?);
+                let e = Arc::new(self.trace(args, &key, &mapped)?);
                 let capacity = devices
                     .iter()
                     .map(Device::program_cache_capacity)
                     .min()
                     .unwrap_or(DEFAULT_PROGRAM_CACHE_CAPACITY);
-                let evicted = {
-                    let mut c = self.cache.borrow_mut();
-                    let mut out = c.set_capacity(capacity);
-                    out.extend(c.insert(key, e.clone()));
-                    out
-                };
-                count_program_evictions(evicted);
-                e
+                let kept = self.cache.insert_or_keep(key, e, Some(capacity), |_| true);
+                count_program_evictions(kept.evicted);
+                kept.value
             }
         };
         Ok((exe, devices, ArgPlan { mapped, n }))
@@ -988,6 +983,13 @@ fn varying(g: &Graph, ins: Vec<Option<String>>) -> Vec<Option<String>> {
     why
 }
 
+// One traced parallel program is shared by the threads that call its map.
+#[cfg(not(target_arch = "wasm32"))]
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<ParallelExe>();
+};
+
 impl ParallelExe {
     /// Cut `graph` into stages and compile them (and the bodies of host-driven loops).
     fn build(shown: Graph, axis_label: String, out_layouts: Vec<ShardLayout>) -> ParallelExe {
@@ -1006,7 +1008,7 @@ impl ParallelExe {
             .iter()
             .flatten()
             .map(|l| {
-                Rc::new(ParallelExe::build(
+                Arc::new(ParallelExe::build(
                     (*l.params.body).clone(),
                     axis_label.clone(),
                     Vec::new(),
@@ -1018,14 +1020,14 @@ impl ParallelExe {
             shown,
             graph,
             loop_bodies,
-            loop_kernels: RefCell::new(Lru::new(DEFAULT_PROGRAM_CACHE_CAPACITY)),
+            loop_kernels: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
             prints,
             axis_label,
             plan,
             stages,
             out_layouts,
-            index_arrays: RefCell::new(HashMap::new()),
-            scratch: RefCell::new(Vec::new()),
+            index_arrays: Mutex::new(HashMap::new()),
+            scratch: Mutex::new(Vec::new()),
         }
     }
 
@@ -1035,16 +1037,16 @@ impl ParallelExe {
         avals: Vec<Aval>,
         kind: usize,
         f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
-    ) -> Result<Rc<Executable>> {
+    ) -> Result<Arc<Executable>> {
         let key = (avals, kind);
-        if let Some(e) = self.loop_kernels.borrow_mut().get(&key) {
-            return Ok(e.clone());
+        if let Some(e) = self.loop_kernels.get(&key) {
+            return Ok(e);
         }
         let g = crate::exec::trace_fn("scan (host loop)", &f, &key.0)?;
-        let e = Rc::new(Executable::new(g));
-        let evicted = self.loop_kernels.borrow_mut().insert(key, e.clone());
-        count_program_evictions(evicted);
-        Ok(e)
+        let e = Arc::new(Executable::new(g));
+        let kept = self.loop_kernels.insert_or_keep(key, e, None, |_| true);
+        count_program_evictions(kept.evicted);
+        Ok(kept.value)
     }
 
     /// Run a scan whose body holds collectives: iteration by iteration, each a parallel run of
@@ -1134,13 +1136,13 @@ impl ParallelExe {
         for (v, _name) in &self.plan.axis_index {
             for (d, dev) in devices.iter().enumerate() {
                 let key = (dev.inner.id, d);
-                let cached = self.index_arrays.borrow().get(&key).cloned();
+                let cached = lock(&self.index_arrays).get(&key).cloned();
                 let a = match cached {
                     Some(a) => a,
                     None => {
+                        // Uploaded outside the lock; a concurrent call's copy, if first, is kept.
                         let a = put(&HostArray::scalar(crate::Scalar::I32(d as i32)), dev)?;
-                        self.index_arrays.borrow_mut().insert(key, a.clone());
-                        a
+                        lock(&self.index_arrays).entry(key).or_insert(a).clone()
                     }
                 };
                 env[d].insert(*v, a);
@@ -1259,8 +1261,8 @@ impl ParallelExe {
                     }
                 }
             }
-            // Taken out of the cell for the call (no RefCell borrow across the await).
-            let mut scratch = std::mem::take(&mut *self.scratch.borrow_mut());
+            // Taken out for the call (no lock held across the await or the uploads).
+            let mut scratch = std::mem::take(&mut *lock(&self.scratch));
             let uploaded = read_mapped(&reads, |bytes| -> Result<Vec<Vec<Array>>> {
                 fast.iter()
                     .enumerate()
@@ -1288,7 +1290,13 @@ impl ParallelExe {
                     .collect()
             })
             .await;
-            *self.scratch.borrow_mut() = scratch;
+            // Put back unless a concurrent call left a larger buffer meanwhile.
+            {
+                let mut kept = lock(&self.scratch);
+                if kept.capacity() < scratch.capacity() {
+                    *kept = scratch;
+                }
+            }
             for (x, arrays) in fast.iter().zip(uploaded??) {
                 results.push((x.out, arrays));
             }

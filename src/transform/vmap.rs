@@ -11,11 +11,11 @@
 //! With an `axis_name`, collectives over that name inside the function act along the batch axis
 //! (`psum` sums the examples, `axis_index` numbers them), as in JAX.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use crate::array::Array;
+use crate::cache::lock;
 use crate::error::{Error, Result};
 use crate::exec::{CompileCache, TraceArg, trace_capturing};
 use crate::ops::{BatchCtx, Batched, move_axis, with_batch};
@@ -28,6 +28,10 @@ type ExampleKey = (Vec<Aval>, usize, Vec<(String, usize)>);
 
 /// A function vectorized by [`vmap`]; configure with the builder methods, then [`Vmap::apply`] it
 /// to tensors (composable) or [`Vmap::call`] it on arrays (compiled).
+///
+/// On native platforms a `Vmap` is `Send + Sync` when its function is: one vectorized function
+/// may be applied or called from several threads at once. Its caches are locked only to look up
+/// and insert, never while tracing (see [`crate::jit`]'s notes on threads).
 pub struct Vmap<F> {
     f: F,
     label: String,
@@ -36,8 +40,9 @@ pub struct Vmap<F> {
     out_axes: Option<Vec<Option<usize>>>,
     axis_size: Option<usize>,
     device: Option<crate::Device>,
-    /// Per-example programs by per-example signature.
-    traced: RefCell<HashMap<ExampleKey, Rc<Graph>>>,
+    /// Per-example programs by per-example signature (locked only to look up and insert: the
+    /// trace runs unlocked, and may re-enter this `Vmap` for another signature).
+    traced: Mutex<HashMap<ExampleKey, Arc<Graph>>>,
     /// Compiled batched programs by batched signature ([`Vmap::call`]).
     compiled: CompileCache,
 }
@@ -68,7 +73,7 @@ where
         out_axes: None,
         axis_size: None,
         device: None,
-        traced: RefCell::new(HashMap::new()),
+        traced: Mutex::new(HashMap::new()),
         compiled: CompileCache::new(),
     }
 }
@@ -128,6 +133,12 @@ where
             self.device.as_ref(),
             args,
         )
+    }
+
+    /// Number of argument signatures whose compiled programs [`Self::call`] holds (at most the
+    /// [`crate::Device::program_cache_capacity`] of the device it last compiled for).
+    pub fn programs_cached(&self) -> usize {
+        self.compiled.len()
     }
 
     /// The compiled program for these arguments (what [`Self::call`] runs).
@@ -279,9 +290,9 @@ where
     /// The program of one example and the enclosing traces' values it closed over. Traced once
     /// per signature and batch size, unless it closes over traced values (those change with every
     /// enclosing trace, so such a function is traced on every application).
-    fn per_example(&self, avals: &[Aval], b: usize) -> Result<(Rc<Graph>, Vec<Tensor>)> {
+    fn per_example(&self, avals: &[Aval], b: usize) -> Result<(Arc<Graph>, Vec<Tensor>)> {
         let key = (avals.to_vec(), b, crate::collective::bound_axes());
-        if let Some(g) = self.traced.borrow().get(&key) {
+        if let Some(g) = lock(&self.traced).get(&key) {
             return Ok((g.clone(), Vec::new()));
         }
         let args: Vec<TraceArg> = avals.iter().cloned().map(TraceArg::Abstract).collect();
@@ -292,9 +303,11 @@ where
                 .map(|n| crate::collective::AxisBinding::new(n, b));
             trace_capturing(&self.label, &self.f, &args)?
         };
-        let g = Rc::new(g);
+        let g = Arc::new(g);
         if captured.is_empty() {
-            self.traced.borrow_mut().insert(key, g.clone());
+            // Another thread may have traced the same signature meanwhile: keep the first graph.
+            let g = lock(&self.traced).entry(key).or_insert(g).clone();
+            return Ok((g, captured));
         }
         Ok((g, captured))
     }
