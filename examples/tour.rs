@@ -33,6 +33,9 @@ mod devices;
 #[path = "model_parallel.rs"]
 mod model_parallel;
 #[allow(dead_code)]
+#[path = "own_device.rs"]
+mod own_device;
+#[allow(dead_code)]
 #[path = "parallel_matmul.rs"]
 mod parallel_matmul;
 #[allow(dead_code)]
@@ -192,6 +195,11 @@ fn main() -> Result<()> {
         "When pmap goes wrong: three common errors, their fixes, one device first (examples/debugging.rs)",
     );
     all_ok &= debugging::run(quick)?;
+
+    chapter(
+        "Brigade in the app's kitchen: a wgpu device the app created itself (examples/own_device.rs)",
+    );
+    all_ok &= own_device::run(quick)?;
 
     println!(
         "\n{}",

@@ -43,6 +43,11 @@ pub use transform::control::{Branch, ScanOptions, cond, fori_loop, scan, scan_wi
 pub use transform::grad::{Grad, Vjp, grad, value_and_grad, vjp};
 pub use transform::pmap::{Parallel, ParallelMode, pmap, shard_map};
 pub use transform::vmap::{Vmap, vmap};
+/// The wgpu brigade is built on (30.x), so that an app embedding brigade
+/// ([`Device::from_wgpu`], [`device::RuntimeBuilder::with_wgpu_device`]) uses exactly the same
+/// crate: depend on `brigade::wgpu` rather than on `wgpu` directly (see the README's
+/// "wgpu version").
+pub use wgpu;
 
 /// The devices of the process-wide runtime, like `jax.devices()`: index, adapter name, backend,
 /// device type and limits are in each [`Device::info`]. The layout comes from `BRIGADE_DEVICES`

@@ -85,6 +85,14 @@ pub(crate) struct Gpu {
     pub(crate) map_gate: Option<super::transfer::MapGate>,
     /// The on-disk pipeline cache, where the backend has one (`PIPELINE_CACHE`: Vulkan).
     pub(crate) pipelines: Option<super::kernel::PipelineDisk>,
+    /// True for a device the app created and handed over ([`Device::from_wgpu`]): brigade never
+    /// destroys it.
+    pub(crate) app_owned: bool,
+    /// True once brigade's uncaptured-error handler and device-lost callback are installed
+    /// natively (always for devices brigade requested; on request for an app's device, see
+    /// [`Device::install_wgpu_handlers`]). Without them a loss is found by probing
+    /// ([`Gpu::probe_lost`]), since wgpu tells of a loss only through the callback.
+    pub(crate) handlers: std::sync::atomic::AtomicBool,
 }
 
 /// How long a call that failed waits for the device's queue to drain before it decides whether
@@ -122,9 +130,51 @@ impl Gpu {
             let _gl = self.gl_guard();
             // A poll error is no loss by itself; the callback decides.
             let _ = self.device.poll(poll);
+            if self.state.lost().is_none()
+                && !self.handlers.load(Ordering::Acquire)
+                && self.probe_lost()
+            {
+                self.state.mark_lost(
+                    "its wgpu device was destroyed or lost (wgpu::Device::destroy by the app, or a driver loss)"
+                        .to_string(),
+                );
+            }
         }
         let _ = drain;
         self.state.lost()
+    }
+
+    /// True when wgpu has invalidated the device (an app's `destroy`, a driver loss), asked
+    /// without a device-lost callback: a map of a fresh 4-byte buffer fails at once, inside
+    /// `map_async`, exactly when the device is no longer valid (wgpu-core checks validity there
+    /// before anything else can fail), and otherwise stays pending until the buffer is dropped.
+    /// Runs inside brigade's error scopes so that nothing reaches the app's uncaptured-error
+    /// handler. About as costly as a small allocation; only app devices without brigade's
+    /// handlers use it.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn probe_lost(&self) -> bool {
+        let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // An error a scope caught says nothing about loss (wgpu drops the errors of a lost
+        // device); only the map's own answer counts.
+        let (lost, _) = self.capture(|| {
+            let probe = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("brigade loss probe"),
+                size: 4,
+                usage: wgpu::BufferUsages::MAP_READ,
+                mapped_at_creation: false,
+            });
+            let f = failed.clone();
+            probe.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                if r.is_err() {
+                    f.store(true, Ordering::Release);
+                }
+            });
+            // Read before the drop below aborts a pending map (which also reports an error).
+            let lost = failed.load(Ordering::Acquire);
+            drop(probe);
+            lost
+        });
+        lost
     }
 
     /// Serialize GL calls across threads; a no-op on other backends and when this thread holds it.
@@ -184,6 +234,95 @@ impl Gpu {
             (out, None)
         }
     }
+}
+
+/// Install brigade's uncaptured-error handler and/or device-lost callback on `g`'s device.
+fn install_handlers(g: &Gpu, label: &str, uncaptured: bool, lost: bool) {
+    if uncaptured {
+        let state = g.state.clone();
+        let label = label.to_string();
+        g.device
+            .on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                let msg = e.to_string();
+                log::error!("brigade: uncaptured wgpu error on device {label}: {msg}");
+                *lock(&state.last_error) = Some(msg);
+            }));
+    }
+    if lost {
+        let state = g.state.clone();
+        let label = label.to_string();
+        g.device.set_device_lost_callback(move |reason, msg| {
+            let reason = match reason {
+                wgpu::DeviceLostReason::Destroyed => format!(
+                    "its wgpu device was destroyed (wgpu::Device::destroy){}",
+                    if msg.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({msg})")
+                    }
+                ),
+                wgpu::DeviceLostReason::Unknown => {
+                    if msg.is_empty() {
+                        "lost by the driver".to_string()
+                    } else {
+                        msg
+                    }
+                }
+            };
+            if state.lost().is_none() {
+                log::warn!("brigade: device {label} lost: {reason}");
+            }
+            state.mark_lost(reason);
+        });
+    }
+    // Natively both together replace the probe; the browser's lost callback alone does too,
+    // since there the probe cannot answer synchronously.
+    if (uncaptured && lost) || cfg!(target_arch = "wasm32") {
+        g.handlers.store(true, Ordering::Release);
+    }
+}
+
+/// What brigade's kernels need of a device's compute limits: its elementwise and reduction
+/// kernels are `@workgroup_size(256)` (the cooperative reduction keeps 256 4-byte partials in
+/// workgroup memory) and a matmul binds 3 storage buffers. WebGPU guarantees all of these; an
+/// app's device has less only when it was requested lower.
+pub(crate) const KERNEL_NEEDS: [(&str, u64); 4] = [
+    ("max_compute_workgroup_size_x", 256),
+    ("max_compute_invocations_per_workgroup", 256),
+    ("max_compute_workgroup_storage_size", 1024),
+    ("max_storage_buffers_per_shader_stage", 3),
+];
+
+/// [`Error::Unsupported`] naming every limit of `l` below [`KERNEL_NEEDS`].
+fn check_kernel_limits(label: &str, l: &wgpu::Limits) -> Result<()> {
+    let have = |name: &str| -> u64 {
+        match name {
+            "max_compute_workgroup_size_x" => l.max_compute_workgroup_size_x.into(),
+            "max_compute_invocations_per_workgroup" => {
+                l.max_compute_invocations_per_workgroup.into()
+            }
+            "max_compute_workgroup_storage_size" => l.max_compute_workgroup_storage_size.into(),
+            _ => l.max_storage_buffers_per_shader_stage.into(),
+        }
+    };
+    let short: Vec<String> = KERNEL_NEEDS
+        .iter()
+        .filter(|(name, need)| have(name) < *need)
+        .map(|(name, need)| format!("{name} is {} but brigade needs at least {need}", have(name)))
+        .collect();
+    if short.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        op: "Device::from_wgpu",
+        detail: format!(
+            "on device {label}: {} (brigade's kernels use @workgroup_size(256), 1 KiB of workgroup \
+             memory and 3 storage buffers); request the device with at least these limits, e.g. \
+             starting from wgpu::Limits::downlevel_defaults() and lowering only buffer sizes and \
+             workgroup counts",
+            short.join(", ")
+        ),
+    })
 }
 
 /// Shared state of one logical device.
@@ -265,6 +404,165 @@ impl Device {
         device: wgpu::Device,
         queue: wgpu::Queue,
     ) -> Device {
+        let dev = Device::wrap_gpu(index, adapter_index, adapter, device, queue, false);
+        if let Some(g) = &dev.inner.gpu {
+            install_handlers(g, &dev.inner.label, true, true);
+        }
+        dev
+    }
+
+    /// Use a wgpu device the app created itself (a game's or renderer's own device), as one more
+    /// brigade device.
+    ///
+    /// - **Limits and features are the device's** (`device.limits()`, `device.features()`), not
+    ///   the adapter's: when the app requested fewer, brigade plans every program within them
+    ///   (largest array = `max_storage_buffer_binding_size`, grids within
+    ///   `max_compute_workgroups_per_dimension`, fusion within
+    ///   `max_storage_buffers_per_shader_stage`) and only uses the optional features the device
+    ///   has (`SUBGROUP`, `PIPELINE_CACHE`, `MAPPABLE_PRIMARY_BUFFERS`).
+    /// - **brigade never destroys it**: [`Device::destroy`] on such a device frees brigade's
+    ///   buffers and kernels and makes brigade's handle unusable, but leaves the wgpu device
+    ///   alive for the app. The app may destroy it whenever it likes: brigade's next call then
+    ///   returns [`Error::DeviceLost`].
+    /// - **Error handlers stay the app's**: wgpu keeps one uncaptured-error handler and one
+    ///   device-lost callback per device, and setting one replaces the other silently, so brigade
+    ///   installs neither natively. It does not need them: every brigade call runs inside its own
+    ///   error scopes ([`Error::Wgpu`], [`Error::Compile`], [`Error::OutOfMemory`] come back from
+    ///   the call), and a loss is found by a cheap validity probe before each submit, write and
+    ///   read. Errors of the app's own calls keep reaching the app's handler. An app without
+    ///   handlers of its own may call [`Device::install_wgpu_handlers`] to get brigade's; one
+    ///   with a lost callback may forward losses with [`Device::report_lost`]. In the browser
+    ///   brigade does add its lost callback (there it is a `GPUDevice.lost.then`, which does not
+    ///   replace the page's).
+    /// - The device is standalone (index 0, adapter 0). To use it beside discovered devices in a
+    ///   [`Runtime`](super::Runtime) (one index space, one `pmap` mesh), pass it to
+    ///   [`RuntimeBuilder::with_wgpu_device`](super::RuntimeBuilder::with_wgpu_device) instead;
+    ///   standalone devices can also be mixed in a `pmap` with a runtime's devices.
+    /// - On wgpu's GL backend, wgpu panics when two threads wait long for its GL context: make the
+    ///   app's own GL calls on the same thread as brigade's, or not at the same time.
+    ///
+    /// Errors: [`Error::Unsupported`] when the device's compute limits are below what brigade's
+    /// kernels need (`@workgroup_size(256)`: `max_compute_workgroup_size_x` and
+    /// `max_compute_invocations_per_workgroup` at least 256, 1 KiB of workgroup storage, 3
+    /// storage buffers per shader stage; every WebGPU device has these unless requested lower),
+    /// [`Error::DeviceLost`] when the device is already lost.
+    ///
+    /// **Browser:** this takes a `wgpu::Device` (a Rust app on wgpu's WebGPU backend). A page's
+    /// own JavaScript `GPUDevice` cannot become one: wgpu 30 builds its WebGPU device wrapper only
+    /// inside `Adapter::request_device` (`future_request_device` in `wgpu/src/backend/webgpu.rs`;
+    /// the wrapper's fields are crate-private), and `wgpu::Device::from_custom` needs a whole
+    /// custom backend. Go the other way: let brigade request the device and hand its
+    /// `GPUDevice` to the page with `device.wgpu().unwrap().0.as_webgpu()`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> brigade::Result<()> {
+    /// use brigade::{Array, Tensor, jit, wgpu};
+    /// let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    /// let adapter = instance
+    ///     .request_adapter(&wgpu::RequestAdapterOptions::default())
+    ///     .await
+    ///     .expect("an adapter");
+    /// let limits = wgpu::Limits {
+    ///     max_storage_buffer_binding_size: 1 << 20,
+    ///     ..wgpu::Limits::downlevel_defaults()
+    /// };
+    /// let (device, queue) = adapter
+    ///     .request_device(&wgpu::DeviceDescriptor { required_limits: limits, ..Default::default() })
+    ///     .await
+    ///     .expect("a device");
+    /// let dev = brigade::Device::from_wgpu(adapter.get_info(), device.clone(), queue)?;
+    /// assert_eq!(dev.limits().max_storage_buffer_binding_size, 1 << 20);
+    /// let x = Array::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?;
+    /// let y = jit(|a: &[Tensor]| vec![a[0].mul(&a[0])]).on(&dev).call(&[x])?;
+    /// assert_eq!(y[0].to_vec::<f32>()?, vec![1.0, 4.0, 9.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn from_wgpu(
+        adapter_info: wgpu::AdapterInfo,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+    ) -> Result<Device> {
+        Device::from_app(0, 0, &adapter_info, device, queue)
+    }
+
+    /// [`Device::from_wgpu`] at a position of a runtime.
+    pub(crate) fn from_app(
+        index: usize,
+        adapter_index: usize,
+        adapter: &wgpu::AdapterInfo,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+    ) -> Result<Device> {
+        let limits = device.limits();
+        let label = format!(
+            "{index} [{}: {}]",
+            backend_name(adapter.backend),
+            adapter.name
+        );
+        check_kernel_limits(&label, &limits)?;
+        let dev = Device::wrap_gpu(index, adapter_index, adapter, device, queue, true);
+        let g = dev.gpu("Device::from_wgpu")?;
+        // A lost callback chains in the browser (`lost.then`); natively it would replace the app's.
+        #[cfg(target_arch = "wasm32")]
+        install_handlers(g, &dev.inner.label, false, true);
+        if let Some(reason) = g.lost_now(false) {
+            return Err(dev.lost_error(reason));
+        }
+        Ok(dev)
+    }
+
+    /// Install brigade's uncaptured-error handler and device-lost callback on an app's device
+    /// ([`Device::from_wgpu`]), **replacing the app's own** (wgpu keeps one of each per device).
+    ///
+    /// With them, an error no scope caught is logged and kept in [`Device::last_error`], and a
+    /// loss is known the moment wgpu reports it instead of by probing before each call. Devices
+    /// brigade requested itself always have them (a no-op there). Errors:
+    /// [`Error::Unsupported`] on the cpu device, [`Error::DeviceLost`] on a lost one.
+    pub fn install_wgpu_handlers(&self) -> Result<()> {
+        let g = self.gpu("Device::install_wgpu_handlers")?;
+        if !g.handlers.load(Ordering::Acquire) {
+            install_handlers(g, &self.inner.label, true, true);
+        }
+        Ok(())
+    }
+
+    /// Tell brigade that the wgpu device is lost, from the app's own device-lost callback (so
+    /// that an app keeping its callback still has brigade stop at once): every later GPU call on
+    /// this device returns [`Error::DeviceLost`] with `reason`. brigade also finds a loss by
+    /// itself; this only makes it immediate. A no-op on the cpu device.
+    ///
+    /// ```no_run
+    /// # fn demo(dev: brigade::Device, device: brigade::wgpu::Device) {
+    /// let d = dev.clone();
+    /// device.set_device_lost_callback(move |reason, msg| {
+    ///     // ... the app's own handling ...
+    ///     d.report_lost(format!("{reason:?}: {msg}"));
+    /// });
+    /// # }
+    /// ```
+    pub fn report_lost(&self, reason: impl Into<String>) {
+        if let Some(g) = &self.inner.gpu {
+            let reason = reason.into();
+            if g.state.lost().is_none() {
+                log::warn!("brigade: device {} lost: {reason}", self.inner.label);
+            }
+            g.state.mark_lost(reason);
+        }
+    }
+
+    /// True when the wgpu device is the app's ([`Device::from_wgpu`]): brigade never destroys it.
+    pub fn is_app_device(&self) -> bool {
+        self.inner.gpu.as_ref().is_some_and(|g| g.app_owned)
+    }
+
+    fn wrap_gpu(
+        index: usize,
+        adapter_index: usize,
+        adapter: &wgpu::AdapterInfo,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        app_owned: bool,
+    ) -> Device {
         let info = DeviceInfo {
             index,
             adapter_index,
@@ -273,47 +571,9 @@ impl Device {
             device_type: device_type_name(adapter.device_type).to_string(),
             limits: DeviceLimits::from_wgpu(&device.limits()),
         };
-        let state = Arc::new(DeviceState::default());
-        let label = Device::label_of(&info);
-        {
-            let state = state.clone();
-            let label = label.clone();
-            device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-                let msg = e.to_string();
-                log::error!("brigade: uncaptured wgpu error on device {label}: {msg}");
-                *lock(&state.last_error) = Some(msg);
-            }));
-        }
-        {
-            let state = state.clone();
-            let label = label.clone();
-            device.set_device_lost_callback(move |reason, msg| {
-                let reason = match reason {
-                    wgpu::DeviceLostReason::Destroyed => format!(
-                        "its wgpu device was destroyed (wgpu::Device::destroy){}",
-                        if msg.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({msg})")
-                        }
-                    ),
-                    wgpu::DeviceLostReason::Unknown => {
-                        if msg.is_empty() {
-                            "lost by the driver".to_string()
-                        } else {
-                            msg
-                        }
-                    }
-                };
-                if state.lost().is_none() {
-                    log::warn!("brigade: device {label} lost: {reason}");
-                }
-                state.mark_lost(reason);
-            });
-        }
         let gpu = Gpu {
             queue,
-            state,
+            state: Arc::new(DeviceState::default()),
             pool: Mutex::new(Pool::new()),
             staging: Mutex::new(Vec::new()),
             upload_staging: Mutex::new(Vec::new()),
@@ -322,13 +582,17 @@ impl Device {
             )),
             is_gl: adapter.backend == wgpu::Backend::Gl,
             deferred: Mutex::new(Deferred::default()),
-            handed_out: std::sync::atomic::AtomicBool::new(false),
-            map_gate: device
+            // The app holds its device from the start and may destroy it at any time.
+            handed_out: std::sync::atomic::AtomicBool::new(app_owned),
+            map_gate: (device
                 .features()
                 .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
-                .then(super::transfer::MapGate::default),
+                && super::runtime::mapped_reads_suit(adapter))
+            .then(super::transfer::MapGate::default),
             pipelines: super::kernel::PipelineDisk::open(&device, adapter),
             device,
+            app_owned,
+            handlers: std::sync::atomic::AtomicBool::new(false),
         };
         Device::from_parts(info, Some(gpu))
     }
@@ -1196,17 +1460,27 @@ impl Device {
 
     /// Destroy the wgpu device now: the device counts as lost and every later GPU call on it (and
     /// its clones) returns [`Error::DeviceLost`]. Frees pooled buffers and cached kernels.
+    ///
+    /// An app's device ([`Device::from_wgpu`]) is **not** destroyed: brigade lets go of it (its
+    /// handle counts as lost, its pooled buffers, staging buffers and kernels are freed) and the
+    /// wgpu device stays usable by the app. Arrays still alive keep their own buffers until
+    /// dropped.
     pub fn destroy(&self) {
         if let Some(g) = &self.inner.gpu {
-            g.state
-                .mark_lost("destroyed by Device::destroy".to_string());
+            g.state.mark_lost(if g.app_owned {
+                "released by Device::destroy (the app's wgpu device itself stays alive)".to_string()
+            } else {
+                "destroyed by Device::destroy".to_string()
+            });
             let freed = lock(&g.pool).drain();
             drop(freed);
             lock(&g.staging).clear();
             lock(&g.upload_staging).clear();
             let kernels = lock(&g.kernels).drain();
             drop(kernels);
-            g.device.destroy();
+            if !g.app_owned {
+                g.device.destroy();
+            }
         }
     }
 }

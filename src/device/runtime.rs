@@ -90,7 +90,8 @@ pub struct AdapterSummary {
     pub device_type: String,
     /// Driver name and info, as reported.
     pub driver: String,
-    /// The adapter's limits (devices are requested with these).
+    /// The adapter's limits (devices are requested with these); for the adapter of an app's
+    /// device ([`RuntimeBuilder::with_wgpu_device`]), that device's limits.
     pub limits: DeviceLimits,
 }
 
@@ -144,6 +145,16 @@ pub struct RuntimeBuilder {
     /// Cache capacities given to every device (None: the defaults or the environment's).
     kernel_cache_capacity: Option<usize>,
     program_cache_capacity: Option<usize>,
+    /// The app's own wgpu devices ([`RuntimeBuilder::with_wgpu_device`]), in order.
+    app_devices: Vec<AppDevice>,
+}
+
+/// One wgpu device an app handed to [`RuntimeBuilder::with_wgpu_device`].
+#[derive(Clone, Debug)]
+struct AppDevice {
+    info: wgpu::AdapterInfo,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
 }
 
 impl Default for RuntimeBuilder {
@@ -158,6 +169,7 @@ impl Default for RuntimeBuilder {
             memory_limit: None,
             kernel_cache_capacity: None,
             program_cache_capacity: None,
+            app_devices: Vec::new(),
         }
     }
 }
@@ -165,6 +177,8 @@ impl Default for RuntimeBuilder {
 impl RuntimeBuilder {
     /// Only look at these backends (`vulkan`, `metal`, `dx12`, `gl`, `webgpu`, `cpu`). Default: all.
     /// Names are checked by [`RuntimeBuilder::build`] ([`Error::BadDeviceSpec`] for unknown ones).
+    /// An empty list discovers nothing: the runtime is made only of the app's devices given to
+    /// [`RuntimeBuilder::with_wgpu_device`] (without any, [`RuntimeBuilder::build`] refuses it).
     pub fn backends(mut self, names: &[&str]) -> Self {
         self.backends = Some(names.iter().map(|s| s.to_string()).collect());
         self
@@ -212,6 +226,43 @@ impl RuntimeBuilder {
     /// Overrides [`MEMORY_LIMIT_ENV`]; 0 is refused by [`RuntimeBuilder::build`].
     pub fn memory_limit(mut self, bytes: u64) -> Self {
         self.memory_limit = Some(bytes);
+        self
+    }
+
+    /// Add a wgpu device the app created itself (see [`Device::from_wgpu`] for what brigade
+    /// reads from it, never destroys, and which error handlers it leaves alone).
+    ///
+    /// The app's devices come after the discovered ones, in the order given: with `n` devices
+    /// from the layout (after [`RuntimeBuilder::subset`]), the first app device is
+    /// `devices()[n]`; each gets its own entry in [`Runtime::adapters`] (with the device's
+    /// limits). With [`RuntimeBuilder::backends`]`(&[])` nothing is discovered and the runtime
+    /// holds only the app's devices. The memory limit and cache capacities apply to them too.
+    /// [`RuntimeBuilder::build`] fails with [`Error::Unsupported`] when a device's compute limits
+    /// are below what brigade's kernels need.
+    ///
+    /// ```no_run
+    /// # async fn demo(info: brigade::wgpu::AdapterInfo, device: brigade::wgpu::Device, queue: brigade::wgpu::Queue) -> brigade::Result<()> {
+    /// use brigade::Runtime;
+    /// // The app's device beside one discovered lavapipe device, mixed in one mesh.
+    /// let rt = Runtime::builder()
+    ///     .layout_str("vulkan:1")
+    ///     .with_wgpu_device(info, device, queue)
+    ///     .build()
+    ///     .await?;
+    /// assert!(rt.devices()[1].is_app_device());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_wgpu_device(
+        mut self,
+        adapter_info: wgpu::AdapterInfo,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+    ) -> Self {
+        self.app_devices.push(AppDevice {
+            info: adapter_info,
+            device,
+            queue,
+        });
         self
     }
 
@@ -291,36 +342,61 @@ impl RuntimeBuilder {
                 detail: "ask for at least 1 device per adapter".into(),
             });
         }
-        let (wgpu_backends, cpu_allowed_by_filter) = self.backend_filter()?;
+        let discover = !self.backends.as_ref().is_some_and(|b| b.is_empty());
+        if !discover {
+            if self.app_devices.is_empty() {
+                return Err(Error::BadDeviceSpec {
+                    spec: "backends([])".into(),
+                    detail: "no backend named and no device of the app's given; name backends, or add the app's devices with with_wgpu_device".into(),
+                });
+            }
+            if layout != DeviceLayout::Auto {
+                return Err(Error::BadDeviceSpec {
+                    spec,
+                    detail: "this layout needs adapters but backends([]) discovers none; drop the layout (the runtime then holds only the app's devices) or name backends".into(),
+                });
+            }
+        }
+        let (wgpu_backends, cpu_allowed_by_filter) = if discover {
+            self.backend_filter()?
+        } else {
+            (wgpu::Backends::empty(), false)
+        };
         let memory_limit = self.memory_budget()?;
 
         // Enumerate adapters unless the layout needs none.
-        let needs_adapters = !layout.cpu_only() && !wgpu_backends.is_empty();
+        let needs_adapters = discover && !layout.cpu_only() && !wgpu_backends.is_empty();
         let (instance, adapters) = if needs_adapters {
             enumerate(wgpu_backends).await
         } else {
             (None, Vec::new())
         };
-        let summaries: Vec<AdapterSummary> = adapters.iter().map(|(_, s)| s.clone()).collect();
+        let mut summaries: Vec<AdapterSummary> = adapters.iter().map(|(_, s)| s.clone()).collect();
 
-        let plan = self.plan(
-            &layout,
-            &spec,
-            &summaries,
-            wgpu_backends,
-            cpu_allowed_by_filter,
-        )?;
+        let plan = if discover {
+            self.plan(
+                &layout,
+                &spec,
+                &summaries,
+                wgpu_backends,
+                cpu_allowed_by_filter,
+            )?
+        } else {
+            Vec::new()
+        };
         let plan = match &self.subset {
             None => plan,
             Some(idx) => pick_subset(plan, idx)?,
         };
+        // The cpu device's virtual adapter comes after every real one, the app's included.
+        let cpu_adapter = summaries.len() + self.app_devices.len();
 
         let mut devices = Vec::with_capacity(plan.len());
         #[cfg(target_arch = "wasm32")]
         let mut used_adapters = std::collections::HashSet::new();
         for (index, slot) in plan.into_iter().enumerate() {
             let device = match slot {
-                Slot::Cpu => Device::new_cpu(index, summaries.len()),
+                Slot::Cpu => Device::new_cpu(index, cpu_adapter),
                 Slot::Adapter(a) => {
                     let adapter = &adapters[a].0;
                     // In the browser one adapter yields one device: request a fresh adapter for
@@ -347,6 +423,25 @@ impl RuntimeBuilder {
                     request_device(adapter, index, a).await?
                 }
             };
+            device.set_memory_limit(memory_limit);
+            if let Some(n) = self.kernel_cache_capacity {
+                device.set_kernel_cache_capacity(n);
+            }
+            if let Some(n) = self.program_cache_capacity {
+                device.set_program_cache_capacity(n);
+            }
+            devices.push(device);
+        }
+        for app in &self.app_devices {
+            let adapter_index = summaries.len();
+            let device = Device::from_app(
+                devices.len(),
+                adapter_index,
+                &app.info,
+                app.device.clone(),
+                app.queue.clone(),
+            )?;
+            summaries.push(summary_of(adapter_index, &app.info, &app.device.limits()));
             device.set_memory_limit(memory_limit);
             if let Some(n) = self.kernel_cache_capacity {
                 device.set_kernel_cache_capacity(n);
@@ -569,23 +664,28 @@ async fn enumerate(
         .into_iter()
         .enumerate()
         .map(|(index, (a, info))| {
-            let driver = match (info.driver.is_empty(), info.driver_info.is_empty()) {
-                (false, false) => format!("{} ({})", info.driver, info.driver_info),
-                (false, true) => info.driver.clone(),
-                (true, _) => info.driver_info.clone(),
-            };
-            let summary = AdapterSummary {
-                index,
-                name: info.name.clone(),
-                backend: backend_name(info.backend).to_string(),
-                device_type: device_type_name(info.device_type).to_string(),
-                driver,
-                limits: DeviceLimits::from_wgpu(&a.limits()),
-            };
+            let summary = summary_of(index, &info, &a.limits());
             (a, summary)
         })
         .collect();
     (Some(instance), out)
+}
+
+/// The summary of adapter `index` (for an app's device, `limits` are the device's).
+fn summary_of(index: usize, info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> AdapterSummary {
+    let driver = match (info.driver.is_empty(), info.driver_info.is_empty()) {
+        (false, false) => format!("{} ({})", info.driver, info.driver_info),
+        (false, true) => info.driver.clone(),
+        (true, _) => info.driver_info.clone(),
+    };
+    AdapterSummary {
+        index,
+        name: info.name.clone(),
+        backend: backend_name(info.backend).to_string(),
+        device_type: device_type_name(info.device_type).to_string(),
+        driver,
+        limits: DeviceLimits::from_wgpu(limits),
+    }
 }
 
 /// The environment variable that turns off mapped reads (`off` or `0`): every read then copies
@@ -604,6 +704,18 @@ pub const MAPPED_READS_ENV: &str = "BRIGADE_MAPPED_READS";
 fn wanted_features(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> wgpu::Features {
     let have = adapter.features();
     let mut want = wgpu::Features::empty();
+    if mapped_reads_suit(info) {
+        want |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+    }
+    want |= wgpu::Features::PIPELINE_CACHE | wgpu::Features::SUBGROUP;
+    want & have
+}
+
+/// Whether reads may map storage buffers in place on this adapter (when its device has
+/// `MAPPABLE_PRIMARY_BUFFERS`): unified memory (device type cpu or integrated) and
+/// [`MAPPED_READS_ENV`] not `off`. Also decides it for an app's device that has the feature for
+/// its own reasons, so a discrete GPU never gets slow mappable storage buffers from brigade.
+pub(crate) fn mapped_reads_suit(info: &wgpu::AdapterInfo) -> bool {
     let unified = matches!(
         info.device_type,
         wgpu::DeviceType::Cpu | wgpu::DeviceType::IntegratedGpu
@@ -614,11 +726,7 @@ fn wanted_features(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> wgpu::F
             "off" | "0" | "false"
         )
     });
-    if unified && !mapped_off {
-        want |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
-    }
-    want |= wgpu::Features::PIPELINE_CACHE | wgpu::Features::SUBGROUP;
-    want & have
+    unified && !mapped_off
 }
 
 /// Request one logical device with the adapter's own limits and the optional features of
@@ -665,7 +773,8 @@ impl Runtime {
         &self.inner.devices
     }
 
-    /// Every adapter found (empty when the layout needed none, e.g. `cpu:2`).
+    /// Every adapter found (empty when the layout needed none, e.g. `cpu:2`), then one per app
+    /// device ([`RuntimeBuilder::with_wgpu_device`]).
     pub fn adapters(&self) -> &[AdapterSummary] {
         &self.inner.adapters
     }
