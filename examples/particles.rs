@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example particles                    # headless: frames into a PNG
 //! cargo run --release --example particles -- --window        # a real window (winit)
-//!     [--frames N] [--n PARTICLES] [--png PATH] [--screenshot PATH]
+//!     [--backend vulkan|gl] [--frames N] [--n PARTICLES] [--png PATH] [--screenshot PATH]
 //! ```
 //!
 //! The example is the app: it creates its own wgpu instance, adapter and device (Vulkan first, GL
@@ -84,9 +84,13 @@ struct App {
 }
 
 impl App {
-    /// An adapter from Vulkan first, GL otherwise (software ones included), able to present to
-    /// `surface` when there is one.
-    fn new(instance: &wgpu::Instance, surface: Option<&wgpu::Surface<'_>>) -> App {
+    /// An adapter of `backend` (any: Vulkan first, then Metal/DX12, then GL; software ones
+    /// included), able to present to `surface` when there is one. `None` if there is none.
+    fn new(
+        instance: &wgpu::Instance,
+        surface: Option<&wgpu::Surface<'_>>,
+        backend: Option<wgpu::Backend>,
+    ) -> Option<App> {
         let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
         let rank = |a: &wgpu::Adapter| match a.get_info().backend {
             wgpu::Backend::Vulkan => 0,
@@ -95,20 +99,21 @@ impl App {
         };
         let adapter = adapters
             .into_iter()
+            .filter(|a| backend.is_none_or(|b| a.get_info().backend == b))
+            .filter(|a| a.get_info().backend != wgpu::Backend::Noop)
             .filter(|a| surface.is_none_or(|s| a.is_surface_supported(s)))
-            .min_by_key(rank)
-            .expect("particles: no wgpu adapter (install Mesa's lavapipe: see README)");
+            .min_by_key(rank)?;
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("particles app device"),
             required_limits: adapter.limits(),
             ..Default::default()
         }))
         .expect("particles: request_device failed");
-        App {
+        Some(App {
             adapter,
             device,
             queue,
-        }
+        })
     }
 }
 
@@ -231,9 +236,7 @@ impl Renderer {
         pass.set_bind_group(0, &bind, &[]);
         pass.set_vertex_buffer(
             0,
-            state
-                .buffer
-                .slice(state.offset..state.offset + state.size),
+            state.buffer.slice(state.offset..state.offset + state.size),
         );
         pass.draw(0..6, 0..n as u32);
     }
@@ -246,10 +249,8 @@ fn bytemuck_f32(v: &[f32]) -> &[u8] {
 
 /// The simulation as the app holds it: two state buffers of its own, imported by brigade.
 struct Sim {
-    dev: Device,
     step: brigade::Jit<fn(&[Tensor]) -> Vec<Tensor>>,
     states: [Array; 2],
-    buffers: [wgpu::Buffer; 2],
     /// Index of the state that holds the latest positions.
     current: usize,
     n: usize,
@@ -286,10 +287,8 @@ impl Sim {
             .named("particles step")
             .on(&dev);
         Ok(Sim {
-            dev,
             step,
             states,
-            buffers,
             current: 0,
             n,
         })
@@ -298,8 +297,11 @@ impl Sim {
     /// Records one step (current -> other) into `enc`; the other state becomes current.
     fn encode_step(&mut self, enc: &mut wgpu::CommandEncoder) -> Result<()> {
         let (src, dst) = (self.current, 1 - self.current);
-        self.step
-            .encode_into(enc, &[self.states[src].clone()], &[self.states[dst].clone()])?;
+        self.step.encode_into(
+            enc,
+            &[self.states[src].clone()],
+            &[self.states[dst].clone()],
+        )?;
         self.current = dst;
         Ok(())
     }
@@ -330,12 +332,25 @@ fn max_abs_diff(got: &[f64], want: &[f64]) -> f64 {
 
 /// An RGBA8 image: checks that every particle's projected centre is lit and most pixels are
 /// background. Returns (lit pixels, particles whose centre pixel is dark).
-fn check_pixels(rgba: &[u8], width: u32, height: u32, positions: &[f64], bgra: bool) -> (usize, usize) {
-    let bg: Vec<u8> = BACKGROUND.iter().map(|c| (srgb(*c) * 255.0).round() as u8).collect();
+fn check_pixels(
+    rgba: &[u8],
+    width: u32,
+    height: u32,
+    positions: &[f64],
+    bgra: bool,
+) -> (usize, usize) {
+    let bg: Vec<u8> = BACKGROUND
+        .iter()
+        .map(|c| (srgb(*c) * 255.0).round() as u8)
+        .collect();
     let lit_at = |x: u32, y: u32| {
         let i = ((y * width + x) * 4) as usize;
         let px = &rgba[i..i + 4];
-        let (r, g, b) = if bgra { (px[2], px[1], px[0]) } else { (px[0], px[1], px[2]) };
+        let (r, g, b) = if bgra {
+            (px[2], px[1], px[0])
+        } else {
+            (px[0], px[1], px[2])
+        };
         // Background is dark blue; particles are bright (every channel of theirs >= 0.2).
         let d = |a: u8, b: u8| (a as i32 - b as i32).abs();
         d(r, bg[0]) + d(g, bg[1]) + d(b, bg[2]) > 60
@@ -361,7 +376,11 @@ fn check_pixels(rgba: &[u8], width: u32, height: u32, positions: &[f64], bgra: b
 
 /// The sRGB encoding of a linear channel value (what an `*Srgb` target stores).
 fn srgb(c: f64) -> f64 {
-    if c <= 0.0031308 { c * 12.92 } else { 1.055 * c.powf(1.0 / 2.4) - 0.055 }
+    if c <= 0.0031308 {
+        c * 12.92
+    } else {
+        1.055 * c.powf(1.0 / 2.4) - 0.055
+    }
 }
 
 /// What a run measured, for the checks.
@@ -379,7 +398,11 @@ struct Outcome {
 impl Outcome {
     fn ok(&self) -> bool {
         let pixels = (SIZE * SIZE) as usize;
-        self.bytes_moved == 0 && self.max_diff <= 1e-3 && self.dark == 0 && self.lit > 0 && self.lit < pixels / 2
+        self.bytes_moved == 0
+            && self.max_diff <= 1e-3
+            && self.dark == 0
+            && self.lit > 0
+            && self.lit < pixels / 2
     }
 
     fn print(&self) {
@@ -400,9 +423,14 @@ impl Outcome {
 }
 
 /// Headless: `frames` frames into an offscreen texture, the last one saved as `png`.
-fn run_headless(n: usize, frames: usize, png: Option<&str>) -> Result<Outcome> {
+fn run_headless(
+    n: usize,
+    frames: usize,
+    png: Option<&str>,
+    backend: Option<wgpu::Backend>,
+) -> Result<Outcome> {
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
-    let app = App::new(&instance, None);
+    let app = App::new(&instance, None, backend).unwrap_or_else(|| no_adapter(backend));
     let format = wgpu::TextureFormat::Rgba8UnormSrgb;
     let renderer = Renderer::new(&app.device, format);
     let texture = app.device.create_texture(&wgpu::TextureDescriptor {
@@ -427,7 +455,14 @@ fn run_headless(n: usize, frames: usize, png: Option<&str>) -> Result<Outcome> {
     for _ in 0..frames {
         let mut enc = app.device.create_command_encoder(&Default::default());
         sim.encode_step(&mut enc)?;
-        renderer.draw(&app, &mut enc, &target, (SIZE, SIZE), &sim.current_view()?, n);
+        renderer.draw(
+            &app,
+            &mut enc,
+            &target,
+            (SIZE, SIZE),
+            &sim.current_view()?,
+            n,
+        );
         app.queue.submit([enc.finish()]);
     }
     app.device
@@ -453,14 +488,21 @@ fn run_headless(n: usize, frames: usize, png: Option<&str>) -> Result<Outcome> {
         max_diff: max_abs_diff(&got, &want),
         lit,
         dark,
-        adapter: format!("{:?}: {}", app.adapter.get_info().backend, app.adapter.get_info().name),
+        adapter: format!(
+            "{:?}: {}",
+            app.adapter.get_info().backend,
+            app.adapter.get_info().name
+        ),
     })
 }
 
 /// Copies a texture (RGBA8 or BGRA8, `width * 4` a multiple of 256) to the host.
 fn read_texture(app: &App, texture: &wgpu::Texture, width: u32, height: u32) -> Vec<u8> {
     let row = width * 4;
-    assert!(row % wgpu::COPY_BYTES_PER_ROW_ALIGNMENT == 0, "width * 4 must be a multiple of 256");
+    assert!(
+        row % wgpu::COPY_BYTES_PER_ROW_ALIGNMENT == 0,
+        "width * 4 must be a multiple of 256"
+    );
     let buf = app.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("particles readback"),
         size: (row * height) as u64,
@@ -481,7 +523,8 @@ fn read_texture(app: &App, texture: &wgpu::Texture, width: u32, height: u32) -> 
         texture.size(),
     );
     app.queue.submit([enc.finish()]);
-    buf.slice(..).map_async(wgpu::MapMode::Read, |r| r.expect("particles: map failed"));
+    buf.slice(..)
+        .map_async(wgpu::MapMode::Read, |r| r.expect("particles: map failed"));
     app.device
         .poll(wgpu::PollType::wait_indefinitely())
         .expect("particles: poll failed");
@@ -509,16 +552,30 @@ fn save_png(path: &str, rgba: &[u8], width: u32, height: u32, bgra: bool) {
     w.write_image_data(&data).expect("particles: PNG data");
 }
 
-/// The tour's chapter: a short headless run, checked.
+fn no_adapter(backend: Option<wgpu::Backend>) -> ! {
+    eprintln!(
+        "particles: no {} adapter (install Mesa's lavapipe and llvmpipe: see README)",
+        backend.map_or("wgpu".to_string(), |b| format!("{b:?}"))
+    );
+    std::process::exit(1)
+}
+
+/// The tour's chapter: a short headless run on Vulkan and on GL, checked. Both adapters are
+/// required: the tour runs where Mesa's lavapipe and llvmpipe are installed.
 pub fn run(quick: bool) -> Result<bool> {
     let (n, frames) = if quick { (512, 20) } else { (2048, 60) };
-    let out = run_headless(n, frames, None)?;
-    out.print();
-    Ok(out.ok())
+    let mut ok = true;
+    for backend in [wgpu::Backend::Vulkan, wgpu::Backend::Gl] {
+        let out = run_headless(n, frames, None, Some(backend))?;
+        out.print();
+        ok &= out.ok();
+    }
+    Ok(ok)
 }
 
 struct Args {
     window: bool,
+    backend: Option<wgpu::Backend>,
     frames: usize,
     n: usize,
     png: Option<String>,
@@ -528,6 +585,7 @@ struct Args {
 fn args() -> Args {
     let mut a = Args {
         window: false,
+        backend: None,
         frames: 120,
         n: 2048,
         png: None,
@@ -538,11 +596,22 @@ fn args() -> Args {
         let mut value = |name: &str| it.next().unwrap_or_else(|| panic!("{name} needs a value"));
         match arg.as_str() {
             "--window" => a.window = true,
+            "--backend" => {
+                a.backend = Some(match value("--backend").as_str() {
+                    "vulkan" => wgpu::Backend::Vulkan,
+                    "gl" => wgpu::Backend::Gl,
+                    "metal" => wgpu::Backend::Metal,
+                    "dx12" => wgpu::Backend::Dx12,
+                    other => panic!("--backend {other}: one of vulkan, gl, metal, dx12"),
+                })
+            }
             "--frames" => a.frames = value("--frames").parse().expect("--frames N"),
             "--n" => a.n = value("--n").parse().expect("--n PARTICLES"),
             "--png" => a.png = Some(value("--png")),
             "--screenshot" => a.screenshot = Some(value("--screenshot")),
-            other => panic!("unknown argument {other} (see the doc comment of examples/particles.rs)"),
+            other => {
+                panic!("unknown argument {other} (see the doc comment of examples/particles.rs)")
+            }
         }
     }
     a
@@ -551,9 +620,10 @@ fn args() -> Args {
 fn main() -> Result<()> {
     let a = args();
     let out = if a.window {
-        window::run(a.n, a.frames, a.screenshot.as_deref())?
+        window::run(a.n, a.frames, a.screenshot.as_deref(), a.backend)?
     } else {
-        run_headless(a.n, a.frames, Some(a.png.as_deref().unwrap_or("particles.png")))?
+        let png = a.png.as_deref().unwrap_or("particles.png");
+        run_headless(a.n, a.frames, Some(png), a.backend)?
     };
     out.print();
     if !out.ok() {
@@ -582,6 +652,7 @@ mod window {
 
     struct Handler {
         n: usize,
+        backend: Option<wgpu::Backend>,
         frames: usize,
         drawn: usize,
         state: Option<State>,
@@ -609,7 +680,8 @@ mod window {
             let surface = instance
                 .create_surface(window.clone())
                 .expect("particles: cannot create a surface for the window");
-            let app = App::new(&instance, Some(&surface));
+            let app = App::new(&instance, Some(&surface), self.backend)
+                .unwrap_or_else(|| no_adapter(self.backend));
             let size = window.inner_size();
             let mut config = surface
                 .get_default_config(&app.adapter, size.width.max(1), size.height.max(1))
@@ -635,7 +707,8 @@ mod window {
         fn frame(&mut self) -> Result<bool> {
             let st = self.state.as_mut().expect("initialised");
             let frame = match st.surface.get_current_texture() {
-                wgpu::CurrentSurfaceTexture::Success(f) | wgpu::CurrentSurfaceTexture::Suboptimal(f) => f,
+                wgpu::CurrentSurfaceTexture::Success(f)
+                | wgpu::CurrentSurfaceTexture::Suboptimal(f) => f,
                 wgpu::CurrentSurfaceTexture::Outdated | wgpu::CurrentSurfaceTexture::Lost => {
                     st.surface.configure(&st.app.device, &st.config);
                     return Ok(false);
@@ -649,8 +722,14 @@ mod window {
             let mut enc = st.app.device.create_command_encoder(&Default::default());
             st.sim.encode_step(&mut enc)?;
             let size = (st.config.width, st.config.height);
-            st.renderer
-                .draw(&st.app, &mut enc, &view, size, &st.sim.current_view()?, st.sim.n);
+            st.renderer.draw(
+                &st.app,
+                &mut enc,
+                &view,
+                size,
+                &st.sim.current_view()?,
+                st.sim.n,
+            );
             st.app.queue.submit([enc.finish()]);
             st.app.queue.present(frame);
             self.drawn += 1;
@@ -702,7 +781,12 @@ mod window {
             match event {
                 WindowEvent::CloseRequested => event_loop.exit(),
                 WindowEvent::RedrawRequested => match self.frame() {
-                    Ok(false) => self.state.as_ref().expect("initialised").window.request_redraw(),
+                    Ok(false) => self
+                        .state
+                        .as_ref()
+                        .expect("initialised")
+                        .window
+                        .request_redraw(),
                     Ok(true) => {
                         self.result = Some(self.finish());
                         event_loop.exit();
@@ -717,10 +801,17 @@ mod window {
         }
     }
 
-    pub(super) fn run(n: usize, frames: usize, screenshot: Option<&str>) -> Result<Outcome> {
-        let event_loop = EventLoop::new().expect("particles: no display (set DISPLAY, or run headless)");
+    pub(super) fn run(
+        n: usize,
+        frames: usize,
+        screenshot: Option<&str>,
+        backend: Option<wgpu::Backend>,
+    ) -> Result<Outcome> {
+        let event_loop =
+            EventLoop::new().expect("particles: no display (set DISPLAY, or run headless)");
         let mut h = Handler {
             n,
+            backend,
             frames,
             drawn: 0,
             state: None,
@@ -729,8 +820,11 @@ mod window {
             before: brigade::counters(),
             t0: None,
         };
-        event_loop.run_app(&mut h).expect("particles: event loop failed");
-        h.result.expect("particles: the event loop ended before the last frame")
+        event_loop
+            .run_app(&mut h)
+            .expect("particles: event loop failed");
+        h.result
+            .expect("particles: the event loop ended before the last frame")
     }
 
     /// Grabs the whole X display with `xwd` (what the window really shows), saves it as a PNG and
@@ -739,8 +833,14 @@ mod window {
         let out = std::process::Command::new("xwd")
             .args(["-root", "-silent"])
             .output()
-            .expect("particles: --screenshot needs `xwd` (Debian package x11-apps) and an X display");
-        assert!(out.status.success(), "particles: xwd failed: {}", String::from_utf8_lossy(&out.stderr));
+            .expect(
+                "particles: --screenshot needs `xwd` (Debian package x11-apps) and an X display",
+            );
+        assert!(
+            out.status.success(),
+            "particles: xwd failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let (w, h, rgba) = xwd_to_rgba(&out.stdout);
         save_png(path, &rgba, w, h, false);
         println!("  saved a screenshot of the display to {path}");
@@ -759,7 +859,8 @@ mod window {
 
     /// Decodes an XWD image (ZPixmap, 24 or 32 bits per pixel) into RGBA8.
     fn xwd_to_rgba(b: &[u8]) -> (u32, u32, Vec<u8>) {
-        let be = |i: usize| u32::from_be_bytes([b[i * 4], b[i * 4 + 1], b[i * 4 + 2], b[i * 4 + 3]]);
+        let be =
+            |i: usize| u32::from_be_bytes([b[i * 4], b[i * 4 + 1], b[i * 4 + 2], b[i * 4 + 3]]);
         let header_size = be(0) as usize;
         let (format, width, height) = (be(2), be(4), be(5));
         let byte_order = be(7);
@@ -767,7 +868,10 @@ mod window {
         let bytes_per_line = be(12) as usize;
         let (red_mask, green_mask, blue_mask) = (be(14), be(15), be(16));
         let ncolors = be(19) as usize;
-        assert!(format == 2 && (bits_per_pixel == 32 || bits_per_pixel == 24), "xwd: unsupported image");
+        assert!(
+            format == 2 && (bits_per_pixel == 32 || bits_per_pixel == 24),
+            "xwd: unsupported image"
+        );
         let data = &b[header_size + ncolors * 12..];
         let bpp = (bits_per_pixel / 8) as usize;
         let shift = |m: u32| m.trailing_zeros();
@@ -778,7 +882,12 @@ mod window {
                 let mut v = 0u32;
                 for (i, &byte) in p.iter().enumerate() {
                     // byte_order 0: least significant byte first.
-                    v |= (byte as u32) << if byte_order == 0 { 8 * i } else { 8 * (bpp - 1 - i) };
+                    v |= (byte as u32)
+                        << if byte_order == 0 {
+                            8 * i
+                        } else {
+                            8 * (bpp - 1 - i)
+                        };
                 }
                 let c = |m: u32| ((v & m) >> shift(m)) as u8;
                 rgba.extend_from_slice(&[c(red_mask), c(green_mask), c(blue_mask), 255]);
