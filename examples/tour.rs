@@ -39,6 +39,9 @@ mod own_device;
 #[path = "parallel_matmul.rs"]
 mod parallel_matmul;
 #[allow(dead_code)]
+#[path = "particles.rs"]
+mod particles;
+#[allow(dead_code)]
 #[path = "seed_demo.rs"]
 mod seed_demo;
 
@@ -195,6 +198,11 @@ fn main() -> Result<()> {
         "When pmap goes wrong: three common errors, their fixes, one device first (examples/debugging.rs)",
     );
     all_ok &= debugging::run(quick)?;
+
+    chapter(
+        "Inside an app's frame: particles stepped by brigade, drawn by wgpu from the same buffer (examples/particles.rs)",
+    );
+    all_ok &= particles::run(quick)?;
 
     chapter(
         "Brigade in the app's kitchen: a wgpu device the app created itself (examples/own_device.rs)",

@@ -13,6 +13,8 @@
 #                                       use Debian 12's own Mesa 22.3 instead of Mesa 25
 #                                       from bookworm-backports (1.5-2x faster compute on lavapipe)
 #
+# Also runs the particles example in a real window under Xvfb (see window_test).
+#
 # Stops at the first failing step and names it. Prints one timing line per step.
 set -euo pipefail
 
@@ -267,6 +269,46 @@ run_web_steps() {
     run_step "web: browser test" web_test
 }
 
+# ---------------------------------------------------------------- a real window
+# examples/particles.rs in a winit window on an Xvfb display (Debian's xvfb; x11-apps for xwd;
+# the X libraries winit loads at run time), on lavapipe Vulkan and llvmpipe GL, for a fixed
+# number of frames: the example grabs the display with xwd, saves it to target/, and exits
+# non-zero if the window shows nothing, the particles are not where the CPU reference puts
+# them, or brigade moved bytes between step and draw.
+WINDOW_APT_PKGS=(xvfb x11-apps libxkbcommon-x11-0 libxcursor1 libxi6 libxrandr2 libx11-xcb1)
+
+setup_window_tools() {
+    local missing=() p
+    for p in "${WINDOW_APT_PKGS[@]}"; do pkg_installed "$p" || missing+=("$p"); done
+    if (( ${#missing[@]} )); then
+        log "installing ${missing[*]}"
+        apt_get update -q
+        apt_get install -y -q "${missing[@]}"
+    fi
+    command -v Xvfb >/dev/null || die "Xvfb not found after installing xvfb"
+    command -v xwd >/dev/null || die "xwd not found after installing x11-apps"
+}
+
+window_test() {
+    local d display="" pid rc=0 b
+    for d in $(seq 90 140); do
+        if [[ ! -e /tmp/.X11-unix/X$d && ! -e /tmp/.X$d-lock ]]; then display=":$d"; break; fi
+    done
+    [[ -n $display ]] || die "no free X display number in :90-:140"
+    Xvfb "$display" -screen 0 800x600x24 -nolisten tcp >"${TMPDIR:-/tmp}/brigade-xvfb.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 50); do [[ -e /tmp/.X11-unix/X${display#:} ]] && break; sleep 0.2; done
+    [[ -e /tmp/.X11-unix/X${display#:} ]] || { kill "$pid" 2>/dev/null; die "Xvfb $display did not start"; }
+    mkdir -p target
+    for b in vulkan gl; do
+        DISPLAY=$display cargo run --example particles -- --window --backend "$b" \
+            --n 512 --frames 30 --screenshot "target/particles-window-$b.png" || rc=$?
+    done
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    return "$rc"
+}
+
 # ---------------------------------------------------------------- main
 
 log "brigade test command ($( ((QUICK)) && echo quick || echo full ) run; CI=${CI:-})"
@@ -298,6 +340,8 @@ run_step "cargo test --doc" cargo test --doc "$@"
 # The tour (the README's first command) on every adapter found; it exits non-zero if any
 # result differs from the CPU reference. Debug build: the test step already compiled it.
 run_step "tour (every scenario, verified)" cargo run --example tour
+run_step "window: xvfb, x11-apps" setup_window_tools
+run_step "window: particles under Xvfb (Vulkan, GL)" window_test
 
 if (( ! QUICK )); then
     for target in "${CROSS_TARGETS[@]}"; do
