@@ -209,7 +209,8 @@ impl Renderer {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        app.queue.write_buffer(&uniform, 0, bytemuck_f32(&view));
+        app.queue
+            .write_buffer(&uniform, 0, bytemuck::cast_slice(&view));
         let bind = app.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &self.pipeline.get_bind_group_layout(0),
@@ -242,14 +243,12 @@ impl Renderer {
     }
 }
 
-fn bytemuck_f32(v: &[f32]) -> &[u8] {
-    // SAFETY-free: f32 has no padding; bytemuck is a brigade dependency but not re-exported.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
-}
+/// The step as a plain function pointer (a nameable type to keep in a struct).
+type StepFn = fn(&[Tensor]) -> Vec<Tensor>;
 
 /// The simulation as the app holds it: two state buffers of its own, imported by brigade.
 struct Sim {
-    step: brigade::Jit<fn(&[Tensor]) -> Vec<Tensor>>,
+    step: brigade::Jit<StepFn>,
     states: [Array; 2],
     /// Index of the state that holds the latest positions.
     current: usize,
@@ -275,7 +274,7 @@ impl Sim {
                 mapped_at_creation: false,
             });
             // The app fills its own buffer; brigade sees the bytes through the import.
-            app.queue.write_buffer(&b, 0, bytemuck_f32(&init));
+            app.queue.write_buffer(&b, 0, bytemuck::cast_slice(&init));
             b
         };
         let buffers = [make("particles state A"), make("particles state B")];
@@ -283,9 +282,7 @@ impl Sim {
             Array::from_wgpu_buffer(&dev, buffers[0].clone(), 0, &[n, 4], DType::F32)?,
             Array::from_wgpu_buffer(&dev, buffers[1].clone(), 0, &[n, 4], DType::F32)?,
         ];
-        let step = jit(step as fn(&[Tensor]) -> Vec<Tensor>)
-            .named("particles step")
-            .on(&dev);
+        let step = jit(step as StepFn).named("particles step").on(&dev);
         Ok(Sim {
             step,
             states,
@@ -314,7 +311,7 @@ impl Sim {
 /// `frames` steps of the reference interpreter on the same traced step.
 fn reference_states(n: usize, frames: usize) -> Result<HostArray> {
     let x0 = Array::from_vec(initial_state(n), &[n, 4])?;
-    let graph = jit(step).graph(&[x0.clone()])?;
+    let graph = jit(step).graph(std::slice::from_ref(&x0))?;
     let mut s = x0.to_host()?;
     for _ in 0..frames {
         s = reference::eval_graph(&graph, &[s])?.remove(0);
@@ -500,7 +497,7 @@ fn run_headless(
 fn read_texture(app: &App, texture: &wgpu::Texture, width: u32, height: u32) -> Vec<u8> {
     let row = width * 4;
     assert!(
-        row % wgpu::COPY_BYTES_PER_ROW_ALIGNMENT == 0,
+        row.is_multiple_of(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT),
         "width * 4 must be a multiple of 256"
     );
     let buf = app.device.create_buffer(&wgpu::BufferDescriptor {
