@@ -78,12 +78,14 @@ pub fn gpu_devices() -> Vec<Device> {
 
 /// Serializes the tests' work on GL devices.
 ///
-/// Workaround for a brigade bug (reported): wgpu's GL backend holds one EGL context lock per
-/// adapter during every GL call, including a dispatch whose shader llvmpipe compiles on first use
-/// (seconds for big kernels with a cold Mesa shader cache, as on CI), and a thread that waits
-/// more than 6 s for that lock panics inside wgpu-hal ("Could not lock adapter context").
-/// brigade does not serialize GL devices itself, so parallel test threads would panic at random.
-/// Hold the guard while calling, reading and dropping results on `dev`; a no-op for non-GL devices.
+/// wgpu's GL backend holds one EGL context lock per adapter during every GL call, including a
+/// dispatch whose shader llvmpipe compiles on first use (seconds for big kernels with a cold Mesa
+/// shader cache, as on CI), and a thread that waits more than 6 s for that lock panics inside
+/// wgpu-hal ("Could not lock adapter context"). brigade serializes its own GL calls behind one
+/// lock (tests/threads.rs calls GL from 8 threads without this guard); the guard keeps test
+/// threads from queueing many long GL compiles at once, which would still make each one wait for
+/// the others. Hold it while calling, reading and dropping results on `dev`; a no-op for non-GL
+/// devices. Not re-entrant: a test that holds it must not call `check_on` (which takes it).
 pub fn device_guard(dev: &Device) -> Option<std::sync::MutexGuard<'static, ()>> {
     static GL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     (dev.info().backend == "gl").then(|| GL.lock().unwrap_or_else(|e| e.into_inner()))
