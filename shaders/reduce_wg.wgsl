@@ -1,8 +1,13 @@
 // Cooperative reduction for long reductions: {{P}} workgroups of 256 invocations share each output.
-// Workgroup (o, p) reduces the chunk p of output o with a strided loop ({{LANES}} reduced elements per
-// step, as one vec4 load per buffer when the reduced axis is the last one), then invocation 0
-// combines the workgroup's 256 partials from shared memory and writes one partial; a second kernel
-// combines the {{P}} partials of each output (skipped when P is 1).
+// Workgroup (o, p) reduces the contiguous chunk p ({{CHUNK}} steps of {{LANES}} reduced elements, one
+// vec4 load per buffer when the reduced axis is the last one) of output o. Its invocations work in
+// groups of {{G}} (lid / {{G}}), each group on its own contiguous {{SUB}} steps, the {{G}} of a group
+// on adjacent steps, {{UNROLL}} per iteration: CPU adapters (lavapipe runs 8 invocations as one
+// SIMD-8 loop) then stream memory instead of jumping by a grid stride (3x faster), and on GPUs each
+// group still reads whole 128-byte segments. Then invocation 0 combines the workgroup's 256 partials
+// from shared memory and writes one partial; a second kernel combines the {{P}} partials of each
+// output (skipped when P is 1). The combine order depends on the shape only: results are
+// deterministic.
 // brigade: workgroup memory is written before it is read
 {{BINDINGS}}
 {{HELPERS}}
@@ -19,7 +24,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{ACCS}}
     if (gi < {{N}}u) {
 {{INDEX}}
-        for (var rv: u32 = part * 256u + lid; rv < {{RV}}u; rv = rv + {{STEP}}u) {
+        let l = lid % {{G}}u;
+        let start = min(part * {{CHUNK}}u + (lid / {{G}}u) * {{SUB}}u, {{RV}}u);
+        let end = min(start + {{SUB}}u, {{RV}}u);
+        var b = start;
+        for (; b + {{SPAN}}u <= end; b = b + {{SPAN}}u) {
+{{UNROLLED}}
+        }
+        // The group's last steps (fewer than {{SPAN}}).
+        for (var rv: u32 = b + l; rv < end; rv = rv + {{G}}u) {
             let r = rv * {{LANES}}u;
 {{BODY}}
 {{COMBINE}}
