@@ -4,40 +4,10 @@
 
 mod common;
 
-use brigade::{Array, DType, Device, Error, HostArray, Tensor, jit, reference};
+use brigade::{Array, DType, Device, Error, HostArray, Tensor, jit};
+use common::app::{app_read, reference_of, step};
 use common::{Tol, assert_close, device_guard, devices_with, f32s, gpu_devices, host};
 use wgpu::BufferUsages as U;
-
-/// The app reads `size` bytes of `buffer` from `offset` with its own encoder: a copy into a
-/// `MAP_READ` buffer, one submit, a map.
-fn app_read(dev: &Device, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Vec<f32> {
-    let (wdev, queue) = dev.wgpu().expect("a GPU device");
-    let staging = wdev.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("test readback"),
-        size,
-        usage: U::MAP_READ | U::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let mut enc = wdev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-    enc.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
-    queue.submit([enc.finish()]);
-    map_read(wdev, &staging)
-}
-
-/// Map a `MAP_READ` buffer the app owns and read it as f32.
-fn map_read(wdev: &wgpu::Device, staging: &wgpu::Buffer) -> Vec<f32> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    staging
-        .slice(..)
-        .map_async(wgpu::MapMode::Read, move |r| tx.send(r).unwrap());
-    wdev.poll(wgpu::PollType::wait_indefinitely())
-        .expect("poll");
-    rx.recv().unwrap().expect("map");
-    let out =
-        bytemuck::cast_slice::<u8, f32>(&staging.slice(..).get_mapped_range().unwrap()).to_vec();
-    staging.unmap();
-    out
-}
 
 /// An app buffer of `bytes` bytes with `usage`, filled with `data` from `offset` by the app
 /// (`queue.write_buffer`).
@@ -59,21 +29,6 @@ const APP: U = U::STORAGE
     .union(U::VERTEX)
     .union(U::COPY_SRC)
     .union(U::COPY_DST);
-
-fn step(x: &[Tensor]) -> Vec<Tensor> {
-    // Reads neighbours through the sum: an in-place kernel writing as it reads would go wrong.
-    vec![&x[0] * 0.9 + x[0].sin() * 0.25 - x[0].mean_all() * 0.1]
-}
-
-/// `f` evaluated by the CPU reference on host arrays.
-fn reference_of(f: impl Fn(&[Tensor]) -> Vec<Tensor>, args: &[HostArray]) -> Vec<HostArray> {
-    let arrays: Vec<Array> = args
-        .iter()
-        .map(|h| Array::from_host_array(h.clone()).unwrap())
-        .collect();
-    let g = jit(f).graph(&arrays).unwrap();
-    reference::eval_graph(&g, args).unwrap()
-}
 
 #[test]
 fn an_exported_output_holds_the_result_for_the_app() {

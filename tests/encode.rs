@@ -3,46 +3,10 @@
 
 mod common;
 
-use brigade::{Array, DType, Device, Error, HostArray, Tensor, jit, reference};
+use brigade::{Array, DType, Device, Error, HostArray, Tensor, jit};
+use common::app::{map_read, reference_of, staging, step};
 use common::{Tol, assert_close, device_guard, f32s, gpu_devices, host};
 use wgpu::BufferUsages as U;
-
-fn step(x: &[Tensor]) -> Vec<Tensor> {
-    vec![&x[0] * 0.9 + x[0].sin() * 0.25 - x[0].mean_all() * 0.1]
-}
-
-fn reference_of(f: impl Fn(&[Tensor]) -> Vec<Tensor>, args: &[HostArray]) -> Vec<HostArray> {
-    let arrays: Vec<Array> = args
-        .iter()
-        .map(|h| Array::from_host_array(h.clone()).unwrap())
-        .collect();
-    let g = jit(f).graph(&arrays).unwrap();
-    reference::eval_graph(&g, args).unwrap()
-}
-
-fn staging(dev: &Device, size: u64) -> wgpu::Buffer {
-    dev.wgpu()
-        .unwrap()
-        .0
-        .create_buffer(&wgpu::BufferDescriptor {
-            label: Some("test readback"),
-            size,
-            usage: U::MAP_READ | U::COPY_DST,
-            mapped_at_creation: false,
-        })
-}
-
-fn map_read(dev: &Device, buf: &wgpu::Buffer) -> Vec<f32> {
-    let wdev = dev.wgpu().unwrap().0;
-    let (tx, rx) = std::sync::mpsc::channel();
-    buf.slice(..)
-        .map_async(wgpu::MapMode::Read, move |r| tx.send(r).unwrap());
-    wdev.poll(wgpu::PollType::wait_indefinitely()).unwrap();
-    rx.recv().unwrap().unwrap();
-    let out = bytemuck::cast_slice::<u8, f32>(&buf.slice(..).get_mapped_range().unwrap()).to_vec();
-    buf.unmap();
-    out
-}
 
 fn encoder(dev: &Device) -> wgpu::CommandEncoder {
     dev.wgpu()

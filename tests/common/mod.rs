@@ -5,6 +5,8 @@
 //! Each test binary compiles this module separately and uses a different part of it.
 #![allow(dead_code)]
 
+pub mod app;
+
 use std::sync::OnceLock;
 
 use brigade::{Array, DType, Device, HostArray, HostData, Runtime, Tensor, jit, reference};
