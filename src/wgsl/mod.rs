@@ -25,17 +25,6 @@ pub(crate) struct KernelSrc {
     pub workgroups: [u32; 3],
 }
 
-/// Split `n` workgroups over x and y so neither exceeds `max_per_dim`.
-pub(crate) fn grid(n_workgroups: usize, max_per_dim: u32) -> [u32; 3] {
-    if n_workgroups == 0 {
-        return [0, 1, 1];
-    }
-    let max = max_per_dim.max(1) as usize;
-    let x = n_workgroups.min(max);
-    let y = n_workgroups.div_ceil(x);
-    [x as u32, y as u32, 1]
-}
-
 /// Inlines fusable primitives into WGSL statements.
 pub(crate) struct Emitter<'a> {
     g: &'a Graph,
@@ -992,7 +981,7 @@ pub(crate) fn reduce_kernels(
             label: format!("{label}_wg"),
             wgsl,
             inputs: rl.em.inputs,
-            workgroups: grid(n * parts, max_wg),
+            workgroups: balanced_grid(n * parts, max_wg),
         };
         let second = (parts > 1).then(|| {
             let wgsl = fill(
@@ -1011,7 +1000,7 @@ pub(crate) fn reduce_kernels(
                     ("STORE", "acc"),
                 ],
             );
-            (parts, KernelSrc { label: format!("{label}_parts"), wgsl, inputs: vec![], workgroups: grid(n.div_ceil(WG as usize), max_wg) })
+            (parts, KernelSrc { label: format!("{label}_parts"), wgsl, inputs: vec![], workgroups: balanced_grid(n.div_ceil(WG as usize), max_wg) })
         });
         return ReducePlan { first, second };
     }
@@ -1041,7 +1030,7 @@ pub(crate) fn reduce_kernels(
             label,
             wgsl,
             inputs: rl.em.inputs,
-            workgroups: grid(n.div_ceil(WG as usize), max_wg),
+            workgroups: balanced_grid(n.div_ceil(WG as usize), max_wg),
         },
         second: None,
     }
@@ -1080,6 +1069,6 @@ pub(crate) fn argreduce_kernel(
         label: format!("{}_{}", op.name(), in_aval),
         wgsl,
         inputs: em.inputs,
-        workgroups: grid(n.div_ceil(WG as usize), max_wg),
+        workgroups: balanced_grid(n.div_ceil(WG as usize), max_wg),
     }
 }
