@@ -154,28 +154,23 @@ impl HostData {
         }
     }
     /// Rebuild from device bytes (`bytes.len()` must be a multiple of the element size: 4, or 8
-    /// for f64). One copy for the 32-bit types (device and host share little-endian order on every
+    /// for f64). One copy (device and host share little-endian order on every
     /// target brigade builds for).
     pub fn from_bytes(dtype: DType, bytes: &[u8]) -> HostData {
         let size = dtype.size_bytes();
         let n = bytes.len() / size * size;
         let bytes = &bytes[..n];
         match dtype {
-            DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(bytes)),
-            DType::I32 => HostData::I32(bytemuck::pod_collect_to_vec(bytes)),
-            DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(bytes)),
+            DType::F32 => HostData::F32(crate::host_copy::vec_from_bytes(bytes)),
+            DType::I32 => HostData::I32(crate::host_copy::vec_from_bytes(bytes)),
+            DType::U32 => HostData::U32(crate::host_copy::vec_from_bytes(bytes)),
             DType::Bool => HostData::Bool(
                 bytes
                     .chunks_exact(4)
                     .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 0)
                     .collect(),
             ),
-            DType::F64 => HostData::F64(
-                bytes
-                    .chunks_exact(8)
-                    .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                    .collect(),
-            ),
+            DType::F64 => HostData::F64(crate::host_copy::vec_from_bytes(bytes)),
         }
     }
 }
@@ -205,9 +200,9 @@ macro_rules! element {
                 }
             }
             fn read_device_bytes(dst: &mut [Self], src: &[u8]) {
-                // One memcpy: viewing `dst` as bytes needs no alignment, unlike viewing `src`
-                // (mapped memory) as elements.
-                bytemuck::cast_slice_mut::<$t, u8>(dst).copy_from_slice(src);
+                // One memcpy (over threads when large): viewing `dst` as bytes needs no
+                // alignment, unlike viewing `src` (mapped memory) as elements.
+                crate::host_copy::copy_into(dst, src);
             }
         }
     };

@@ -11,6 +11,7 @@ pub mod dtype;
 pub mod error;
 mod exec;
 pub mod host;
+mod host_copy;
 pub mod lower;
 pub mod ops;
 pub mod optim;
