@@ -613,6 +613,33 @@ fn bench_elementwise(dev: &Device, cfg: &Config, t: &mut Table, copy: Option<f64
         Rate::Bytes((12 * n) as f64),
         &pct(gbs, copy, "the copy kernel"),
     );
+    // The same traffic with a body of plain arithmetic: what fusion costs beside the copy kernel
+    // when the math is cheap (the row above is bound by exp and tanh on CPU adapters).
+    let f = jit(|a: &[Tensor]| vec![(&a[0] * 1.5 + 2.0) * &a[1]]).on(dev);
+    let mut last = None;
+    let m = cfg.timing.measure(|| {
+        let out = f.call(&[x.clone(), y.clone()])?;
+        dev.wait()?;
+        last = Some(out);
+        Ok(())
+    })?;
+    if let Some(out) = last {
+        let got = vec_of(&out[0])?;
+        let bad = (0..n).find(|&i| got[i] != (xh[i] * 1.5 + 2.0) * yh[i]);
+        check(bad.is_none(), "fused elementwise (x*1.5+2)*y", || {
+            let i = bad.unwrap_or(0);
+            format!("element {i}: {} != {}", got[i], (xh[i] * 1.5 + 2.0) * yh[i])
+        });
+    }
+    let gbs = Rate::Bytes((12 * n) as f64).value(m.median).0;
+    t.row(
+        "elementwise_affine",
+        "fused elementwise (x*1.5+2)*y (2 in, 1 out)",
+        &format!("{n} f32"),
+        &m,
+        Rate::Bytes((12 * n) as f64),
+        &pct(gbs, copy, "the copy kernel"),
+    );
     // Six ops, three inputs: 4 × 4 bytes per element.
     let z = Array::from_vec(data(n, 5), &[n])?.to_device(dev)?;
     let f = jit(|a: &[Tensor]| vec![((&a[0] * &a[1] + &a[2]).tanh() * 0.5 + 0.5).maximum(&a[2])])

@@ -1,5 +1,5 @@
-// Fused elementwise kernel: each invocation computes {{LANES}} adjacent output elements (`gb` is the
-// first one's linear index, `gv` the invocation's index among the groups of {{LANES}}).
+// Fused elementwise kernel: each invocation computes {{REPS}} groups of {{LANES}} adjacent output
+// elements (`gb` is a group's first linear index, `gv` the group's index).
 // The body is an inlined tree of elementwise and layout ops over the input buffers, once per element;
 // operands read at 4 adjacent aligned positions are one vec4 load shared by the 4 elements.
 {{BINDINGS}}
@@ -7,15 +7,21 @@
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     // Workgroups are laid out in x then y so that more than 65 535 of them can run.
-    let gv = (wid.y * nwg.x + wid.x) * 256u + lid;
+    let g0 = (wid.y * nwg.x + wid.x) * 256u + lid;
+    let stride = nwg.x * nwg.y * 256u;
     // A zero the shader compiler cannot see (nwg.z is never 0 when the kernel runs): float zeros
     // and non-finite constants are built from it, since compilers fold `x * 0.0` and `x / 0.0`.
     let bzero = u32(nwg.z == 0u);
-    if (gv >= {{NV}}u) {
-        return;
-    }
-    let gb = gv * {{LANES}}u;
+    // {{REPS}} groups per invocation, a whole grid apart (neighbouring invocations read neighbouring
+    // memory in every round).
+    for (var rep = 0u; rep < {{REPS}}u; rep++) {
+        let gv = g0 + rep * stride;
+        if (gv >= {{NV}}u) {
+            return;
+        }
+        let gb = gv * {{LANES}}u;
 {{INDEX}}
 {{BODY}}
 {{STORE}}
+    }
 }

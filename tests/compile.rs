@@ -771,15 +771,79 @@ fn workgroup_counts_respect_a_small_per_dimension_limit() {
     }
 }
 
+/// The number `N` in the first `{key}Nu` of `wgsl`, if any.
+fn constant_after(wgsl: &str, key: &str) -> Option<u64> {
+    wgsl.find(key).map(|i| {
+        let rest = &wgsl[i + key.len()..];
+        rest[..rest.find('u').unwrap()].parse().unwrap()
+    })
+}
+
 /// Output elements per invocation of a generated kernel: `let gb = gv * N;` in vectorized
-/// elementwise kernels, else 1.
+/// elementwise kernels, times the groups each invocation computes (`rep < R`), else 1.
 fn elements_per_invocation(wgsl: &str) -> u64 {
-    wgsl.find("let gb = gv * ")
-        .map(|i| {
-            let rest = &wgsl[i + "let gb = gv * ".len()..];
-            rest[..rest.find('u').unwrap()].parse().unwrap()
-        })
-        .unwrap_or(1)
+    constant_after(wgsl, "let gb = gv * ").unwrap_or(1)
+        * constant_after(wgsl, "rep < ").unwrap_or(1)
+}
+
+/// Large outputs take several groups of 4 elements per invocation (2 from 2 * 256 * 256 groups, 4
+/// from 4 * 256 * 256): every element matches the reference on both adapters, including a partial
+/// final group, operands read along the last axis, broadcast rows and columns, NaN and infinities.
+#[test]
+fn elementwise_kernels_with_several_groups_per_invocation_match_the_reference() {
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        0.0,
+        1e-40,
+        -3.5,
+    ];
+    let with_specials = |shape: &[usize], seed: u64| {
+        let mut v = f32s(numel(shape), seed, -4.0, 4.0);
+        let n = v.len();
+        for (k, s) in specials.iter().enumerate() {
+            // At the start, in the middle and in the last group.
+            for at in [k, n / 2 + k, n - 1 - k] {
+                v[at] = *s;
+            }
+        }
+        Array::from_vec(v, shape).unwrap()
+    };
+    let f = |a: &[Tensor]| {
+        let body = brigade::select(&a[0].gt(&a[1]), &(&a[0] * &a[1]), &a[0].tanh());
+        vec![&body + &a[2]]
+    };
+    for (shape, reps) in [
+        (vec![524_291usize], 2u64),
+        (vec![1024, 1028], 4),
+        (vec![1031, 1021], 4),
+    ] {
+        let rank = shape.len();
+        // x full; y a row (or a scalar) broadcast; z a column (or a scalar).
+        let y_shape = if rank == 2 { vec![shape[1]] } else { vec![] };
+        let z_shape = if rank == 2 { vec![shape[0], 1] } else { vec![] };
+        let args = [
+            with_specials(&shape, 81),
+            rand_f32(&y_shape, 82),
+            rand_f32(&z_shape, 83),
+        ];
+        let dev = device_of("vulkan");
+        let p = jit(f).program(&args, &dev).unwrap();
+        assert_eq!(
+            p.launches.len(),
+            1,
+            "{shape:?}: one fused kernel: {}",
+            labels(&p)
+        );
+        assert_eq!(
+            constant_after(&p.launches[0].wgsl, "rep < "),
+            Some(reps),
+            "{shape:?}: groups per invocation"
+        );
+        check_on_all(f, &args, Tol::TRANS);
+    }
 }
 
 #[test]

@@ -570,6 +570,24 @@ fn index_lets(shape: &[usize], lin: &str, prefix: &str, indent: usize) -> (Strin
     (s, names)
 }
 
+/// Fewest workgroups an elementwise kernel is narrowed to by computing several groups per
+/// invocation.
+const MIN_WORKGROUPS: usize = 256;
+
+/// `text` one level (4 spaces) deeper.
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("    {l}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn store_expr(dt: DType, val: &str) -> String {
     if dt == DType::Bool {
         format!("select(0u, 1u, {val})")
@@ -694,6 +712,13 @@ pub(crate) fn elementwise_kernel(
         let l = em.lanes.take().expect("lane mode");
         (body, inputs, vec_inputs, helpers) = (em.body, em.inputs, l.vec_inputs, em.helpers);
     }
+    // Several groups per invocation where the grid stays wide: on lavapipe a copy kernel moving
+    // 4 vec4 per invocation reaches 1.45x the bandwidth of one moving 1 (benches/bench.rs
+    // `copy_vec4_*`), and the fused bodies gain the same way; on a GPU 256+ workgroups still fill it.
+    let reps = [4usize, 2]
+        .into_iter()
+        .find(|&r| nv >= r * WG as usize * MIN_WORKGROUPS)
+        .unwrap_or(1);
     let out_elem = if lanes == LANES && n.is_multiple_of(LANES) {
         format!("vec4<{st}>")
     } else {
@@ -709,16 +734,17 @@ pub(crate) fn elementwise_kernel(
             ("HELPERS", &helpers_src(&helpers)),
             ("NV", &nv.to_string()),
             ("LANES", &lanes.to_string()),
-            ("INDEX", index.trim_end()),
-            ("BODY", body.trim_end()),
-            ("STORE", &store),
+            ("REPS", &reps.to_string()),
+            ("INDEX", &indent(index.trim_end())),
+            ("BODY", &indent(body.trim_end())),
+            ("STORE", &indent(&store)),
         ],
     );
     KernelSrc {
         label: format!("fused_{name}_{}", aval),
         wgsl,
         inputs,
-        workgroups: balanced_grid(nv.div_ceil(WG as usize), max_wg),
+        workgroups: balanced_grid(nv.div_ceil(WG as usize * reps), max_wg),
     }
 }
 
