@@ -780,8 +780,12 @@ fn constant_after(wgsl: &str, key: &str) -> Option<u64> {
 }
 
 /// Output elements per invocation of a generated kernel: `let gb = gv * N;` in vectorized
-/// elementwise kernels, times the groups each invocation computes (`rep < R`), else 1.
+/// elementwise kernels, times the groups each invocation computes (`rep < R`); `let gb = gi * N;`
+/// in column reductions, over the parts their reduced range is split into (`part >= P`); else 1.
 fn elements_per_invocation(wgsl: &str) -> u64 {
+    if let Some(lanes) = constant_after(wgsl, "let gb = gi * ") {
+        return (lanes / constant_after(wgsl, "part >= ").unwrap_or(1)).max(1);
+    }
     constant_after(wgsl, "let gb = gv * ").unwrap_or(1)
         * constant_after(wgsl, "rep < ").unwrap_or(1)
 }

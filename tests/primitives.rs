@@ -1293,6 +1293,93 @@ fn long_reductions_use_the_cooperative_kernel() {
     );
 }
 
+/// Reductions that keep the last axis (a multiple of 4 long) take 4 adjacent outputs per invocation
+/// with `vec4` loads, and split the reduced range into parts when the outputs are few: every op and
+/// 32-bit dtype, one part and several, several reduced axes, a kept middle axis, a prologue, NaN.
+#[test]
+fn column_reductions_take_four_outputs_per_invocation() {
+    let dev = device_of("vulkan");
+    let kernels = |f: fn(&[Tensor]) -> Vec<Tensor>, args: &[Array]| -> Vec<(String, String)> {
+        let p = brigade::jit(f).program(args, &dev).unwrap();
+        p.launches
+            .iter()
+            .map(|l| (l.label.clone(), l.wgsl.clone()))
+            .collect()
+    };
+    // [4096, 64] over axis 0: 16 groups of 4 outputs, the 4096 rows in 32 parts of 128.
+    let mut xs = f32s(4096 * 64, 191, -2.0, 2.0);
+    xs[5 * 64 + 7] = f32::NAN;
+    xs[4095 * 64 + 63] = f32::INFINITY;
+    let x = f32_arr(&xs, &[4096, 64]);
+    let k = kernels(|t| vec![t[0].sum(0i64, false)], std::slice::from_ref(&x));
+    assert!(
+        k[0].0.ends_with("_cols") && k[1].0.ends_with("_cols_parts"),
+        "{k:?}"
+    );
+    assert!(k[0].1.contains("if (part >= 32u)"), "{}", k[0].1);
+    check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].sum(0i64, false),
+                t[0].max(0i64, false),
+                t[0].min(0i64, true),
+                (&t[0] * 0.25 + 1.0).sum(0i64, false),
+            ]
+        },
+        std::slice::from_ref(&x),
+        Tol::REDUCE,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].prod(0i64, false)],
+        &[rand_f32_in(&[2048, 8], 192, 0.999, 1.001)],
+        Tol::REDUCE,
+    );
+    // One part (111 reduced steps are too few to split), two reduced axes.
+    let y = rand_pos(&[3, 37, 1024], 193);
+    let k = kernels(
+        |t| vec![t[0].sum(&[0i64, 1][..], false)],
+        std::slice::from_ref(&y),
+    );
+    assert_eq!(k.len(), 1, "{k:?}");
+    assert!(
+        k[0].1
+            .contains("out0[gi] = vec4<f32>(acc0, acc1, acc2, acc3);")
+    );
+    check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].sum(&[0i64, 1][..], false),
+                t[0].max(&[0i64, 1][..], true),
+            ]
+        },
+        std::slice::from_ref(&y),
+        Tol::REDUCE,
+    );
+    // A kept middle axis: [1000, 2, 8] over axis 0 (16 outputs, 7 parts of 143 rows).
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].sum(0i64, false), t[0].min(0i64, false)],
+        &[rand_pos(&[1000, 2, 8], 194)],
+        Tol::REDUCE,
+    );
+    // Integers: exact.
+    check_on_all(
+        |t: &[Tensor]| {
+            vec![
+                t[0].sum(0i64, false),
+                t[0].max(0i64, false),
+                t[0].min(1i64, false),
+            ]
+        },
+        &[rand_i32(&[3000, 3, 12], 195, -100_000, 100_000)],
+        Tol::EXACT,
+    );
+    check_on_all(
+        |t: &[Tensor]| vec![t[0].sum(0i64, false), t[0].max(0i64, false)],
+        &[rand_u32(&[700, 16], 196, 0, 1 << 20)],
+        Tol::EXACT,
+    );
+}
+
 // ---- matmul -------------------------------------------------------------------------------------
 
 fn mm(a: &[usize], b: &[usize], seed: u64) {

@@ -608,6 +608,7 @@ const ELEMENTWISE: &str = include_str!("../../shaders/elementwise.wgsl");
 const REDUCE: &str = include_str!("../../shaders/reduce.wgsl");
 const REDUCE_WG: &str = include_str!("../../shaders/reduce_wg.wgsl");
 const ARGREDUCE: &str = include_str!("../../shaders/argreduce.wgsl");
+const REDUCE_COLS: &str = include_str!("../../shaders/reduce_cols.wgsl");
 
 /// Split `n` workgroups over x and y so neither exceeds `max_per_dim`, with fewer than `y` idle
 /// workgroups (not up to a whole row of them, as filling x first would leave).
@@ -948,10 +949,11 @@ pub(crate) fn reduce_kernels(
     let geo = red_geom(&in_aval.shape, axes);
     let n: usize = geo.out_shape.iter().product();
     let r: usize = geo.red_shape.iter().product();
-    let ident = const_wgsl(op.identity(dt));
     let t = dt.wgsl();
     let label = format!("{}_{}", op.name(), in_aval);
-    let combine = op.wgsl_combine(dt, "acc", "x");
+    if let Some(plan) = column_kernels(g, producers, materialized, op, input, axes, max_wg) {
+        return plan;
+    }
     if n < 512 && r >= 4096 {
         // Cooperative: `parts` workgroups per output, 256 invocations each, in 32 groups of 8.
         let (index, idx) = index_lets(&geo.out_shape, "gi", "i", 2);
@@ -1009,25 +1011,7 @@ pub(crate) fn reduce_kernels(
             inputs: rl.em.inputs,
             workgroups: balanced_grid(n * parts, max_wg),
         };
-        let second = (parts > 1).then(|| {
-            let wgsl = fill(
-                REDUCE,
-                &[
-                    ("BINDINGS", &format!("@group(0) @binding(0) var<storage, read> in0: array<{t}>;\n@group(0) @binding(1) var<storage, read_write> out0: array<{t}>;\n")),
-                    ("HELPERS", &helpers_src(&[])),
-                    ("N", &n.to_string()),
-                    ("RV", &parts.to_string()),
-                    ("LANES", "1"),
-                    ("INDEX", ""),
-                    ("ACCS", &format!("    var acc: {t} = {ident};")),
-                    ("BODY", &format!("        let x = in0[gi * {parts}u + r];")),
-                    ("COMBINE", &format!("        acc = {combine};")),
-                    ("FINISH", ""),
-                    ("STORE", "acc"),
-                ],
-            );
-            (parts, KernelSrc { label: format!("{label}_parts"), wgsl, inputs: vec![], workgroups: balanced_grid(n.div_ceil(WG as usize), max_wg) })
-        });
+        let second = (parts > 1).then(|| (parts, parts_kernel(op, dt, n, parts, &label, max_wg)));
         return ReducePlan { first, second };
     }
     let (index, idx) = index_lets(&geo.out_shape, "gi", "i", 1);
@@ -1059,6 +1043,157 @@ pub(crate) fn reduce_kernels(
             workgroups: balanced_grid(n.div_ceil(WG as usize), max_wg),
         },
         second: None,
+    }
+}
+
+/// Invocations a reduction of few outputs is spread over (by splitting its reduced range), so that
+/// it does not run on a handful of workgroups: 64 workgroups of 256.
+const RED_SPREAD: usize = 16384;
+/// Fewest reduced steps one part of a split column reduction takes.
+const RED_PART_MIN: usize = 128;
+
+/// The reduction kernels when the last axis is kept and a multiple of 4 long (column sums, a bias
+/// gradient's sum over the batch): [`LANES`] adjacent outputs per invocation, `vec4` loads along the
+/// last axis, and the reduced range split into parts (a second pass combines them in order) when
+/// the outputs alone are too few invocations. `None` where it does not apply.
+fn column_kernels(
+    g: &Graph,
+    producers: &[Option<usize>],
+    materialized: &[bool],
+    op: ReduceOp,
+    input: Var,
+    axes: &[usize],
+    max_wg: u32,
+) -> Option<ReducePlan> {
+    let in_aval = g.aval(input).clone();
+    let (dt, rank) = (in_aval.dtype, in_aval.rank());
+    let geo = red_geom(&in_aval.shape, axes);
+    let n: usize = geo.out_shape.iter().product();
+    let r: usize = geo.red_shape.iter().product();
+    let applies = rank > 0
+        && !axes.contains(&(rank - 1))
+        && in_aval.shape[rank - 1].is_multiple_of(LANES)
+        && matches!(dt, DType::F32 | DType::I32 | DType::U32)
+        && n > 0
+        && r > 1;
+    if !applies {
+        return None;
+    }
+    let ng = n / LANES;
+    let parts = RED_SPREAD.div_ceil(ng).min(r / RED_PART_MIN).max(1);
+    let chunk = r.div_ceil(parts);
+    let parts = r.div_ceil(chunk);
+    let t = dt.wgsl();
+    let st = dt.wgsl_storage();
+    let ident = const_wgsl(op.identity(dt));
+    let out_rank = geo.out_shape.len();
+    let (mut index, mut idx) = index_lets(&geo.out_shape, "gb", "i", 1);
+    let names: [String; LANES] = std::array::from_fn(|c| format!("lane{c}"));
+    for (c, nm) in names.iter().enumerate() {
+        index.push_str(&format!("    let {nm} = {} + {c}u;\n", idx[out_rank - 1]));
+    }
+    idx[out_rank - 1] = names[0].clone();
+    let (em, full) = red_index(g, producers, materialized, input, axes, &idx, 2, "r");
+    let mut em = em.with_lanes(names.iter().cloned(), Some(names.clone()), "");
+    let mut combine = Vec::new();
+    for (c, nm) in names.iter().enumerate() {
+        em.lanes.as_mut().expect("lane mode").lane = c;
+        let mut ii = full.clone();
+        ii[rank - 1] = nm.clone();
+        let v = em.value(input, &ii);
+        combine.push(format!(
+            "        acc{c} = {};",
+            op.wgsl_combine(dt, &format!("acc{c}"), &v)
+        ));
+    }
+    let lanes = em.lanes.take().expect("lane mode");
+    em.vec_inputs = lanes.vec_inputs;
+    let accs = (0..LANES)
+        .map(|c| format!("    var acc{c}: {t} = {ident};"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (store, out_elem) = if parts == 1 {
+        (
+            "    out0[gi] = vec4<T>(acc0, acc1, acc2, acc3);".replace("T", st),
+            format!("vec4<{st}>"),
+        )
+    } else {
+        let s = (0..LANES)
+            .map(|c| format!("    out0[(gb + {c}u) * {parts}u + part] = acc{c};"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        (s, st.to_string())
+    };
+    let wgsl = fill(
+        REDUCE_COLS,
+        &[
+            (
+                "BINDINGS",
+                &bindings_vec(g, &em.inputs, &em.vec_inputs, &out_elem),
+            ),
+            ("HELPERS", &helpers_src(&em.helpers)),
+            ("LANES", &LANES.to_string()),
+            ("P", &parts.to_string()),
+            ("CHUNK", &chunk.to_string()),
+            ("NG", &ng.to_string()),
+            ("R", &r.to_string()),
+            ("INDEX", index.trim_end()),
+            ("ACCS", &accs),
+            ("BODY", em.body.trim_end()),
+            ("COMBINE", &combine.join("\n")),
+            ("STORE", &store),
+        ],
+    );
+    let label = format!("{}_{}_cols", op.name(), in_aval);
+    let first = KernelSrc {
+        label: label.clone(),
+        wgsl,
+        inputs: em.inputs,
+        workgroups: balanced_grid((ng * parts).div_ceil(WG as usize), max_wg),
+    };
+    let second = (parts > 1).then(|| (parts, parts_kernel(op, dt, n, parts, &label, max_wg)));
+    Some(ReducePlan { first, second })
+}
+
+/// The second pass of a split reduction: output `gi` combines its `parts` partials (at
+/// `gi * parts ..`) in order.
+fn parts_kernel(
+    op: ReduceOp,
+    dt: DType,
+    n: usize,
+    parts: usize,
+    label: &str,
+    max_wg: u32,
+) -> KernelSrc {
+    let t = dt.wgsl();
+    let ident = const_wgsl(op.identity(dt));
+    let combine = op.wgsl_combine(dt, "acc", "x");
+    let wgsl = fill(
+        REDUCE,
+        &[
+            (
+                "BINDINGS",
+                &format!(
+                    "@group(0) @binding(0) var<storage, read> in0: array<{t}>;\n@group(0) @binding(1) var<storage, read_write> out0: array<{t}>;\n"
+                ),
+            ),
+            ("HELPERS", &helpers_src(&[])),
+            ("N", &n.to_string()),
+            ("RV", &parts.to_string()),
+            ("LANES", "1"),
+            ("INDEX", ""),
+            ("ACCS", &format!("    var acc: {t} = {ident};")),
+            ("BODY", &format!("        let x = in0[gi * {parts}u + r];")),
+            ("COMBINE", &format!("        acc = {combine};")),
+            ("FINISH", ""),
+            ("STORE", "acc"),
+        ],
+    );
+    KernelSrc {
+        label: format!("{label}_parts"),
+        wgsl,
+        inputs: vec![],
+        workgroups: balanced_grid(n.div_ceil(WG as usize), max_wg),
     }
 }
 
