@@ -40,10 +40,10 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::data;
+use common::{Measured, data, mib};
 
 use brigade::device::Dispatch;
-use brigade::{Array, DType, Device, HostData, Result, Runtime, Tensor, fori_loop, jit};
+use brigade::{Array, DType, Device, HostData, Jit, Result, Runtime, Tensor, fori_loop, jit};
 
 /// Row groups `BRIGADE_BENCH` may name.
 const GROUPS: [&str; 12] = [
@@ -111,13 +111,6 @@ struct Timing {
     budget: Duration,
 }
 
-/// One timed row: the median timed call, the first (warm-up) call, and how many calls were timed.
-struct Measured {
-    median: Duration,
-    first: Duration,
-    runs: usize,
-}
-
 impl Timing {
     fn measure(&self, f: impl FnMut() -> Result<()>) -> Result<Measured> {
         self.measure_n(self.warmup, self.reps, f)
@@ -127,32 +120,28 @@ impl Timing {
         &self,
         warmup: usize,
         reps: usize,
-        mut f: impl FnMut() -> Result<()>,
+        f: impl FnMut() -> Result<()>,
     ) -> Result<Measured> {
-        let mut first = Duration::ZERO;
-        let mut last = Duration::ZERO;
-        for i in 0..warmup.max(1) {
-            let t = Instant::now();
-            f()?;
-            last = t.elapsed();
-            if i == 0 {
-                first = last;
-            }
-        }
-        let fit = (self.budget.as_secs_f64() / last.as_secs_f64().max(1e-9)) as usize;
-        let reps = reps.min(fit).max(1);
-        let mut ts = Vec::with_capacity(reps);
-        for _ in 0..reps {
-            let t = Instant::now();
-            f()?;
-            ts.push(t.elapsed());
-        }
-        ts.sort();
-        Ok(Measured {
-            median: ts[ts.len() / 2],
-            first,
-            runs: reps,
-        })
+        common::measure(warmup, reps, Some(self.budget), f)
+    }
+
+    /// `measure`, also returning what the last call returned (for the result checks).
+    fn measure_last<T>(&self, f: impl FnMut() -> Result<T>) -> Result<(Measured, T)> {
+        self.measure_last_n(self.warmup, self.reps, f)
+    }
+
+    fn measure_last_n<T>(
+        &self,
+        warmup: usize,
+        reps: usize,
+        mut f: impl FnMut() -> Result<T>,
+    ) -> Result<(Measured, T)> {
+        let mut last = None;
+        let m = self.measure_n(warmup, reps, || {
+            last = Some(f()?);
+            Ok(())
+        })?;
+        Ok((m, last.expect("measure calls f at least once")))
     }
 }
 
@@ -187,14 +176,6 @@ fn fmt_time(t: Duration) -> String {
     }
 }
 
-fn mib(bytes: usize) -> String {
-    if bytes >= 1 << 20 {
-        format!("{} MiB", bytes >> 20)
-    } else {
-        format!("{} KiB", bytes >> 10)
-    }
-}
-
 /// Prints one device's table and appends its rows to `BRIGADE_BENCH_OUT`.
 struct Table<'c> {
     device: String,
@@ -217,12 +198,20 @@ impl<'c> Table<'c> {
         size: &str,
         m: &Measured,
         rate: Rate,
-        note: &str,
+        note: Note,
     ) -> f64 {
         let (v, unit) = rate.value(m.median);
         let shown = match rate {
             Rate::Time => String::new(),
             _ => format!("{v:.2} {unit}"),
+        };
+        let note = match note {
+            Note::Text(s) => s.to_string(),
+            Note::Of(Some(r), of) if r > 0.0 => format!("{:.0} % of {of}", 100.0 * v / r),
+            Note::Of(..) => String::new(),
+            Note::Numpy(Err(_), _) => "numpy: not available".into(),
+            Note::Numpy(Ok(_), None) => "numpy: no figure".into(),
+            Note::Numpy(Ok(_), Some(secs)) => self.numpy(id, secs, rate, v),
         };
         println!(
             "| {what} | {size} | {} | {shown} | {note} |",
@@ -230,6 +219,26 @@ impl<'c> Table<'c> {
         );
         self.record(id, m, v, unit);
         v
+    }
+
+    /// numpy's figure beside a cpu row (`ours`: the row's rate), also recorded as a row of device
+    /// `numpy`.
+    fn numpy(&mut self, id: &str, secs: f64, rate: Rate, ours: f64) -> String {
+        let d = Duration::from_secs_f64(secs);
+        let (v, unit) = rate.value(d);
+        let m = Measured {
+            median: d,
+            first: d,
+            runs: 0,
+        };
+        let dev = std::mem::replace(&mut self.device, "numpy".into());
+        self.record(id, &m, v, unit);
+        self.device = dev;
+        format!(
+            "numpy {v:.2} {unit} ({}); brigade {:.2}× numpy",
+            fmt_time(d),
+            ours / v
+        )
     }
 
     fn record(&mut self, id: &str, m: &Measured, v: f64, unit: &str) {
@@ -248,11 +257,16 @@ impl<'c> Table<'c> {
     }
 }
 
-fn pct(v: f64, of: Option<f64>, what: &str) -> String {
-    match of {
-        Some(r) if r > 0.0 => format!("{:.0} % of {what}", 100.0 * v / r),
-        _ => String::new(),
-    }
+/// The last column of a row.
+#[derive(Clone, Copy)]
+enum Note<'a> {
+    Text(&'a str),
+    /// The row's rate as a % of a reference rate of this run, named by the `str` (empty where the
+    /// reference was not measured).
+    Of(Option<f64>, &'a str),
+    /// A cpu row beside numpy's time of the same work in seconds (`None`: numpy gave none), or
+    /// why numpy could not run.
+    Numpy(&'a std::result::Result<Numpy, String>, Option<f64>),
 }
 
 /// Records a failed result check: printed now, and the run exits non-zero at the end.
@@ -366,6 +380,30 @@ fn grid(dev: &Device, invocations: usize) -> [u32; 3] {
     [x as u32, groups.div_ceil(x) as u32, 1]
 }
 
+/// `host` as an array of `shape` on `dev`.
+fn put(dev: &Device, host: Vec<f32>, shape: &[usize]) -> Result<Array> {
+    Array::from_vec(host, shape)?.to_device(dev)
+}
+
+/// The size column of a row of `n` f32.
+fn f32s(n: usize) -> String {
+    format!("{n} f32")
+}
+
+/// Timed calls of `f` on `args`, each finished on `dev`; returns the last call's outputs too.
+fn time_call<F: Fn(&[Tensor]) -> Vec<Tensor>>(
+    cfg: &Config,
+    dev: &Device,
+    f: &Jit<F>,
+    args: &[Array],
+) -> Result<(Measured, Vec<Array>)> {
+    cfg.timing.measure_last(|| {
+        let out = f.call(args)?;
+        dev.wait()?;
+        Ok(out)
+    })
+}
+
 /// The copy kernel references: each variant's read+write GB/s; returns the best.
 fn bench_copy(dev: &Device, cfg: &Config, t: &mut Table) -> Result<f64> {
     let n = cfg.sizes.elems / 4 * 4;
@@ -394,14 +432,10 @@ fn bench_copy(dev: &Device, cfg: &Config, t: &mut Table) -> Result<f64> {
             "copy kernel",
             || format!("{name}: the copy differs from its source"),
         );
-        let gbs = t.row(
-            &format!("copy_vec4_x{per}{}", if strided { "s" } else { "" }),
-            &format!("reference: vec4 copy kernel ({name})"),
-            &format!("{n} f32"),
-            &m,
-            Rate::Bytes((8 * n) as f64),
-            "read + write",
-        );
+        let id = format!("copy_vec4_x{per}{}", if strided { "s" } else { "" });
+        let what = format!("reference: vec4 copy kernel ({name})");
+        let rate = Rate::Bytes((8 * n) as f64);
+        let gbs = t.row(&id, &what, &f32s(n), &m, rate, Note::Text("read + write"));
         best = best.max(gbs);
     }
     Ok(best)
@@ -410,6 +444,7 @@ fn bench_copy(dev: &Device, cfg: &Config, t: &mut Table) -> Result<f64> {
 /// Warm host memcpy (into reused memory) and a copy into a fresh `Vec`; returns the warm GB/s.
 fn bench_memcpy(cfg: &Config, t: &mut Table) -> Result<f64> {
     let m = cfg.sizes.elems;
+    let (size, rate) = (mib(4 * m), Rate::Bytes((4 * m) as f64));
     let src: Vec<f32> = data(m, 7);
     let mut warm = vec![0.0f32; m];
     let r = cfg.timing.measure(|| {
@@ -417,26 +452,14 @@ fn bench_memcpy(cfg: &Config, t: &mut Table) -> Result<f64> {
         std::hint::black_box(&warm);
         Ok(())
     })?;
-    let gbs = t.row(
-        "memcpy_warm",
-        "reference: warm host memcpy (into reused memory)",
-        &mib(4 * m),
-        &r,
-        Rate::Bytes((4 * m) as f64),
-        "",
-    );
+    let what = "reference: warm host memcpy (into reused memory)";
+    let gbs = t.row("memcpy_warm", what, &size, &r, rate, Note::Text(""));
     let r = cfg.timing.measure(|| {
         std::hint::black_box(src.clone());
         Ok(())
     })?;
-    t.row(
-        "memcpy_fresh",
-        "host memcpy into a fresh Vec (clone)",
-        &mib(4 * m),
-        &r,
-        Rate::Bytes((4 * m) as f64),
-        "",
-    );
+    let what = "host memcpy into a fresh Vec (clone)";
+    t.row("memcpy_fresh", what, &size, &r, rate, Note::Text(""));
     Ok(gbs)
 }
 
@@ -492,16 +515,12 @@ fn bench_compile(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
     // A constant in [1, 1.01) and lengths unique to this process.
     let c = 1.0 + (s % 9973) as f32 * 1e-6;
     let n = cfg.sizes.compile_elems + 4 * (s % 1024) as usize;
-    let x = Array::from_vec(signed(n, 21), &[n])?.to_device(dev)?;
-    let y = Array::from_vec(signed(n, 22), &[n])?.to_device(dev)?;
+    let x = put(dev, signed(n, 21), &[n])?;
+    let y = put(dev, signed(n, 22), &[n])?;
     let f = jit(move |a: &[Tensor]| vec![(&a[0] * c + 0.5).tanh() * &a[1]]).on(dev);
-    let out = first_and_second(
-        t,
-        "compile_elementwise",
-        "elementwise",
-        &format!("{n} f32"),
-        || f.call(&[x.clone(), y.clone()]),
-    )?;
+    let out = first_and_second(t, "compile_elementwise", "elementwise", &f32s(n), || {
+        f.call(&[x.clone(), y.clone()])
+    })?;
     let (xs, ys, o) = (vec_of(&x)?, vec_of(&y)?, vec_of(&out[0])?);
     let worst = (0..n)
         .step_by(n / 31 + 1)
@@ -512,9 +531,9 @@ fn bench_compile(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
     });
 
     let n2 = cfg.sizes.compile_elems + 4 * ((s >> 10) % 1024) as usize + 8;
-    let x2 = Array::from_vec(signed(n2, 23), &[n2])?.to_device(dev)?;
+    let x2 = put(dev, signed(n2, 23), &[n2])?;
     let f = jit(move |a: &[Tensor]| vec![(&a[0] * c).sum_all()]).on(dev);
-    let out = first_and_second(t, "compile_sum", "sum", &format!("{n2} f32"), || {
+    let out = first_and_second(t, "compile_sum", "sum", &f32s(n2), || {
         f.call(std::slice::from_ref(&x2))
     })?;
     let scaled: Vec<f32> = vec_of(&x2)?.iter().map(|v| v * c).collect();
@@ -527,62 +546,90 @@ fn bench_compile(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
         base + 4 * ((s >> 10) % 32) as usize,
     );
     let (ah, bh) = (signed(m * k, 24), signed(k * nn, 25));
-    let a = Array::from_vec(ah.clone(), &[m, k])?.to_device(dev)?;
-    let b = Array::from_vec(bh.clone(), &[k, nn])?.to_device(dev)?;
+    let a = put(dev, ah.clone(), &[m, k])?;
+    let b = put(dev, bh.clone(), &[k, nn])?;
     let f = jit(|x: &[Tensor]| vec![x[0].matmul(&x[1])]).on(dev);
-    let out = first_and_second(
-        t,
-        "compile_matmul",
-        "matmul",
-        &format!("{m}×{k}×{nn}"),
-        || f.call(&[a.clone(), b.clone()]),
-    )?;
-    check_matmul(
-        "compile row: matmul",
-        &vec_of(&out[0])?,
-        &ah,
-        &bh,
-        (m, k, nn),
-    );
+    let size = format!("{m}×{k}×{nn}");
+    let out = first_and_second(t, "compile_matmul", "matmul", &size, || {
+        f.call(&[a.clone(), b.clone()])
+    })?;
+    let c = vec_of(&out[0])?;
+    check_matmul("compile row: matmul", &c, &ah, &bh, (m, k, nn));
     Ok(())
 }
 
+/// An `n×n×n` f32 matmul on `dev` timed, its result checked; with its rate.
+fn time_matmul(dev: &Device, cfg: &Config, n: usize, label: &str) -> Result<(Measured, Rate)> {
+    let (ah, bh) = (signed(n * n, 1), signed(n * n, 2));
+    let args = [
+        put(dev, ah.clone(), &[n, n])?,
+        put(dev, bh.clone(), &[n, n])?,
+    ];
+    dev.wait()?;
+    let f = jit(|x: &[Tensor]| vec![x[0].matmul(&x[1])]).on(dev);
+    // 4096³ takes seconds a call on a software adapter: one warm-up, one timed call.
+    let (warmup, reps) = if n >= 4096 && !dev.is_cpu() {
+        (1, 1)
+    } else {
+        (cfg.timing.warmup, cfg.timing.reps)
+    };
+    let (m, out) = cfg.timing.measure_last_n(warmup, reps, || {
+        let out = f.call(&args)?;
+        dev.wait()?;
+        Ok(out)
+    })?;
+    check_matmul(label, &vec_of(&out[0])?, &ah, &bh, (n, n, n));
+    Ok((m, Rate::Flops(2.0 * (n as f64).powi(3))))
+}
+
+/// The fused expression on `n` f32 on `dev` timed, its result checked; with its rate and
+/// the two inputs.
+fn time_fused(
+    dev: &Device,
+    cfg: &Config,
+    n: usize,
+    label: &str,
+) -> Result<(Measured, Rate, [Array; 2])> {
+    let (xh, yh) = (signed(n, 3), signed(n, 4));
+    let args = [put(dev, xh.clone(), &[n])?, put(dev, yh.clone(), &[n])?];
+    let f = jit(|a: &[Tensor]| vec![fused(&a[0], &a[1])]).on(dev);
+    let (m, out) = time_call(cfg, dev, &f, &args)?;
+    check_fused(label, &vec_of(&out[0])?, &xh, &yh);
+    Ok((m, Rate::Bytes((12 * n) as f64), args))
+}
+
+/// The full sum of `n` f32 on `dev` timed, its result checked; with its rate, the input and the
+/// jitted sum.
+#[allow(clippy::type_complexity)]
+fn time_sum(
+    dev: &Device,
+    cfg: &Config,
+    n: usize,
+    label: &str,
+) -> Result<(Measured, Rate, Array, Jit<Prog>)> {
+    let xh = signed(n, 3);
+    let x = put(dev, xh.clone(), &[n])?;
+    let f = jit((|a: &[Tensor]| vec![a[0].sum_all()]) as Prog).on(dev);
+    let (m, out) = time_call(cfg, dev, &f, std::slice::from_ref(&x))?;
+    check_sum(label, vec_of(&out[0])?[0], &xh);
+    Ok((m, Rate::Bytes((4 * n) as f64), x, f))
+}
+
+/// A traced program as a plain function (so helpers can return the `Jit` they build).
+type Prog = fn(&[Tensor]) -> Vec<Tensor>;
+
 fn bench_matmul(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
     for &n in &cfg.sizes.matmul {
-        let (ah, bh) = (signed(n * n, 1), signed(n * n, 2));
-        let a = Array::from_vec(ah.clone(), &[n, n])?.to_device(dev)?;
-        let b = Array::from_vec(bh.clone(), &[n, n])?.to_device(dev)?;
-        dev.wait()?;
-        let f = jit(|x: &[Tensor]| vec![x[0].matmul(&x[1])]).on(dev);
-        let mut last = None;
-        let mut call = || {
-            let out = f.call(&[a.clone(), b.clone()])?;
-            dev.wait()?;
-            last = Some(out);
-            Ok(())
-        };
-        // 4096³ takes seconds a call on a software adapter: one warm-up, one timed call.
-        let m = if n >= 4096 {
-            cfg.timing.measure_n(1, 1, &mut call)?
-        } else {
-            cfg.timing.measure(&mut call)?
-        };
-        if let Some(out) = last {
-            check_matmul(
-                &format!("matmul {n}"),
-                &vec_of(&out[0])?,
-                &ah,
-                &bh,
-                (n, n, n),
-            );
-        }
+        let (m, rate) = time_matmul(dev, cfg, n, &format!("matmul {n}"))?;
+        let note = format!("first call {}", fmt_time(m.first));
+        let size = format!("{n}×{n}×{n}");
         t.row(
             &format!("matmul_{n}"),
             "matmul f32",
-            &format!("{n}×{n}×{n}"),
+            &size,
             &m,
-            Rate::Flops(2.0 * (n as f64).powi(3)),
-            &format!("first call {}", fmt_time(m.first)),
+            rate,
+            Note::Text(&note),
         );
     }
     Ok(())
@@ -590,73 +637,34 @@ fn bench_matmul(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
 
 fn bench_elementwise(dev: &Device, cfg: &Config, t: &mut Table, copy: Option<f64>) -> Result<()> {
     let n = cfg.sizes.elems;
-    let (xh, yh) = (signed(n, 3), signed(n, 4));
-    let x = Array::from_vec(xh.clone(), &[n])?.to_device(dev)?;
-    let y = Array::from_vec(yh.clone(), &[n])?.to_device(dev)?;
-    let f = jit(|a: &[Tensor]| vec![fused(&a[0], &a[1])]).on(dev);
-    let mut last = None;
-    let m = cfg.timing.measure(|| {
-        let out = f.call(&[x.clone(), y.clone()])?;
-        dev.wait()?;
-        last = Some(out);
-        Ok(())
-    })?;
-    if let Some(out) = last {
-        check_fused("fused elementwise", &vec_of(&out[0])?, &xh, &yh);
-    }
-    let gbs = Rate::Bytes((12 * n) as f64).value(m.median).0;
-    t.row(
-        "elementwise",
-        "fused elementwise tanh(exp(x*1.5+2))*y (2 in, 1 out)",
-        &format!("{n} f32"),
-        &m,
-        Rate::Bytes((12 * n) as f64),
-        &pct(gbs, copy, "the copy kernel"),
-    );
+    let vs = Note::Of(copy, "the copy kernel");
+    let (m, rate, [x, y]) = time_fused(dev, cfg, n, "fused elementwise")?;
+    let what = "fused elementwise tanh(exp(x*1.5+2))*y (2 in, 1 out)";
+    t.row("elementwise", what, &f32s(n), &m, rate, vs);
     // The same traffic with a body of plain arithmetic: what fusion costs beside the copy kernel
     // when the math is cheap (the row above is bound by exp and tanh on CPU adapters).
+    let (xh, yh) = (vec_of(&x)?, vec_of(&y)?);
     let f = jit(|a: &[Tensor]| vec![(&a[0] * 1.5 + 2.0) * &a[1]]).on(dev);
-    let mut last = None;
-    let m = cfg.timing.measure(|| {
-        let out = f.call(&[x.clone(), y.clone()])?;
-        dev.wait()?;
-        last = Some(out);
-        Ok(())
-    })?;
-    if let Some(out) = last {
-        let got = vec_of(&out[0])?;
-        let bad = (0..n).find(|&i| got[i] != (xh[i] * 1.5 + 2.0) * yh[i]);
-        check(bad.is_none(), "fused elementwise (x*1.5+2)*y", || {
-            let i = bad.unwrap_or(0);
-            format!("element {i}: {} != {}", got[i], (xh[i] * 1.5 + 2.0) * yh[i])
-        });
-    }
-    let gbs = Rate::Bytes((12 * n) as f64).value(m.median).0;
-    t.row(
-        "elementwise_affine",
-        "fused elementwise (x*1.5+2)*y (2 in, 1 out)",
-        &format!("{n} f32"),
-        &m,
-        Rate::Bytes((12 * n) as f64),
-        &pct(gbs, copy, "the copy kernel"),
-    );
+    let (m, out) = time_call(cfg, dev, &f, &[x.clone(), y.clone()])?;
+    let got = vec_of(&out[0])?;
+    let want = |i: usize| (xh[i] * 1.5 + 2.0) * yh[i];
+    let bad = (0..n).find(|&i| got[i] != want(i));
+    check(bad.is_none(), "fused elementwise (x*1.5+2)*y", || {
+        let i = bad.unwrap_or(0);
+        format!("element {i}: {} != {}", got[i], want(i))
+    });
+    let what = "fused elementwise (x*1.5+2)*y (2 in, 1 out)";
+    t.row("elementwise_affine", what, &f32s(n), &m, rate, vs);
     // Six ops, three inputs: 4 × 4 bytes per element.
-    let z = Array::from_vec(data(n, 5), &[n])?.to_device(dev)?;
+    let z = put(dev, data(n, 5), &[n])?;
     let f = jit(|a: &[Tensor]| vec![((&a[0] * &a[1] + &a[2]).tanh() * 0.5 + 0.5).maximum(&a[2])])
         .on(dev);
-    let m = cfg.timing.measure(|| {
-        drop(f.call(&[x.clone(), y.clone(), z.clone()])?);
-        dev.wait()
-    })?;
-    let gbs = Rate::Bytes((16 * n) as f64).value(m.median).0;
-    t.row(
-        "elementwise6",
+    let (m, _) = time_call(cfg, dev, &f, &[x, y, z])?;
+    let (what, rate) = (
         "fused elementwise (6 ops, 3 in, 1 out)",
-        &format!("{n} f32"),
-        &m,
         Rate::Bytes((16 * n) as f64),
-        &pct(gbs, copy, "the copy kernel"),
     );
+    t.row("elementwise6", what, &f32s(n), &m, rate, vs);
     Ok(())
 }
 
@@ -664,91 +672,39 @@ fn bench_elementwise(dev: &Device, cfg: &Config, t: &mut Table, copy: Option<f64
 /// bandwidth (half of its read + write); and the same with the scalar read back.
 fn bench_sum(dev: &Device, cfg: &Config, t: &mut Table, copy: Option<f64>) -> Result<()> {
     let n = cfg.sizes.elems;
-    let xh = signed(n, 3);
-    let x = Array::from_vec(xh.clone(), &[n])?.to_device(dev)?;
-    let f = jit(|a: &[Tensor]| vec![a[0].sum_all()]).on(dev);
-    let mut last = None;
-    let m = cfg.timing.measure(|| {
-        let out = f.call(std::slice::from_ref(&x))?;
-        dev.wait()?;
-        last = Some(out);
-        Ok(())
-    })?;
-    if let Some(out) = last {
-        check_sum("sum", vec_of(&out[0])?[0], &xh);
-    }
-    let gbs = Rate::Bytes((4 * n) as f64).value(m.median).0;
-    t.row(
-        "sum",
-        "full sum of x to a scalar",
-        &format!("{n} f32"),
-        &m,
-        Rate::Bytes((4 * n) as f64),
-        &pct(
-            gbs,
-            copy.map(|c| c / 2.0),
-            "the copy kernel's read bandwidth",
-        ),
-    );
+    let read = Note::Of(copy.map(|c| c / 2.0), "the copy kernel's read bandwidth");
+    let (m, rate, x, f) = time_sum(dev, cfg, n, "sum")?;
+    t.row("sum", "full sum of x to a scalar", &f32s(n), &m, rate, read);
     let m = cfg.timing.measure(|| {
         let v = f.call(std::slice::from_ref(&x))?[0].to_vec::<f32>()?;
         std::hint::black_box(v);
         Ok(())
     })?;
-    t.row(
-        "sum_scalar",
-        "full sum of x + reading the scalar back",
-        &format!("{n} f32"),
-        &m,
-        Rate::Bytes((4 * n) as f64),
-        "",
-    );
+    let what = "full sum of x + reading the scalar back";
+    t.row("sum_scalar", what, &f32s(n), &m, rate, Note::Text(""));
     Ok(())
 }
 
 /// sum(x*y) to a scalar and row sums (brigade's earlier reduction rows).
 fn bench_reduce(dev: &Device, cfg: &Config, t: &mut Table, copy: Option<f64>) -> Result<()> {
     let n = cfg.sizes.elems;
-    let x = Array::from_vec(data(n, 3), &[n])?.to_device(dev)?;
-    let y = Array::from_vec(data(n, 4), &[n])?.to_device(dev)?;
+    let read = Note::Of(copy.map(|c| c / 2.0), "the copy kernel's read bandwidth");
+    let x = put(dev, data(n, 3), &[n])?;
+    let y = put(dev, data(n, 4), &[n])?;
     let f = jit(|a: &[Tensor]| vec![(&a[0] * &a[1]).sum_all()]).on(dev);
-    let m = cfg.timing.measure(|| {
-        drop(f.call(&[x.clone(), y.clone()])?);
-        dev.wait()
-    })?;
-    let gbs = Rate::Bytes((8 * n) as f64).value(m.median).0;
-    t.row(
-        "sum_xy",
+    let (m, _) = time_call(cfg, dev, &f, &[x, y])?;
+    let (what, rate) = (
         "reduction sum(x*y) to a scalar",
-        &format!("{n} f32"),
-        &m,
         Rate::Bytes((8 * n) as f64),
-        &pct(
-            gbs,
-            copy.map(|c| c / 2.0),
-            "the copy kernel's read bandwidth",
-        ),
     );
+    t.row("sum_xy", what, &f32s(n), &m, rate, read);
     let rows = 1024.min(n);
-    let xr = Array::from_vec(data(n, 6), &[rows, n / rows])?.to_device(dev)?;
+    let xr = put(dev, data(n, 6), &[rows, n / rows])?;
     let f = jit(|a: &[Tensor]| vec![a[0].sum(-1, false)]).on(dev);
-    let m = cfg.timing.measure(|| {
-        drop(f.call(std::slice::from_ref(&xr))?);
-        dev.wait()
-    })?;
-    let gbs = Rate::Bytes((4 * n) as f64).value(m.median).0;
-    t.row(
-        "rowsum",
-        "reduction row sums",
-        &format!("{rows}×{} f32", n / rows),
-        &m,
-        Rate::Bytes((4 * n) as f64),
-        &pct(
-            gbs,
-            copy.map(|c| c / 2.0),
-            "the copy kernel's read bandwidth",
-        ),
-    );
+    let (m, _) = time_call(cfg, dev, &f, &[xr])?;
+    let size = format!("{rows}×{} f32", n / rows);
+    let rate = Rate::Bytes((4 * n) as f64);
+    t.row("rowsum", "reduction row sums", &size, &m, rate, read);
     Ok(())
 }
 
@@ -761,81 +717,62 @@ fn bench_upload(dev: &Device, cfg: &Config, t: &mut Table, memcpy: Option<f64>) 
     // taking the raw wgpu queue (which would make brigade poll for device loss more often).
     let k = dev.kernel("bench_flush", &copy_wgsl(1, false))?;
     let (s16, d16) = (dev.alloc(16)?, dev.alloc(16)?);
-    let mut last = None;
-    let r = cfg.timing.measure(|| {
+    let (r, a) = cfg.timing.measure_last(|| {
         let a = host.to_device(dev)?;
         dev.run(&[Dispatch {
             kernel: &k,
             buffers: vec![&s16, &d16],
             workgroups: [1, 1, 1],
         }])?;
-        last = Some(a);
-        Ok(())
+        Ok(a)
     })?;
-    if let Some(a) = last {
-        let back = a.to_vec::<f32>()?;
-        check(back == data(m, 7), "upload", || {
-            "the uploaded array reads back different".into()
-        });
-    }
-    let gbs = Rate::Bytes((4 * m) as f64).value(r.median).0;
+    check(a.to_vec::<f32>()? == data(m, 7), "upload", || {
+        "the uploaded array reads back different".into()
+    });
+    let (what, rate) = (
+        "upload (host array to device, finished)",
+        Rate::Bytes((4 * m) as f64),
+    );
     t.row(
         "upload",
-        "upload (host array to device, finished)",
+        what,
         &mib(4 * m),
         &r,
-        Rate::Bytes((4 * m) as f64),
-        &pct(gbs, memcpy, "the warm memcpy"),
+        rate,
+        Note::Of(memcpy, "the warm memcpy"),
     );
     Ok(())
 }
 
 fn bench_readback(dev: &Device, cfg: &Config, t: &mut Table, memcpy: Option<f64>) -> Result<()> {
     let m = cfg.sizes.elems;
+    let (size, rate) = (mib(4 * m), Rate::Bytes((4 * m) as f64));
+    let vs = Note::Of(memcpy, "the warm memcpy");
     let want = data(m, 8);
-    let on_dev = Array::from_vec(want.clone(), &[m])?.to_device(dev)?;
+    let on_dev = put(dev, want.clone(), &[m])?;
     dev.wait()?;
-    let mut last = None;
-    let r = cfg.timing.measure(|| {
-        last = Some(on_dev.to_host()?);
-        Ok(())
-    })?;
-    if let Some(h) = last {
-        check(h.data == HostData::F32(want.clone()), "readback", || {
-            "to_host differs from the uploaded data".into()
-        });
-    }
-    let gbs = Rate::Bytes((4 * m) as f64).value(r.median).0;
-    t.row(
-        "readback",
-        "readback into a fresh array (to_host)",
-        &mib(4 * m),
-        &r,
-        Rate::Bytes((4 * m) as f64),
-        &pct(gbs, memcpy, "the warm memcpy"),
-    );
+    let (r, h) = cfg.timing.measure_last(|| on_dev.to_host())?;
+    check(h.data == HostData::F32(want.clone()), "readback", || {
+        "to_host differs from the uploaded data".into()
+    });
+    let what = "readback into a fresh array (to_host)";
+    t.row("readback", what, &size, &r, rate, vs);
     // Into memory the caller keeps: no page faults on fresh memory.
     let mut into = vec![0.0f32; m];
     let r = cfg.timing.measure(|| on_dev.read_into(&mut into))?;
     check(into == want, "readback", || {
         "read_into differs from the uploaded data".into()
     });
-    let gbs = Rate::Bytes((4 * m) as f64).value(r.median).0;
-    t.row(
-        "readback_into",
-        "readback into a reused slice (read_into)",
-        &mib(4 * m),
-        &r,
-        Rate::Bytes((4 * m) as f64),
-        &pct(gbs, memcpy, "the warm memcpy"),
-    );
+    let what = "readback into a reused slice (read_into)";
+    t.row("readback_into", what, &size, &r, rate, vs);
     Ok(())
 }
 
 /// Per-call overheads: a tiny jitted call (submit only, and with a readback), Burn's tiny op
 /// (1024 f32 plus a scalar, then a wait) and an idle wait.
 fn bench_tiny(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
-    let tiny = Array::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4])?.to_device(dev)?;
+    let per_call = Note::Text("per call");
+    let tiny = put(dev, vec![1.0f32, 2.0, 3.0, 4.0], &[4])?;
     let f = jit(|a: &[Tensor]| vec![&a[0] * 2.0 + 1.0]).on(dev);
     let calls = 20 * cfg.timing.reps;
     let m = cfg.timing.measure_n(1, 3, || {
@@ -844,20 +781,12 @@ fn bench_tiny(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
         }
         dev.wait()
     })?;
-    let per = |d: Duration| d / calls as u32;
     let m = Measured {
-        median: per(m.median),
-        first: per(m.first),
         runs: m.runs * calls,
+        ..m.per(calls)
     };
-    t.row(
-        "tiny_submit",
-        "tiny jitted call (submit only)",
-        "4 f32",
-        &m,
-        Rate::Time,
-        "per call",
-    );
+    let what = "tiny jitted call (submit only)";
+    t.row("tiny_submit", what, "4 f32", &m, Rate::Time, per_call);
     let many = cfg.timing.reps.max(21);
     let m = cfg.timing.measure_n(cfg.timing.warmup, many, || {
         let v = f.call(std::slice::from_ref(&tiny))?[0].to_vec::<f32>()?;
@@ -866,15 +795,9 @@ fn bench_tiny(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
         });
         Ok(())
     })?;
-    t.row(
-        "tiny_readback",
-        "tiny jitted call + readback",
-        "4 f32",
-        &m,
-        Rate::Time,
-        "per call",
-    );
-    let small = Array::from_vec(signed(1024, 9), &[1024])?.to_device(dev)?;
+    let what = "tiny jitted call + readback";
+    t.row("tiny_readback", what, "4 f32", &m, Rate::Time, per_call);
+    let small = put(dev, signed(1024, 9), &[1024])?;
     let g = jit(|a: &[Tensor]| vec![&a[0] + 1.0]).on(dev);
     let m = cfg.timing.measure_n(cfg.timing.warmup + 3, many, || {
         drop(g.call(std::slice::from_ref(&small))?);
@@ -886,19 +809,13 @@ fn bench_tiny(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
         "1024 f32",
         &m,
         Rate::Time,
-        "per call",
+        per_call,
     );
     let m = cfg
         .timing
         .measure_n(cfg.timing.warmup, many, || dev.wait())?;
-    t.row(
-        "idle_wait",
-        "idle Device::wait (nothing queued)",
-        "",
-        &m,
-        Rate::Time,
-        "",
-    );
+    let what = "idle Device::wait (nothing queued)";
+    t.row("idle_wait", what, "", &m, Rate::Time, Note::Text(""));
     Ok(())
 }
 
@@ -908,14 +825,12 @@ fn bench_tiny(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
 fn bench_loop(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
     let s = &cfg.sizes;
     let iters = s.loop_iters;
-    let x = Array::from_vec(data(s.loop_elems, 9), &[s.loop_elems])?.to_device(dev)?;
+    let size = f32s(s.loop_elems);
+    let x = put(dev, data(s.loop_elems, 9), &[s.loop_elems])?;
     let step = |v: &Tensor| v * 0.999 + 0.001;
     let looped =
         jit(|a: &[Tensor]| fori_loop(0, iters as i32, |_, v| vec![step(&v[0])], a)).on(dev);
-    let t_loop = cfg.timing.measure(|| {
-        drop(looped.call(std::slice::from_ref(&x))?);
-        dev.wait()
-    })?;
+    let (t_loop, _) = time_call(cfg, dev, &looped, std::slice::from_ref(&x))?;
     let one = jit(|a: &[Tensor]| vec![step(&a[0])]).on(dev);
     let t_host = cfg.timing.measure(|| {
         let mut v = x.clone();
@@ -925,23 +840,14 @@ fn bench_loop(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
         drop(v);
         dev.wait()
     })?;
-    let per_step = |m: &Measured| Measured {
-        median: m.median / iters as u32,
-        first: m.first / iters as u32,
-        runs: m.runs,
-    };
-    t.row(
-        "loop_fori",
-        &format!("fori_loop, {iters} steps (one program)"),
-        &format!("{} f32", s.loop_elems),
-        &per_step(&t_loop),
-        Rate::Time,
-        &format!(
-            "per step; a host loop of calls: {} / step ({:.2}× the loop's time)",
-            fmt_time(t_host.median / iters as u32),
-            t_host.median.as_secs_f64() / t_loop.median.as_secs_f64()
-        ),
+    let note = format!(
+        "per step; a host loop of calls: {} / step ({:.2}× the loop's time)",
+        fmt_time(t_host.median / iters as u32),
+        t_host.median.as_secs_f64() / t_loop.median.as_secs_f64()
     );
+    let what = format!("fori_loop, {iters} steps (one program)");
+    let m = t_loop.per(iters);
+    t.row("loop_fori", &what, &size, &m, Rate::Time, Note::Text(&note));
     let long = s.long_loop_iters;
     let looped = jit(|a: &[Tensor]| fori_loop(0, long as i32, |_, v| vec![step(&v[0])], a)).on(dev);
     drop(looped.call(std::slice::from_ref(&x))?);
@@ -952,67 +858,76 @@ fn bench_loop(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
         dev.wait()
     })?;
     let grown = (rss() as f64 - rss0 as f64) / (1u64 << 20) as f64;
+    let note = format!("per step; RSS {grown:+.1} MiB over the calls");
+    let what = format!("fori_loop, {long} steps");
     t.row(
         "loop_long",
-        &format!("fori_loop, {long} steps"),
-        &format!("{} f32", s.loop_elems),
-        &Measured {
-            median: m.median / long as u32,
-            first: m.first / long as u32,
-            runs: 1,
-        },
+        &what,
+        &size,
+        &m.per(long),
         Rate::Time,
-        &format!("per step; RSS {grown:+.1} MiB over the calls"),
+        Note::Text(&note),
     );
     Ok(())
 }
 
 fn bench_gpu(dev: &Device, cfg: &mut Config) -> Result<()> {
     let key = format!("{}:{}", dev.info().backend, dev.index());
-    let mut out = cfg.out.take();
-    let result = (|| {
-        let mut t = Table::new(&dev.info().to_string(), key, out.as_mut());
-        let cfg = &*cfg;
+    with_table(cfg, &dev.info().to_string(), key, |cfg, t| {
         // Compile rows first, while the device's kernel cache holds nothing of this run.
         if cfg.wants("compile") {
-            bench_compile(dev, cfg, &mut t)?;
+            bench_compile(dev, cfg, t)?;
         }
         let copy = if cfg.wants_any(&["copy", "elementwise", "sum", "reduce"]) {
-            Some(bench_copy(dev, cfg, &mut t)?)
+            Some(bench_copy(dev, cfg, t)?)
         } else {
             None
         };
         let memcpy = if cfg.wants_any(&["memcpy", "upload", "readback"]) {
-            Some(bench_memcpy(cfg, &mut t)?)
+            Some(bench_memcpy(cfg, t)?)
         } else {
             None
         };
         if cfg.wants("matmul") {
-            bench_matmul(dev, cfg, &mut t)?;
+            bench_matmul(dev, cfg, t)?;
         }
         if cfg.wants("elementwise") {
-            bench_elementwise(dev, cfg, &mut t, copy)?;
+            bench_elementwise(dev, cfg, t, copy)?;
         }
         if cfg.wants("sum") {
-            bench_sum(dev, cfg, &mut t, copy)?;
+            bench_sum(dev, cfg, t, copy)?;
         }
         if cfg.wants("reduce") {
-            bench_reduce(dev, cfg, &mut t, copy)?;
+            bench_reduce(dev, cfg, t, copy)?;
         }
         if cfg.wants("upload") {
-            bench_upload(dev, cfg, &mut t, memcpy)?;
+            bench_upload(dev, cfg, t, memcpy)?;
         }
         if cfg.wants("readback") {
-            bench_readback(dev, cfg, &mut t, memcpy)?;
+            bench_readback(dev, cfg, t, memcpy)?;
         }
         if cfg.wants("tiny") {
-            bench_tiny(dev, cfg, &mut t)?;
+            bench_tiny(dev, cfg, t)?;
         }
         if cfg.wants("loop") {
-            bench_loop(dev, cfg, &mut t)?;
+            bench_loop(dev, cfg, t)?;
         }
         Ok(())
-    })();
+    })
+}
+
+/// Runs `body` on a new table of `device` titled `title` (its rows also appended to
+/// `BRIGADE_BENCH_OUT`).
+fn with_table(
+    cfg: &mut Config,
+    title: &str,
+    device: String,
+    body: impl FnOnce(&Config, &mut Table) -> Result<()>,
+) -> Result<()> {
+    let mut out = cfg.out.take();
+    let mut t = Table::new(title, device, out.as_mut());
+    let result = body(cfg, &mut t);
+    drop(t);
     cfg.out = out;
     result
 }
@@ -1106,56 +1021,20 @@ fn numpy(cfg: &Config) -> std::result::Result<Numpy, String> {
     Ok(np)
 }
 
-/// The numpy column of a cpu row: numpy's rate and brigade's as a multiple of it; the numpy
-/// figure is also recorded as a row of device `numpy`.
-fn beside_numpy(
-    t: &mut Table,
-    id: &str,
-    np: &std::result::Result<Numpy, String>,
-    secs: Option<f64>,
-    rate: Rate,
-    ours: f64,
-) -> String {
-    if np.is_err() {
-        return "numpy: not available".into();
-    }
-    let Some(s) = secs else {
-        return "numpy: no figure".into();
-    };
-    let d = Duration::from_secs_f64(s);
-    let (v, unit) = rate.value(d);
-    let m = Measured {
-        median: d,
-        first: d,
-        runs: 0,
-    };
-    let dev = std::mem::replace(&mut t.device, "numpy".into());
-    t.record(id, &m, v, unit);
-    t.device = dev;
-    format!(
-        "numpy {v:.2} {unit} ({}); brigade {:.2}× numpy",
-        fmt_time(d),
-        ours / v
-    )
-}
-
 /// The cpu device: matmul, the fused elementwise and the sum, beside numpy in the same run.
 fn bench_cpu(dev: &Device, cfg: &mut Config) -> Result<()> {
     let np = numpy(cfg);
-    let mut out = cfg.out.take();
-    let cfg_ref = &*cfg;
-    let result = (|| {
-        let cfg = cfg_ref;
+    let title = match &np {
+        Ok(n) => format!(
+            "{} — beside numpy {} in the same run",
+            dev.info(),
+            n.version
+        ),
+        Err(why) => format!("{} — numpy: not available ({why})", dev.info()),
+    };
+    let figures = np.as_ref().ok();
+    with_table(cfg, &title, format!("cpu:{}", dev.index()), |cfg, t| {
         let s = &cfg.sizes;
-        let title = match &np {
-            Ok(n) => format!(
-                "{} — beside numpy {} in the same run",
-                dev.info(),
-                n.version
-            ),
-            Err(why) => format!("{} — numpy: not available ({why})", dev.info()),
-        };
-        let mut t = Table::new(&title, format!("cpu:{}", dev.index()), out.as_mut());
         // (size, seconds a call) of the last size measured: a call grows as n³.
         let mut measured: Option<(usize, f64)> = None;
         for &n in &s.cpu_matmul {
@@ -1166,91 +1045,24 @@ fn bench_cpu(dev: &Device, cfg: &mut Config) -> Result<()> {
                 );
                 continue;
             }
-            let (ah, bh) = (signed(n * n, 1), signed(n * n, 2));
-            let a = Array::from_vec(ah.clone(), &[n, n])?.to_device(dev)?;
-            let b = Array::from_vec(bh.clone(), &[n, n])?.to_device(dev)?;
-            let f = jit(|x: &[Tensor]| vec![x[0].matmul(&x[1])]).on(dev);
-            let mut last = None;
-            let m = cfg.timing.measure(|| {
-                last = Some(f.call(&[a.clone(), b.clone()])?);
-                Ok(())
-            })?;
-            if let Some(o) = last {
-                check_matmul(
-                    &format!("cpu matmul {n}"),
-                    &vec_of(&o[0])?,
-                    &ah,
-                    &bh,
-                    (n, n, n),
-                );
-            }
+            let (m, rate) = time_matmul(dev, cfg, n, &format!("cpu matmul {n}"))?;
             measured = Some((n, m.median.as_secs_f64()));
-            let rate = Rate::Flops(2.0 * (n as f64).powi(3));
-            let ours = rate.value(m.median).0;
-            let secs = np
-                .as_ref()
-                .ok()
-                .and_then(|p| p.matmul.iter().find(|(k, _)| *k == n).map(|&(_, t)| t));
-            let note = beside_numpy(&mut t, &format!("matmul_{n}"), &np, secs, rate, ours);
-            t.row(
-                &format!("matmul_{n}"),
-                "cpu matmul f32",
-                &format!("{n}×{n}×{n}"),
-                &m,
-                rate,
-                &note,
-            );
+            let secs =
+                figures.and_then(|p| p.matmul.iter().find(|(k, _)| *k == n).map(|&(_, t)| t));
+            let (id, size) = (format!("matmul_{n}"), format!("{n}×{n}×{n}"));
+            let note = Note::Numpy(&np, secs);
+            t.row(&id, "cpu matmul f32", &size, &m, rate, note);
         }
         let n = s.cpu_elems;
-        let (xh, yh) = (signed(n, 3), signed(n, 4));
-        let x = Array::from_vec(xh.clone(), &[n])?.to_device(dev)?;
-        let y = Array::from_vec(yh.clone(), &[n])?.to_device(dev)?;
-        let f = jit(|a: &[Tensor]| vec![fused(&a[0], &a[1])]).on(dev);
-        let mut last = None;
-        let m = cfg.timing.measure(|| {
-            last = Some(f.call(&[x.clone(), y.clone()])?);
-            Ok(())
-        })?;
-        if let Some(o) = last {
-            check_fused("cpu fused elementwise", &vec_of(&o[0])?, &xh, &yh);
-        }
-        let rate = Rate::Bytes((12 * n) as f64);
-        let ours = rate.value(m.median).0;
-        let secs = np.as_ref().ok().and_then(|p| p.elementwise);
-        let note = beside_numpy(&mut t, "elementwise", &np, secs, rate, ours);
-        t.row(
-            "elementwise",
-            "cpu fused elementwise tanh(exp(x*1.5+2))*y",
-            &format!("{n} f32"),
-            &m,
-            rate,
-            &note,
-        );
-        let f = jit(|a: &[Tensor]| vec![a[0].sum_all()]).on(dev);
-        let mut last = None;
-        let m = cfg.timing.measure(|| {
-            last = Some(f.call(std::slice::from_ref(&x))?);
-            Ok(())
-        })?;
-        if let Some(o) = last {
-            check_sum("cpu sum", vec_of(&o[0])?[0], &xh);
-        }
-        let rate = Rate::Bytes((4 * n) as f64);
-        let ours = rate.value(m.median).0;
-        let secs = np.as_ref().ok().and_then(|p| p.sum);
-        let note = beside_numpy(&mut t, "sum", &np, secs, rate, ours);
-        t.row(
-            "sum",
-            "cpu full sum of x",
-            &format!("{n} f32"),
-            &m,
-            rate,
-            &note,
-        );
+        let (m, rate, _) = time_fused(dev, cfg, n, "cpu fused elementwise")?;
+        let what = "cpu fused elementwise tanh(exp(x*1.5+2))*y";
+        let note = Note::Numpy(&np, figures.and_then(|p| p.elementwise));
+        t.row("elementwise", what, &f32s(n), &m, rate, note);
+        let (m, rate, ..) = time_sum(dev, cfg, n, "cpu sum")?;
+        let note = Note::Numpy(&np, figures.and_then(|p| p.sum));
+        t.row("sum", "cpu full sum of x", &f32s(n), &m, rate, note);
         Ok(())
-    })();
-    cfg.out = out;
-    result
+    })
 }
 
 /// Resident set size in bytes (`/proc/self/statm`; 0 where there is none).

@@ -14,25 +14,17 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::data;
+use common::{data, mib};
 
 use brigade::{
     Array, Device, Result, Runtime, Tensor, device_put_sharded, jit, pmap, pmean, psum, shard_map,
 };
 
-/// Median of `reps` timings of `f` after one warm-up.
-fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
-    f()?;
-    let mut ts = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let t = Instant::now();
-        f()?;
-        ts.push(t.elapsed());
-    }
-    ts.sort();
-    Ok(ts[ts.len() / 2])
+/// Median of `reps` timed calls of `f` after one warm-up call.
+fn time(reps: usize, f: impl FnMut() -> Result<()>) -> Result<Duration> {
+    Ok(common::measure(1, reps, None, f)?.median)
 }
 
 fn wait_all(devs: &[Device]) -> Result<()> {
@@ -53,14 +45,6 @@ fn runtime(layout: &str) -> Result<Runtime> {
             .allow_cpu_fallback(false)
             .build(),
     )
-}
-
-fn human(bytes: usize) -> String {
-    if bytes >= 1 << 20 {
-        format!("{} MiB", bytes >> 20)
-    } else {
-        format!("{} KiB", bytes >> 10)
-    }
 }
 
 /// psum / pmean throughput over the devices of `devs`.
@@ -109,7 +93,7 @@ fn bench_collectives(devs: &[Device], sizes: &[usize], reps: usize) -> Result<()
             let moved = (2 * n * bytes) as f64 / secs / 1e9;
             println!(
                 "| {name} | {} | {:.3} ms | {per:.2} GB/s | {moved:.2} GB/s | {copy_bw:.2} GB/s | {:.0} % |",
-                human(bytes),
+                mib(bytes),
                 secs * 1e3,
                 100.0 * moved / copy_bw
             );

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::host::HostArray;
-use crate::trace::graph::Graph;
+use crate::trace::graph::{Aval, Eqn, Graph};
 
 /// The checks every evaluator of a graph on host data makes first: a valid graph without
 /// collectives, one input per graph input, each with as many elements as its shape and the
@@ -42,34 +42,55 @@ pub(crate) fn check_inputs<'a>(
     Ok(())
 }
 
+/// An evaluator's environment before the first equation: one slot per value of `graph`, the
+/// graph's inputs (`inputs`, in order) and constants in theirs, each as `wrap` makes it.
+pub(crate) fn initial_env<'g, T>(
+    graph: &'g Graph,
+    inputs: impl IntoIterator<Item = &'g HostArray>,
+    wrap: impl Fn(&'g HostArray) -> T,
+) -> Vec<Option<T>> {
+    let mut env: Vec<Option<T>> = (0..graph.avals.len()).map(|_| None).collect();
+    for (v, x) in graph.inputs.iter().zip(inputs) {
+        env[v.idx()] = Some(wrap(x));
+    }
+    for (v, x) in &graph.consts {
+        env[v.idx()] = Some(wrap(x));
+    }
+    env
+}
+
+/// The values `e` reads, from an evaluator's environment (every one is defined: a checked graph
+/// is topologically ordered).
+pub(crate) fn operands<'e, T>(env: &'e [Option<T>], e: &Eqn) -> Vec<&'e T> {
+    e.inputs
+        .iter()
+        .map(|v| {
+            env[v.idx()]
+                .as_ref()
+                .expect("graph is topologically ordered")
+        })
+        .collect()
+}
+
+/// The avals of the results of `e`, an equation of `graph`, once the host is known to be able to
+/// hold each of them (a huge one is a typed error, not an abort): the check every evaluator makes
+/// before an equation runs.
+pub(crate) fn result_avals(graph: &Graph, e: &Eqn) -> Result<Vec<Aval>> {
+    let avals: Vec<Aval> = e.outs().map(|o| graph.aval(o).clone()).collect();
+    for a in &avals {
+        let bytes = crate::host::shape_bytes(e.prim.name(), &a.shape, a.dtype)?;
+        crate::host::check_host_alloc(bytes, || format!("the result {a} of {}", e.prim.name()))?;
+    }
+    Ok(avals)
+}
+
 /// Evaluate `graph` on `inputs` (one per graph input, in order).
 pub fn eval_graph(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
     check_inputs(graph, inputs.iter())?;
-    let mut env: Vec<Option<HostArray>> = vec![None; graph.avals.len()];
-    for (v, x) in graph.inputs.iter().zip(inputs) {
-        env[v.idx()] = Some(x.clone());
-    }
-    for (v, x) in &graph.consts {
-        env[v.idx()] = Some(x.clone());
-    }
+    let mut env = initial_env(graph, inputs, HostArray::clone);
     for e in &graph.eqns {
-        let ins: Vec<&HostArray> = e
-            .inputs
-            .iter()
-            .map(|v| {
-                env[v.idx()]
-                    .as_ref()
-                    .expect("graph is topologically ordered")
-            })
-            .collect();
-        let avals: Vec<_> = e.outs().map(|o| graph.aval(o).clone()).collect();
-        // The host must be able to hold each result: a huge one is a typed error, not an abort.
-        for a in &avals {
-            let bytes = crate::host::shape_bytes(e.prim.name(), &a.shape, a.dtype)?;
-            crate::host::check_host_alloc(bytes, || {
-                format!("the result {a} of {}", e.prim.name())
-            })?;
-        }
+        let ins = operands(&env, e);
+        let avals = result_avals(graph, e)?;
         let outs = e.prim.eval_cpu_multi(&ins, &avals)?;
         for (o, x) in e.outs().zip(outs) {
             env[o.idx()] = Some(x);

@@ -1,4 +1,12 @@
-//! Helpers shared by the benchmark harnesses.
+//! Helpers shared by the benchmark harnesses: deterministic data, the timing loop, and byte sizes
+//! as table labels.
+//!
+//! Each harness compiles this module on its own and uses a different part of it.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use brigade::Result;
 
 /// Deterministic data in [-0.5, 0.5).
 pub fn data(n: usize, seed: u32) -> Vec<f32> {
@@ -9,4 +17,71 @@ pub fn data(n: usize, seed: u32) -> Vec<f32> {
             (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
         })
         .collect()
+}
+
+/// One timed measurement: the median timed call, the first (warm-up) call, and how many calls
+/// were timed.
+pub struct Measured {
+    pub median: Duration,
+    pub first: Duration,
+    pub runs: usize,
+}
+
+impl Measured {
+    /// The same figures for one of `k` equal steps that each timed call made (`runs` unchanged).
+    pub fn per(&self, k: usize) -> Measured {
+        let k = k.max(1) as u32;
+        Measured {
+            median: self.median / k,
+            first: self.first / k,
+            runs: self.runs,
+        }
+    }
+}
+
+/// `warmup` untimed calls of `f` (at least one), then the median of `reps` timed calls. With a
+/// `budget`, fewer timed calls (at least one) when the last warm-up call says `reps` of them would
+/// take longer than that.
+pub fn measure(
+    warmup: usize,
+    reps: usize,
+    budget: Option<Duration>,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<Measured> {
+    let mut first = Duration::ZERO;
+    let mut last = Duration::ZERO;
+    for i in 0..warmup.max(1) {
+        let t = Instant::now();
+        f()?;
+        last = t.elapsed();
+        if i == 0 {
+            first = last;
+        }
+    }
+    let reps = match budget {
+        Some(b) => reps.min((b.as_secs_f64() / last.as_secs_f64().max(1e-9)) as usize),
+        None => reps,
+    }
+    .max(1);
+    let mut ts = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f()?;
+        ts.push(t.elapsed());
+    }
+    ts.sort();
+    Ok(Measured {
+        median: ts[ts.len() / 2],
+        first,
+        runs: reps,
+    })
+}
+
+/// `bytes` as a table label: whole MiB from 1 MiB up, else whole KiB.
+pub fn mib(bytes: usize) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
 }

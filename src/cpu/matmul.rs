@@ -102,8 +102,8 @@ pub(crate) fn dot_general(
         size(&r.shape, &rf),
     );
     let nb = size(&l.shape, &d.lhs_batch);
-    let total = nb * m * n;
-    debug_assert_eq!(total, out.iter().product::<usize>());
+    debug_assert_eq!(nb * m * n, out.iter().product::<usize>());
+    let dims = Dims { nb, m, k, n };
     macro_rules! ops {
         ($a:expr, $b:expr) => {
             (
@@ -114,68 +114,18 @@ pub(crate) fn dot_general(
     }
     Some(match (&l.data, &r.data) {
         (HostData::F32(a), HostData::F32(b)) => {
-            let mut c = vec![0f32; total];
-            if k > 0 && total > 0 {
-                let (a, b) = ops!(a, b);
-                for (bi, cb) in c.chunks_mut(m * n).enumerate() {
-                    // SAFETY: the offsets `base + i·rs + j·cs` for i < rows, j < cols stay inside
-                    // each operand (its strides come from its own shape, or it was gathered into
-                    // that layout), and `cb` holds m·n elements written with row stride n.
-                    unsafe {
-                        matrixmultiply::sgemm(
-                            m,
-                            k,
-                            n,
-                            1.0,
-                            a.data.as_ptr().add(a.bases[bi]),
-                            a.rs as isize,
-                            a.cs as isize,
-                            b.data.as_ptr().add(b.bases[bi]),
-                            b.rs as isize,
-                            b.cs as isize,
-                            0.0,
-                            cb.as_mut_ptr(),
-                            n as isize,
-                            1,
-                        )
-                    }
-                }
-            }
-            HostData::F32(c)
+            let (a, b) = ops!(a, b);
+            HostData::F32(float_gemm(&a, &b, dims))
         }
         (HostData::F64(a), HostData::F64(b)) => {
-            let mut c = vec![0f64; total];
-            if k > 0 && total > 0 {
-                let (a, b) = ops!(a, b);
-                for (bi, cb) in c.chunks_mut(m * n).enumerate() {
-                    // SAFETY: as for f32 above.
-                    unsafe {
-                        matrixmultiply::dgemm(
-                            m,
-                            k,
-                            n,
-                            1.0,
-                            a.data.as_ptr().add(a.bases[bi]),
-                            a.rs as isize,
-                            a.cs as isize,
-                            b.data.as_ptr().add(b.bases[bi]),
-                            b.rs as isize,
-                            b.cs as isize,
-                            0.0,
-                            cb.as_mut_ptr(),
-                            n as isize,
-                            1,
-                        )
-                    }
-                }
-            }
-            HostData::F64(c)
+            let (a, b) = ops!(a, b);
+            HostData::F64(float_gemm(&a, &b, dims))
         }
         (HostData::I32(a), HostData::I32(b)) => {
             let (a, b): (&[u32], &[u32]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
             let (a, b) = ops!(a, b);
             HostData::I32(
-                int_gemm(&a, &b, nb, m, k, n)
+                int_gemm(&a, &b, dims)
                     .into_iter()
                     .map(|v| v as i32)
                     .collect(),
@@ -183,27 +133,107 @@ pub(crate) fn dot_general(
         }
         (HostData::U32(a), HostData::U32(b)) => {
             let (a, b) = ops!(a, b);
-            HostData::U32(int_gemm(&a, &b, nb, m, k, n))
+            HostData::U32(int_gemm(&a, &b, dims))
         }
         _ => return None,
     })
 }
 
-/// Integer matmul with wrapping u32 arithmetic (two's complement: the same bits for i32), the
-/// interpreter's rule; i-k-j order so the inner loop runs along rows of C and B.
-fn int_gemm(
-    a: &Operand<'_, u32>,
-    b: &Operand<'_, u32>,
+/// A GEMM of `matrixmultiply`'s signature: `C (m × n) = alpha·A (m × k)·B (k × n) + beta·C`, each
+/// matrix given by a pointer and its row and column strides.
+type GemmFn<T> = unsafe fn(
+    usize,
+    usize,
+    usize,
+    T,
+    *const T,
+    isize,
+    isize,
+    *const T,
+    isize,
+    isize,
+    T,
+    *mut T,
+    isize,
+    isize,
+);
+
+/// The float types `matrixmultiply` has a GEMM for.
+trait Float: Copy + Default {
+    const ONE: Self;
+    const GEMM: GemmFn<Self>;
+}
+
+impl Float for f32 {
+    const ONE: f32 = 1.0;
+    const GEMM: GemmFn<f32> = matrixmultiply::sgemm;
+}
+
+impl Float for f64 {
+    const ONE: f64 = 1.0;
+    const GEMM: GemmFn<f64> = matrixmultiply::dgemm;
+}
+
+/// A batched product's sizes: `nb` batch indices of `m × k · k × n`.
+#[derive(Clone, Copy)]
+struct Dims {
     nb: usize,
     m: usize,
     k: usize,
     n: usize,
-) -> Vec<u32> {
-    let mut c = vec![0u32; nb * m * n];
-    if k == 0 {
+}
+
+/// The batched product `C (nb × m × n, row-major)` of `a` and `b`: `one(bi, c_bi)` adds batch
+/// index `bi`'s product into its zeroed `m × n` matrix (called only when there is work: no
+/// operand is empty).
+fn batched<T: Copy + Default>(d: Dims, one: impl Fn(usize, &mut [T])) -> Vec<T> {
+    let mut c = vec![T::default(); d.nb * d.m * d.n];
+    if d.k == 0 || c.is_empty() {
         return c;
     }
-    for (bi, cb) in c.chunks_mut((m * n).max(1)).enumerate().take(nb) {
+    for (bi, cb) in c.chunks_mut(d.m * d.n).enumerate() {
+        one(bi, cb);
+    }
+    c
+}
+
+/// Float batched matmul through `matrixmultiply`: one GEMM per batch index.
+fn float_gemm<T: Float>(a: &Operand<'_, T>, b: &Operand<'_, T>, d: Dims) -> Vec<T> {
+    batched(d, |bi, cb| {
+        // Each batch index's matrix starts inside its operand (no operand is empty here).
+        let (pa, pb) = (
+            a.data[a.bases[bi]..].as_ptr(),
+            b.data[b.bases[bi]..].as_ptr(),
+        );
+        // SAFETY: the offsets `base + i·rs + j·cs` for i < rows, j < cols stay inside each
+        // operand (its strides come from its own shape, or it was gathered into that layout), and
+        // `cb` holds m·n elements written with row stride n.
+        unsafe {
+            T::GEMM(
+                d.m,
+                d.k,
+                d.n,
+                T::ONE,
+                pa,
+                a.rs as isize,
+                a.cs as isize,
+                pb,
+                b.rs as isize,
+                b.cs as isize,
+                T::default(),
+                cb.as_mut_ptr(),
+                d.n as isize,
+                1,
+            )
+        }
+    })
+}
+
+/// Integer matmul with wrapping u32 arithmetic (two's complement: the same bits for i32), the
+/// interpreter's rule; i-k-j order so the inner loop runs along rows of C and B.
+fn int_gemm(a: &Operand<'_, u32>, b: &Operand<'_, u32>, d: Dims) -> Vec<u32> {
+    let (m, k, n) = (d.m, d.k, d.n);
+    batched(d, |bi, cb: &mut [u32]| {
         let (ab, bb) = (a.bases[bi], b.bases[bi]);
         for i in 0..m {
             let row = &mut cb[i * n..(i + 1) * n];
@@ -221,6 +251,5 @@ fn int_gemm(
                 }
             }
         }
-    }
-    c
+    })
 }

@@ -38,38 +38,16 @@ pub fn eval_graph(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>>
 /// [`eval_graph`] on borrowed inputs (no copy of the arguments).
 pub(crate) fn eval_graph_refs(graph: &Graph, inputs: &[&HostArray]) -> Result<Vec<HostArray>> {
     crate::reference::check_inputs(graph, inputs.iter().copied())?;
-    let mut env: Vec<Option<Val<'_>>> = (0..graph.avals.len()).map(|_| None).collect();
-    for (v, x) in graph.inputs.iter().zip(inputs) {
-        env[v.idx()] = Some(Val::Arr(Cow::Borrowed(*x)));
-    }
-    for (v, x) in &graph.consts {
-        env[v.idx()] = Some(Val::Arr(Cow::Borrowed(x)));
-    }
+    let mut env = crate::reference::initial_env(graph, inputs.iter().copied(), |x| {
+        Val::Arr(Cow::Borrowed(x))
+    });
     // Remaining uses of each value: freed after the last one (outputs count as a use, so they stay).
     let mut uses = graph.use_counts();
     for e in &graph.eqns {
-        let avals: Vec<Aval> = e.outs().map(|o| graph.aval(o).clone()).collect();
-        // The host must be able to hold each result: a huge one is a typed error, not an abort.
-        for a in &avals {
-            let bytes = crate::host::shape_bytes(e.prim.name(), &a.shape, a.dtype)?;
-            crate::host::check_host_alloc(bytes, || {
-                format!("the result {a} of {}", e.prim.name())
-            })?;
-        }
+        let avals = crate::reference::result_avals(graph, e)?;
         let lazy = match in_place(e, &mut env, &uses, &avals[0]) {
             Some(v) => Some(v),
-            None => {
-                let vals: Vec<&Val<'_>> = e
-                    .inputs
-                    .iter()
-                    .map(|v| {
-                        env[v.idx()]
-                            .as_ref()
-                            .expect("graph is topologically ordered")
-                    })
-                    .collect();
-                splat_eqn(&e.prim, &vals, &avals[0])
-            }
+            None => splat_eqn(&e.prim, &crate::reference::operands(&env, e), &avals[0]),
         };
         let outs = match lazy {
             Some(v) => vec![v],
