@@ -1263,6 +1263,15 @@ fn generated_wgsl_matches_the_manifest() {
     let cases = corpus();
     let lowered = lower_corpus(&cases);
     let got = manifest_of(&lowered);
+    // Dumped first, so that every failure below can be looked at.
+    if let Some(dir) = std::env::var_os(DUMP_WGSL_ENV).filter(|v| !v.is_empty()) {
+        dump_texts(Path::new(&dir), &lowered);
+        eprintln!(
+            "wrote every kernel's WGSL under {}",
+            Path::new(&dir).display()
+        );
+    }
+
     let kernels: usize = lowered
         .iter()
         .map(|l| l.launches.as_ref().map_or(0, Vec::len))
@@ -1307,14 +1316,6 @@ fn generated_wgsl_matches_the_manifest() {
         unstable.join("\n")
     );
 
-    if let Some(dir) = std::env::var_os(DUMP_WGSL_ENV).filter(|v| !v.is_empty()) {
-        dump_texts(Path::new(&dir), &lowered);
-        eprintln!(
-            "wrote every kernel's WGSL under {}",
-            Path::new(&dir).display()
-        );
-    }
-
     let text = render(&got);
     if std::env::var_os(BLESS_ENV).is_some_and(|v| !v.is_empty() && v != "0") {
         std::fs::write(MANIFEST, &text).unwrap_or_else(|e| panic!("writing {MANIFEST}: {e}"));
@@ -1336,9 +1337,10 @@ fn generated_wgsl_matches_the_manifest() {
             "the generated WGSL differs from {MANIFEST} in {} program(s){}:\n\n{}\n\n\
              If the change is intended, rewrite the manifest and commit it:\n    \
              {BLESS_ENV}=1 cargo test --test wgsl_golden\n\
-             To see the texts, dump them before and after the change and diff the two directories:\n    \
-             git stash && {DUMP_WGSL_ENV}=/tmp/wgsl-before cargo test --test wgsl_golden; git stash pop\n    \
-             {DUMP_WGSL_ENV}=/tmp/wgsl-after cargo test --test wgsl_golden\n    \
+             To see the texts, dump them (into fresh directories) here and in a checkout of the \
+             commit before the change (e.g. `git worktree add /tmp/before HEAD~1`), then diff:\n    \
+             {DUMP_WGSL_ENV}=/tmp/wgsl-after cargo test --test wgsl_golden generated\n    \
+             (cd /tmp/before && {DUMP_WGSL_ENV}=/tmp/wgsl-before cargo test --test wgsl_golden generated)\n    \
              diff -r /tmp/wgsl-before /tmp/wgsl-after",
             diffs.len(),
             if shown < diffs.len() {
