@@ -81,6 +81,88 @@ impl fmt::Debug for Kernel {
 pub const SKIP_WORKGROUP_ZERO_INIT: &str =
     "// brigade: workgroup memory is written before it is read";
 
+/// Environment variable naming a directory to which every WGSL module compiled through
+/// [`Device::kernel`] is written, as `<label>-<hash>.wgsl` (`hash`: 16 hex digits of a 64-bit
+/// FNV-1a hash of the text, stable across Rust versions and platforms). Each distinct label and
+/// text is written once per process, whether it was compiled or found in a kernel cache, so the
+/// directory holds every kernel the process used. Unset or empty: nothing is written.
+///
+/// For comparing the generated WGSL before and after a change to the code generator
+/// (`scripts/wgsl_dump.sh` runs the tour with it; `diff -r` of two such directories is the proof).
+/// Read once, at the first kernel of the process. A file that cannot be written is a logged
+/// warning, never an error of the program. Native only: in the browser it is ignored.
+pub const DUMP_WGSL_ENV: &str = "BRIGADE_DUMP_WGSL";
+
+/// The 64-bit FNV-1a hash of `text`: the dump's file names. Written here rather than taken from
+/// std because `DefaultHasher`'s output may change between Rust releases, and a dump must name
+/// the same text the same way on every toolchain. FNV-1a maps two texts of equal length that
+/// differ in one byte to different hashes (each step is a bijection of the state).
+#[cfg(not(target_arch = "wasm32"))]
+fn fnv1a64(text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in text.as_bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The dump directory ([`DUMP_WGSL_ENV`]) and the file names already written to it.
+#[cfg(not(target_arch = "wasm32"))]
+struct WgslDump {
+    dir: std::path::PathBuf,
+    written: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl WgslDump {
+    /// The process's dump, when [`DUMP_WGSL_ENV`] names a directory.
+    fn get() -> Option<&'static WgslDump> {
+        static DUMP: std::sync::LazyLock<Option<WgslDump>> = std::sync::LazyLock::new(|| {
+            let dir = std::env::var_os(DUMP_WGSL_ENV).filter(|v| !v.is_empty())?;
+            Some(WgslDump::new(dir.into()))
+        });
+        DUMP.as_ref()
+    }
+
+    fn new(dir: std::path::PathBuf) -> WgslDump {
+        WgslDump {
+            dir,
+            written: std::sync::Mutex::new(Default::default()),
+        }
+    }
+
+    /// The file name of a kernel: its label made safe for every file system (ASCII, at most 120
+    /// characters: names are limited to 255 bytes), and the text's hash.
+    fn file_name(label: &str, wgsl: &str) -> String {
+        let mut safe = super::disk_cache::file_name(label);
+        safe.truncate(120);
+        format!("{safe}-{:016x}.wgsl", fnv1a64(wgsl))
+    }
+
+    /// Write `wgsl` unless this label and text were written already. Best effort: a failure is a
+    /// warning (and is not retried, so a read-only directory warns once per kernel, not per call).
+    fn write(&self, label: &str, wgsl: &str) {
+        let name = Self::file_name(label, wgsl);
+        if !lock(&self.written).insert(name.clone()) {
+            return;
+        }
+        let result = (|| -> std::io::Result<()> {
+            std::fs::create_dir_all(&self.dir)?;
+            // Through a temporary file renamed into place: processes sharing a directory (test
+            // binaries run at once) never see half a file.
+            let tmp = self.dir.join(format!(".{name}.{}.tmp", std::process::id()));
+            std::fs::write(&tmp, wgsl)?;
+            std::fs::rename(&tmp, self.dir.join(&name))
+        })();
+        if let Err(e) = result {
+            log::warn!(
+                "brigade: cannot write WGSL of kernel `{label}` to {} ({DUMP_WGSL_ENV}): {e}",
+                self.dir.join(&name).display()
+            );
+        }
+    }
+}
+
 /// A device's `wgpu::PipelineCache`, loaded from and saved to the disk cache
 /// ([`super::disk_cache`]) so that a second process on the same machine compiles warm.
 ///
@@ -339,6 +421,9 @@ impl Device {
     /// pipeline are created inside an error scope. A compile counts one
     /// [`crate::Counters::pipelines_created`]; a cache hit counts nothing.
     ///
+    /// With [`DUMP_WGSL_ENV`] (`BRIGADE_DUMP_WGSL=DIR`) set, every label and text given here is
+    /// also written to `DIR` (native only; best effort).
+    ///
     /// The pipeline layout is built from the declared bindings (not wgpu's automatic layout), so a
     /// binding the shader declares but never uses is still bound in order.
     ///
@@ -346,6 +431,11 @@ impl Device {
     /// [`Error::OutOfMemory`], [`Error::DeviceLost`], [`Error::Unsupported`] on the cpu device.
     pub fn kernel(&self, label: &str, wgsl: &str) -> Result<Arc<Kernel>> {
         let gpu = self.gpu("kernel")?;
+        // Before the cache: a text first compiled under another label is dumped under this one too.
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(dump) = WgslDump::get() {
+            dump.write(label, wgsl);
+        }
         // Held while compiling so a second caller with the same text waits and then hits the cache.
         let mut cache = lock(&gpu.kernels);
         if let Some(k) = cache.get(wgsl) {
@@ -518,6 +608,60 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dump_hash_is_fnv1a_64() {
+        // The published FNV-1a test vectors: the dump's file names must never change meaning.
+        assert_eq!(fnv1a64(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64("foobar"), 0x8594_4171_f739_67e8);
+        assert_eq!(
+            WgslDump::file_name("matmul 2/3", "a"),
+            "matmul_2_3-af63dc4c8601ec8c.wgsl"
+        );
+        let long = WgslDump::file_name(&"é".repeat(300), "");
+        assert_eq!(long, format!("{}-cbf29ce484222325.wgsl", "_".repeat(120)));
+    }
+
+    #[test]
+    fn dump_writes_each_label_and_text_once() {
+        let dir = std::env::temp_dir().join(format!("brigade-dump-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let dump = WgslDump::new(dir.join("nested"));
+        let (a, b) = ("// kernel a\n", "// kernel b\n");
+        dump.write("k", a);
+        dump.write("k", b);
+        dump.write("other", a);
+        let name_a = WgslDump::file_name("k", a);
+        // A second write of a name already written does not touch the file.
+        std::fs::write(dir.join("nested").join(&name_a), "changed").unwrap();
+        dump.write("k", a);
+        let mut names: Vec<String> = std::fs::read_dir(dir.join("nested"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        let mut want = vec![
+            name_a.clone(),
+            WgslDump::file_name("k", b),
+            WgslDump::file_name("other", a),
+        ];
+        want.sort();
+        assert_eq!(
+            names, want,
+            "no temporary files left, one file per label and text"
+        );
+        let read = |n: &str| std::fs::read_to_string(dir.join("nested").join(n)).unwrap();
+        assert_eq!(read(&name_a), "changed");
+        assert_eq!(read(&WgslDump::file_name("k", b)), b);
+        assert_eq!(read(&WgslDump::file_name("other", a)), a);
+
+        // An unwritable directory (a path below a regular file) warns and carries on.
+        let blocked = WgslDump::new(dir.join("nested").join(&name_a).join("sub"));
+        blocked.write("k", a);
+        assert!(!dir.join("nested").join(&name_a).join("sub").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn pipeline_envelope_rejects_damage() {
