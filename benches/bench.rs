@@ -705,6 +705,25 @@ fn bench_reduce(dev: &Device, cfg: &Config, t: &mut Table, copy: Option<f64>) ->
     let size = format!("{rows}×{} f32", n / rows);
     let rate = Rate::Bytes((4 * n) as f64);
     t.row("rowsum", "reduction row sums", &size, &m, rate, read);
+    // Column sums (a bias gradient's sum over the batch): 1024 outputs, each over n / 1024 rows.
+    let cols = 1024.min(n);
+    let xh = data(n, 8);
+    let xc = put(dev, xh.clone(), &[n / cols, cols])?;
+    let f = jit(|a: &[Tensor]| vec![a[0].sum(0i64, false)]).on(dev);
+    let (m, out) = time_call(cfg, dev, &f, &[xc])?;
+    let got = vec_of(&out[0])?;
+    for c in [0, cols / 3, cols - 1] {
+        let (want, mag) = (0..n / cols).fold((0f64, 0f64), |(s, a), r| {
+            let v = xh[r * cols + c] as f64;
+            (s + v, a + v.abs())
+        });
+        let err = (got[c] as f64 - want).abs();
+        check(err <= 1e-5 * mag + 1e-6, "column sums", || {
+            format!("column {c}: {} vs {want} (sum of |x| {mag})", got[c])
+        });
+    }
+    let size = format!("{}×{cols} f32", n / cols);
+    t.row("colsum", "reduction column sums", &size, &m, rate, read);
     Ok(())
 }
 
