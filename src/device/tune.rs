@@ -18,8 +18,9 @@
 //! * [`TUNE_ENV`] (`BRIGADE_MATMUL_TUNE=off`) turns the search off: the heuristic everywhere.
 //! * The tiled members all compute every output as the same fma chain, so the choice never changes
 //!   a value (tests check values, never which kernel ran).
-//! * In the browser nothing can block for a measurement, and the cpu device has no kernels: both
-//!   take the heuristic.
+//! * In the browser nothing can block for a measurement: it takes
+//!   [`MatmulProblem::browser_heuristic`] (the 4 x 4 tile, measured best on SwiftShader). The cpu
+//!   device has no kernels: it takes the heuristic.
 //!
 //! What is fastest is machine-specific on purpose: on lavapipe loads are per-lane scalar loops with
 //! bounds checks and register pressure spills, a real GPU prefers other shapes.
@@ -231,7 +232,13 @@ fn device_candidates(dev: &Device, p: &MatmulProblem) -> Vec<MatmulConfig> {
 
 impl MatmulChooser for DeviceChooser<'_> {
     fn choose(&self, p: &MatmulProblem, max_workgroups_per_dim: u32) -> MatmulConfig {
-        let fallback = p.heuristic();
+        // In the browser nothing may block for a measurement: its own fixed choice (measured on
+        // SwiftShader, see `browser_heuristic`).
+        let fallback = if cfg!(target_arch = "wasm32") {
+            p.browser_heuristic()
+        } else {
+            p.heuristic()
+        };
         let candidates = device_candidates(self.dev, p);
         let subgroup = device_subgroup(self.dev).filter(|c| c.supports(p));
         if cfg!(target_arch = "wasm32")
@@ -396,7 +403,7 @@ fn search(
     _candidates: &[MatmulConfig],
     _max_workgroups_per_dim: u32,
 ) -> crate::Result<(MatmulConfig, f64)> {
-    Ok((p.heuristic(), 0.0))
+    Ok((p.browser_heuristic(), 0.0))
 }
 
 #[cfg(test)]

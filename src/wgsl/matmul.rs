@@ -153,6 +153,25 @@ impl MatmulProblem {
         }
     }
 
+    /// The choice where nothing can be measured: in the browser a WebGPU device must not block
+    /// for a search (`crate::device::tune`). The 4 x 4 tiled kernel when the family applies, else
+    /// the generic one. On SwiftShader (headless Chromium without a GPU) every storage-buffer load
+    /// whose index differs per lane is a masked gather, one per scalar, and larger register tiles
+    /// lose more to spills than they save in loads: `t4x1k4` measured 1.15-1.3x `t8x1k4` at
+    /// 256-1024 in the same runs of the web bench (`t8x2`, `t4x2`, k unrolled by 8-32 and
+    /// workgroup-memory tiles of A all measured slower than `t4x1k4` there).
+    pub(crate) fn browser_heuristic(&self) -> MatmulConfig {
+        if self.tiled_ok() {
+            MatmulConfig::Tiled {
+                tm: 4,
+                tc4: 1,
+                ks: self.default_ks(),
+            }
+        } else {
+            MatmulConfig::Generic
+        }
+    }
+
     fn default_ks(&self) -> u8 {
         match self.layout() {
             Layout::Tn if !self.k.is_multiple_of(4) => 1,
@@ -868,6 +887,7 @@ mod tests {
             }
             assert!(p.candidates().iter().all(|c| c.supports(&p)), "{p:?}");
             assert!(p.heuristic().supports(&p));
+            assert!(p.browser_heuristic().supports(&p), "{p:?}");
         }
         assert!(checked > 500, "only {checked} kernels checked");
     }
@@ -909,6 +929,27 @@ mod tests {
         );
         assert_eq!(
             p(4, 8, 12, "u32", true, true).heuristic(),
+            MatmulConfig::Generic
+        );
+        // The browser's fixed choice: the 4 x 4 tile, k by 1 where a tn problem's k is odd.
+        assert_eq!(
+            p(4, 8, 12, "f32", false, true).browser_heuristic(),
+            MatmulConfig::Tiled {
+                tm: 4,
+                tc4: 1,
+                ks: 4
+            }
+        );
+        assert_eq!(
+            p(4, 7, 12, "f32", true, false).browser_heuristic(),
+            MatmulConfig::Tiled {
+                tm: 4,
+                tc4: 1,
+                ks: 1
+            }
+        );
+        assert_eq!(
+            p(4, 8, 12, "i32", false, false).browser_heuristic(),
             MatmulConfig::Generic
         );
         assert_eq!(

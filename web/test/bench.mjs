@@ -10,7 +10,8 @@
 // [4194304] (elements; empty for none), BRIGADE_BENCH_CPU_MATMUL [= BRIGADE_BENCH_MATMUL] (the
 // matmul sizes the CPU targets run), BRIGADE_BENCH_ROUNDS [2] (the targets alternate within
 // a round; each row pools every round's runs), BRIGADE_BENCH_REPS [5] (timed runs per round, after
-// one warm-up), BRIGADE_BENCH_CPU_REPS [2] (on the CPU targets), BRIGADE_BENCH_TARGETS [all five],
+// one warm-up), BRIGADE_BENCH_CPU_REPS [2] (on the CPU targets), BRIGADE_BENCH_TARGETS [the five
+// above; `wgsl-tex webgpu`, the hand-written matmul reading textures, only when named],
 // BRIGADE_BENCH_JSON (write every result there), CHROMIUM.
 // Exits non-zero if a target fails or a result does not check out.
 
@@ -39,6 +40,7 @@ const CFG = {
 const COLUMNS = [
   ['brigade webgpu'], ['jax-js webgpu'], ['brigade webgpu', 'jax-js webgpu'],
   ['wgsl webgpu'], ['brigade webgpu', 'wgsl webgpu'],
+  ['wgsl-tex webgpu'], ['brigade webgpu', 'wgsl-tex webgpu'],
   ['brigade cpu'], ['jax-js wasm'], ['brigade cpu', 'jax-js wasm'],
 ];
 

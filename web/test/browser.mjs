@@ -204,7 +204,7 @@ async function main() {
       matmul: [48], fused: [3000], targets: t, rounds: 1, warmup: 1, reps: 2,
     }), targets);
     check(`bench page: every target (${targets.join(', ')}) ran both benchmarks, results checked`,
-      targets.length === 5 && rows.length === 10 && rows.every((r) => r.ok && r.runs === 2),
+      targets.length === 6 && rows.length === 12 && rows.every((r) => r.ok && r.runs === 2),
       JSON.stringify(rows.filter((r) => !r.ok || r.runs !== 2)));
     await bp.close();
   } catch (e) {
