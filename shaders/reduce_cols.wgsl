@@ -1,6 +1,6 @@
 // Reduction over axes that exclude the last one, {{LANES}} adjacent outputs along the last axis per
-// invocation: each step of the loop reads the {{LANES}} of them as one vec4 per operand read along
-// that axis (a column sum reads rows of 4 columns). The reduced range is split into {{P}} parts of
+// invocation: each step of the loop reads them as vec4s of each operand read along that axis (a
+// column sum reads {{LANES}} columns of a row). The reduced range is split into {{P}} parts of
 // {{CHUNK}} steps, one per slice of {{NG}} invocations, so few outputs still fill the device;
 // with several parts each writes its partials (`out0[output * {{P}} + part]`) for a second pass.
 {{BINDINGS}}

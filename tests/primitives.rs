@@ -1293,11 +1293,12 @@ fn long_reductions_use_the_cooperative_kernel() {
     );
 }
 
-/// Reductions that keep the last axis (a multiple of 4 long) take 4 adjacent outputs per invocation
-/// with `vec4` loads, and split the reduced range into parts when the outputs are few: every op and
-/// 32-bit dtype, one part and several, several reduced axes, a kept middle axis, a prologue, NaN.
+/// Reductions that keep the last axis (a multiple of 4 long) take 4, 8 or 16 adjacent outputs per
+/// invocation with `vec4` loads, and split the reduced range into parts when the outputs are few:
+/// every op and 32-bit dtype, one part and several, 4, 8 and 16 outputs per invocation (last axes
+/// of 12, 8 and 16+), several reduced axes, a kept middle axis, a prologue, NaN.
 #[test]
-fn column_reductions_take_four_outputs_per_invocation() {
+fn column_reductions_take_several_outputs_per_invocation() {
     let dev = device_of("vulkan");
     let kernels = |f: fn(&[Tensor]) -> Vec<Tensor>, args: &[Array]| -> Vec<(String, String)> {
         let p = brigade::jit(f).program(args, &dev).unwrap();
@@ -1343,7 +1344,7 @@ fn column_reductions_take_four_outputs_per_invocation() {
     assert_eq!(k.len(), 1, "{k:?}");
     assert!(
         k[0].1
-            .contains("out0[gi] = vec4<f32>(acc0, acc1, acc2, acc3);")
+            .contains("out0[gi * 4u + 3u] = vec4<f32>(acc12, acc13, acc14, acc15);")
     );
     check_on_all(
         |t: &[Tensor]| {

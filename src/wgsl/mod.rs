@@ -1051,10 +1051,13 @@ pub(crate) fn reduce_kernels(
 const RED_SPREAD: usize = 16384;
 /// Fewest reduced steps one part of a split column reduction takes.
 const RED_PART_MIN: usize = 128;
+/// `vec4`s of adjacent outputs each invocation of a column reduction computes, at most (measured
+/// on lavapipe, column sums of 16384 x 1024: 1 vec4 17-18 ms, 2 13-14 ms, 4 8-10 ms).
+const COL_VECS: usize = 4;
 
 /// The reduction kernels when the last axis is kept and a multiple of 4 long (column sums, a bias
-/// gradient's sum over the batch): [`LANES`] adjacent outputs per invocation, `vec4` loads along the
-/// last axis, and the reduced range split into parts (a second pass combines them in order) when
+/// gradient's sum over the batch): up to [`COL_VECS`] groups of [`LANES`] adjacent outputs per
+/// invocation, `vec4` loads along the last axis, and the reduced range split into parts (a second pass combines them in order) when
 /// the outputs alone are too few invocations. `None` where it does not apply.
 fn column_kernels(
     g: &Graph,
@@ -1079,7 +1082,15 @@ fn column_kernels(
     if !applies {
         return None;
     }
-    let ng = n / LANES;
+    // `kv` vec4s of adjacent outputs per invocation: more bytes of each row per invocation
+    // (CPU adapters' prefetchers do not follow the row stride of a column walk).
+    let last = in_aval.shape[rank - 1];
+    let kv = [COL_VECS, 2, 1]
+        .into_iter()
+        .find(|&k| last.is_multiple_of(LANES * k))
+        .unwrap_or(1);
+    let per = LANES * kv;
+    let ng = n / per;
     let parts = RED_SPREAD.div_ceil(ng).min(r / RED_PART_MIN).max(1);
     let chunk = r.div_ceil(parts);
     let parts = r.div_ceil(chunk);
@@ -1088,38 +1099,54 @@ fn column_kernels(
     let ident = const_wgsl(op.identity(dt));
     let out_rank = geo.out_shape.len();
     let (mut index, mut idx) = index_lets(&geo.out_shape, "gb", "i", 1);
-    let names: [String; LANES] = std::array::from_fn(|c| format!("lane{c}"));
-    for (c, nm) in names.iter().enumerate() {
-        index.push_str(&format!("    let {nm} = {} + {c}u;\n", idx[out_rank - 1]));
+    let names: Vec<[String; LANES]> = (0..kv)
+        .map(|k| std::array::from_fn(|c| format!("lane{}", k * LANES + c)))
+        .collect();
+    for (j, nm) in names.iter().flatten().enumerate() {
+        index.push_str(&format!("    let {nm} = {} + {j}u;\n", idx[out_rank - 1]));
     }
-    idx[out_rank - 1] = names[0].clone();
-    let (em, full) = red_index(g, producers, materialized, input, axes, &idx, 2, "r");
-    let mut em = em.with_lanes(names.iter().cloned(), Some(names.clone()), "");
+    idx[out_rank - 1] = names[0][0].clone();
+    let (mut em, full) = red_index(g, producers, materialized, input, axes, &idx, 2, "r");
     let mut combine = Vec::new();
-    for (c, nm) in names.iter().enumerate() {
-        em.lanes.as_mut().expect("lane mode").lane = c;
-        let mut ii = full.clone();
-        ii[rank - 1] = nm.clone();
-        let v = em.value(input, &ii);
-        combine.push(format!(
-            "        acc{c} = {};",
-            op.wgsl_combine(dt, &format!("acc{c}"), &v)
-        ));
+    for (k, group) in names.iter().enumerate() {
+        em = em.with_lanes(group.iter().cloned(), Some(group.clone()), "");
+        for (c, nm) in group.iter().enumerate() {
+            em.lanes.as_mut().expect("lane mode").lane = c;
+            let mut ii = full.clone();
+            ii[rank - 1] = nm.clone();
+            let v = em.value(input, &ii);
+            let acc = format!("acc{}", k * LANES + c);
+            combine.push(format!(
+                "        {acc} = {};",
+                op.wgsl_combine(dt, &acc, &v)
+            ));
+        }
+        let lanes = em.lanes.take().expect("lane mode");
+        // Every group reads the same buffers at the same alignment: the same declarations.
+        em.vec_inputs = lanes.vec_inputs;
     }
-    let lanes = em.lanes.take().expect("lane mode");
-    em.vec_inputs = lanes.vec_inputs;
-    let accs = (0..LANES)
-        .map(|c| format!("    var acc{c}: {t} = {ident};"))
+    let accs = (0..per)
+        .map(|j| format!("    var acc{j}: {t} = {ident};"))
         .collect::<Vec<_>>()
         .join("\n");
     let (store, out_elem) = if parts == 1 {
-        (
-            "    out0[gi] = vec4<T>(acc0, acc1, acc2, acc3);".replace("T", st),
-            format!("vec4<{st}>"),
-        )
+        let s = (0..kv)
+            .map(|k| {
+                let a = |c: usize| format!("acc{}", k * LANES + c);
+                format!(
+                    "    out0[gi * {kv}u + {k}u] = vec4<{st}>({}, {}, {}, {});",
+                    a(0),
+                    a(1),
+                    a(2),
+                    a(3)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        (s, format!("vec4<{st}>"))
     } else {
-        let s = (0..LANES)
-            .map(|c| format!("    out0[(gb + {c}u) * {parts}u + part] = acc{c};"))
+        let s = (0..per)
+            .map(|j| format!("    out0[(gb + {j}u) * {parts}u + part] = acc{j};"))
             .collect::<Vec<_>>()
             .join("\n");
         (s, st.to_string())
@@ -1132,7 +1159,7 @@ fn column_kernels(
                 &bindings_vec(g, &em.inputs, &em.vec_inputs, &out_elem),
             ),
             ("HELPERS", &helpers_src(&em.helpers)),
-            ("LANES", &LANES.to_string()),
+            ("LANES", &per.to_string()),
             ("P", &parts.to_string()),
             ("CHUNK", &chunk.to_string()),
             ("NG", &ng.to_string()),
