@@ -1,18 +1,18 @@
-//! Copies out of mapped device memory into host memory at memcpy speed.
+//! Copies out of mapped device memory into host memory, split over threads when large.
 //!
-//! A read of device data ends in one host copy from the mapped staging (or storage) buffer. Two
-//! things made that copy slow, both measured on the 2-core CI machine (64 MiB, lavapipe):
-//! - a fresh `Vec` faults in every 4 KiB page on its first write: 48.7 ms, against 10.7 ms for the
-//!   same copy into memory that is already mapped. Asking the kernel for transparent huge pages on
-//!   the fresh allocation (`madvise(MADV_HUGEPAGE)`, Linux) makes it 512 times fewer faults:
-//!   18.9 ms;
-//! - one thread does not saturate memory bandwidth: split over the cores, the copy into fresh
-//!   memory takes 10.7 ms, as fast as the warm single-threaded memcpy.
+//! A read of device data ends in one host copy from the mapped staging (or storage) buffer. On the
+//! 2-core CI machine (64 MiB, lavapipe) one thread does not reach memory bandwidth: a read into a
+//! reused slice took 8.5-9.7 ms on one thread and 4.9-6.0 ms on two (a warm single-threaded memcpy:
+//! 9-11 ms). A read into a fresh vector pays the page faults of its first write as well: 37-47 ms
+//! on one thread, 24-25 ms on two.
 //!
-//! So large copies are split over threads natively (not on wasm, which has none), and fresh
-//! vectors are advised before the first write. Both are only hints and speed: a thread that cannot
-//! be spawned means its part is copied on the calling thread, and advice that the kernel refuses
-//! changes nothing.
+//! Tried and not kept: advising the fresh vector to use transparent huge pages
+//! (`madvise(MADV_HUGEPAGE)`: 512 times fewer faults). It measured 15-19 ms while the kernel had
+//! free huge pages, and 80-112 ms once memory was fragmented, since the default THP `defrag`
+//! setting makes a fault in an advised region compact memory first.
+//!
+//! Large copies are split natively (not on wasm, which has no threads). A thread that cannot be
+//! spawned means its part is copied on the calling thread.
 
 use std::mem::MaybeUninit;
 
@@ -99,7 +99,6 @@ pub(crate) fn vec_from_bytes<T: bytemuck::Pod>(src: &[u8]) -> Vec<T> {
     let n = src.len() / size;
     let mut v: Vec<T> = Vec::with_capacity(n);
     let spare = &mut v.spare_capacity_mut()[..n];
-    advise_huge_pages(spare.as_mut_ptr().cast::<u8>(), n * size);
     // SAFETY: the spare capacity holds `n` elements, `n * size` bytes of `MaybeUninit` storage.
     let raw = unsafe {
         std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<MaybeUninit<u8>>(), n * size)
@@ -110,34 +109,11 @@ pub(crate) fn vec_from_bytes<T: bytemuck::Pod>(src: &[u8]) -> Vec<T> {
     v
 }
 
-/// Fresh allocations of at least this size are advised to use huge pages.
-const HUGE_MIN: usize = 4 << 20;
-const HUGE_PAGE: usize = 2 << 20;
-
-/// Ask Linux to back the 2 MiB-aligned interior of `len` bytes at `ptr` (not yet written) with
-/// transparent huge pages. Advice only: its result is ignored.
-fn advise_huge_pages(ptr: *mut u8, len: usize) {
-    #[cfg(target_os = "linux")]
-    if len >= HUGE_MIN {
-        let start = (ptr as usize).next_multiple_of(HUGE_PAGE);
-        let end = (ptr as usize + len) / HUGE_PAGE * HUGE_PAGE;
-        if end > start {
-            // SAFETY: the range lies inside an allocation this thread owns; MADV_HUGEPAGE changes
-            // how pages are backed, never their contents.
-            let _ = unsafe {
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE)
-            };
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (ptr, len, HUGE_MIN, HUGE_PAGE);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every size class (empty, below and above the threaded and huge-page sizes, odd tails) copies
+    /// Every size class (empty, below and above the threaded size, odd tails) copies
     /// exactly, into fresh and into reused memory.
     #[test]
     fn copies_are_exact_at_every_size() {

@@ -1057,8 +1057,9 @@ const COL_VECS: usize = 4;
 
 /// The reduction kernels when the last axis is kept and a multiple of 4 long (column sums, a bias
 /// gradient's sum over the batch): up to [`COL_VECS`] groups of [`LANES`] adjacent outputs per
-/// invocation, `vec4` loads along the last axis, and the reduced range split into parts (a second pass combines them in order) when
-/// the outputs alone are too few invocations. `None` where it does not apply.
+/// invocation, `vec4` loads along the last axis, and the reduced range split into parts (a second
+/// pass combines them in order) when the outputs alone are too few invocations. `None` where it
+/// does not apply.
 fn column_kernels(
     g: &Graph,
     producers: &[Option<usize>],
