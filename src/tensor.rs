@@ -819,7 +819,13 @@ impl Tensor {
         // The primitive (like lax.reduce_max) starts from the identity (-inf for max), so the
         // result over an empty axis is the identity, which `initial` then replaces.
         let r = self.reduce(op, axes, keepdims);
-        let init = Tensor::scalar(init.cast(self.dtype()));
+        let init = init.cast(self.dtype());
+        if init == op.identity(self.dtype()) {
+            // max(r, -inf) is r for every r (NaN included): no op to compute or to differentiate
+            // (logsumexp and softmax pass -inf; one op less keeps their shift cheap to recompute).
+            return r;
+        }
+        let init = Tensor::scalar(init);
         let binop = if op == ReduceOp::Max {
             BinaryOp::Max
         } else {

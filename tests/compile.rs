@@ -222,6 +222,32 @@ fn small_values_used_twice_are_recomputed_large_ones_stored() {
     assert_eq!(p.launches.len(), 3, "{}", labels(&p));
 }
 
+/// softmax and logsumexp along an axis take the kernels their math needs: the max, the sum of
+/// `exp(x - max)` (the shift recomputed in the sum's loop, not stored), and the division or the
+/// final `log(sum) + max`; with -inf rows and NaN the values still match the reference.
+#[test]
+fn softmax_and_logsumexp_are_three_kernels() {
+    let mut xs = f32s(64 * 32, 35, -3.0, 3.0);
+    xs[..32].fill(f32::NEG_INFINITY);
+    xs[40] = f32::NAN;
+    let args = [Array::from_vec(xs, &[64, 32]).unwrap()];
+    let dev = device_of("vulkan");
+    for (name, f) in [
+        (
+            "softmax",
+            (|x: &[Tensor]| vec![x[0].softmax(1)]) as fn(&[Tensor]) -> Vec<Tensor>,
+        ),
+        ("logsumexp", |x: &[Tensor]| {
+            vec![x[0].logsumexp(1i64, false)]
+        }),
+        ("log_softmax", |x: &[Tensor]| vec![x[0].log_softmax(1)]),
+    ] {
+        let p = jit(f).program(&args, &dev).unwrap();
+        assert_eq!(p.launches.len(), 3, "{name}: {}", labels(&p));
+        check_on_all(f, &args, Tol::REDUCE);
+    }
+}
+
 /// The invocations per workgroup declared by `@workgroup_size(...)`.
 fn workgroup_size(wgsl: &str) -> u64 {
     let start = wgsl.find("@workgroup_size(").expect("a compute shader") + "@workgroup_size(".len();
