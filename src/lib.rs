@@ -13,6 +13,7 @@ mod exec;
 pub mod host;
 mod host_copy;
 pub mod lower;
+pub mod numpy;
 pub mod ops;
 pub mod optim;
 pub mod plan;
