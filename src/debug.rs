@@ -8,6 +8,7 @@
 //!
 //! Lines go to standard output, or to [`capture_debug_prints`] (tests, pages).
 
+use crate::ops::{ControlOp, DebugOp, ElementwiseOp};
 use std::cell::RefCell;
 
 use crate::dtype::Scalar;
@@ -47,9 +48,9 @@ pub fn debug_print(fmt: &str, values: &[&Tensor]) {
     let traced = values.iter().any(|t| t.is_traced()) || crate::trace::tracer::current().is_some();
     if traced {
         let _ = Tensor::apply(
-            Prim::DebugPrint {
+            Prim::Debug(DebugOp::Print {
                 fmt: fmt.to_string(),
-            },
+            }),
             values,
         );
         return;
@@ -131,14 +132,14 @@ pub(crate) fn strip_prints(g: &Graph) -> (Graph, Vec<PrintSpec>) {
     let mut prints = Vec::new();
     for e in &g.eqns {
         match &e.prim {
-            Prim::DebugPrint { fmt } => prints.push(PrintSpec {
+            Prim::Debug(DebugOp::Print { fmt }) => prints.push(PrintSpec {
                 fmt: fmt.clone(),
                 vars: e.inputs.clone(),
                 n_values: e.inputs.len(),
                 guards: Vec::new(),
                 loops: Vec::new(),
             }),
-            Prim::Scan(p) if !p.body.effects.is_empty() => {
+            Prim::Control(ControlOp::Scan(p)) if !p.body.effects.is_empty() => {
                 let (body, specs) = strip_prints(&p.body);
                 let n_old = p.body.outputs.len();
                 let stacked: Vec<Var> = body.outputs[n_old..]
@@ -151,10 +152,10 @@ pub(crate) fn strip_prints(g: &Graph) -> (Graph, Vec<PrintSpec>) {
                     })
                     .collect();
                 let mut eq = e.clone();
-                eq.prim = Prim::Scan(crate::ops::control::ScanParams {
+                eq.prim = Prim::Control(ControlOp::Scan(crate::ops::control::ScanParams {
                     body: std::sync::Arc::new(body.clone()),
                     ..p.clone()
-                });
+                }));
                 eq.extra_outs.extend(stacked.iter().copied());
                 out.eqns.push(eq);
                 let lift = remap(&body.outputs[n_old..], &stacked);
@@ -164,7 +165,9 @@ pub(crate) fn strip_prints(g: &Graph) -> (Graph, Vec<PrintSpec>) {
                     prints.push(sp);
                 }
             }
-            Prim::Cond { branches } if branches.iter().any(|b| !b.effects.is_empty()) => {
+            Prim::Control(ControlOp::Cond { branches })
+                if branches.iter().any(|b| !b.effects.is_empty()) =>
+            {
                 let stripped: Vec<(Graph, Vec<PrintSpec>)> =
                     branches.iter().map(|b| strip_prints(b)).collect();
                 let n_old = branches[0].outputs.len();
@@ -190,10 +193,10 @@ pub(crate) fn strip_prints(g: &Graph) -> (Graph, Vec<PrintSpec>) {
                         for a in avals {
                             let z = b.new_var(a.clone());
                             b.eqns.push(crate::trace::graph::Eqn::new(
-                                Prim::Full {
+                                Prim::Elementwise(ElementwiseOp::Full {
                                     value: crate::dtype::Scalar::F32(0.0).cast(a.dtype),
                                     shape: a.shape.clone(),
-                                },
+                                }),
                                 vec![],
                                 z,
                             ));
@@ -208,9 +211,9 @@ pub(crate) fn strip_prints(g: &Graph) -> (Graph, Vec<PrintSpec>) {
                     .map(|a| out.new_var(a.clone()))
                     .collect();
                 let mut eq = e.clone();
-                eq.prim = Prim::Cond {
+                eq.prim = Prim::Control(ControlOp::Cond {
                     branches: new_branches,
-                };
+                });
                 eq.extra_outs.extend(added.iter().copied());
                 out.eqns.push(eq);
                 let index = e.inputs[0];

@@ -38,6 +38,7 @@
 
 use crate::dtype::DType;
 use crate::error::Error;
+use crate::ops::{ElementwiseOp, RandomOp};
 use crate::ops::{Prim, UnaryOp};
 use crate::tensor::Tensor;
 
@@ -108,10 +109,10 @@ pub fn split(key: &Tensor, num: usize) -> Tensor {
         return bad;
     }
     Tensor::apply(
-        Prim::RandomBits {
+        Prim::Random(RandomOp::Bits {
             shape: vec![num],
             split: true,
-        },
+        }),
         &[key],
     )
 }
@@ -161,7 +162,10 @@ pub fn fold_in_tensor(key: &Tensor, data: &Tensor) -> Tensor {
             ),
         });
     }
-    Tensor::apply(Prim::RandomFoldIn, &[key, &data.cast(DType::U32)])
+    Tensor::apply(
+        Prim::Random(RandomOp::FoldIn),
+        &[key, &data.cast(DType::U32)],
+    )
 }
 
 /// Uniform random `u32` bits of `shape`, like `jax.random.bits(key, shape)`.
@@ -178,10 +182,10 @@ pub fn random_bits(key: &Tensor, shape: &[usize]) -> Tensor {
         return bad;
     }
     Tensor::apply(
-        Prim::RandomBits {
+        Prim::Random(RandomOp::Bits {
             shape: shape.to_vec(),
             split: false,
-        },
+        }),
         &[key],
     )
 }
@@ -208,7 +212,7 @@ pub fn uniform(key: &Tensor, shape: &[usize], minval: f32, maxval: f32) -> Tenso
     let mantissa = &bits / &Tensor::scalar(512u32);
     let unit = mantissa.cast(DType::F32) * (1.0 / (1u32 << 23) as f32);
     let scaled = Tensor::apply(
-        Prim::Fma,
+        Prim::Elementwise(ElementwiseOp::Fma),
         &[
             &unit,
             &Tensor::full(maxval - minval, shape),
@@ -236,12 +240,15 @@ pub fn normal(key: &Tensor, shape: &[usize]) -> Tensor {
     // nextafter(-1, 0): the open interval (-1, 1) keeps erf_inv finite.
     let lo = f32::from_bits(0xBF7F_FFFF);
     let u = uniform(key, shape, lo, 1.0);
-    let e = Tensor::apply(Prim::Unary(UnaryOp::ErfInv), &[&u]);
+    let e = Tensor::apply(
+        Prim::Elementwise(ElementwiseOp::Unary(UnaryOp::ErfInv)),
+        &[&u],
+    );
     // sqrt(2) · e, rounded once like a multiply, written as fma(e, sqrt 2, -0): GPU compilers may
     // reassociate a product with constants (x·c1·c2 → x·(c1·c2)), which would change these bits
     // once the caller scales the noise; the fused multiply-add is opaque to them.
     Tensor::apply(
-        Prim::Fma,
+        Prim::Elementwise(ElementwiseOp::Fma),
         &[
             &e,
             &Tensor::full(std::f32::consts::SQRT_2, shape),

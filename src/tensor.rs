@@ -14,6 +14,7 @@
 //! # Ok::<(), brigade::Error>(())
 //! ```
 
+use crate::ops::{ElementwiseOp, IndexOp, LayoutOp, ReductionOp};
 use std::rc::Rc;
 
 use crate::array::Array;
@@ -277,10 +278,10 @@ impl Tensor {
     /// [`Error::OverLimit`]. The same holds for [`Tensor::zeros`], [`Tensor::ones`],
     /// [`Tensor::iota`] and [`Tensor::arange`].
     pub fn full(value: impl Into<Scalar>, shape: &[usize]) -> Tensor {
-        apply_eager_host(Prim::Full {
+        apply_eager_host(Prim::Elementwise(ElementwiseOp::Full {
             value: value.into(),
             shape: shape.to_vec(),
-        })
+        }))
     }
     pub fn scalar(value: impl Into<Scalar>) -> Tensor {
         Array::scalar(value).into()
@@ -297,11 +298,11 @@ impl Tensor {
     }
     /// Indices along `axis` of an array of `shape`.
     pub fn iota(dtype: DType, shape: &[usize], axis: usize) -> Tensor {
-        apply_eager_host(Prim::Iota {
+        apply_eager_host(Prim::Elementwise(ElementwiseOp::Iota {
             dtype,
             shape: shape.to_vec(),
             axis,
-        })
+        }))
     }
 
     // ---- the one entry point of every op ------------------------------------------------------------
@@ -426,7 +427,7 @@ impl Tensor {
         if op.float_only() && !self.dtype().is_float() && self.error().is_none() {
             return self.cast(DType::F32).unary(op);
         }
-        Tensor::apply(Prim::Unary(op), &[self])
+        Tensor::apply(Prim::Elementwise(ElementwiseOp::Unary(op)), &[self])
     }
     pub fn neg(&self) -> Tensor {
         self.unary(UnaryOp::Neg)
@@ -485,15 +486,24 @@ impl Tensor {
     /// `jnp.isnan`: true where the element is NaN (bool result; false for integers and bools).
     /// Tested by the bits on devices, so it holds on every backend. No derivative.
     pub fn is_nan(&self) -> Tensor {
-        Tensor::apply(Prim::Unary(UnaryOp::IsNan), &[self])
+        Tensor::apply(
+            Prim::Elementwise(ElementwiseOp::Unary(UnaryOp::IsNan)),
+            &[self],
+        )
     }
     /// `jnp.isinf`: true where the element is +inf or -inf (false for integers and bools).
     pub fn is_inf(&self) -> Tensor {
-        Tensor::apply(Prim::Unary(UnaryOp::IsInf), &[self])
+        Tensor::apply(
+            Prim::Elementwise(ElementwiseOp::Unary(UnaryOp::IsInf)),
+            &[self],
+        )
     }
     /// `jnp.isfinite`: true where the element is neither NaN nor ±inf (true for integers and bools).
     pub fn is_finite(&self) -> Tensor {
-        Tensor::apply(Prim::Unary(UnaryOp::IsFinite), &[self])
+        Tensor::apply(
+            Prim::Elementwise(ElementwiseOp::Unary(UnaryOp::IsFinite)),
+            &[self],
+        )
     }
     /// `jnp.nan_to_num(x, nan=nan, posinf=posinf, neginf=neginf)`: NaN becomes `nan`, +inf
     /// `posinf` and -inf `neginf` (`None`: the dtype's largest / most negative finite value, as
@@ -524,7 +534,7 @@ impl Tensor {
         if self.dtype() == dtype && self.error().is_none() {
             return self.clone();
         }
-        Tensor::apply(Prim::Cast(dtype), &[self])
+        Tensor::apply(Prim::Elementwise(ElementwiseOp::Cast(dtype)), &[self])
     }
 
     /// Broadcast both operands to a common shape (NumPy rules) and apply a binary op.
@@ -542,7 +552,7 @@ impl Tensor {
         let [a, b] = Tensor::promote_floats([self, other]);
         let [a, b] = Tensor::align([&a, &b]);
         let (a, b) = (a.broadcast_to(&shape), b.broadcast_to(&shape));
-        Tensor::apply(Prim::Binary(op), &[&a, &b])
+        Tensor::apply(Prim::Elementwise(ElementwiseOp::Binary(op)), &[&a, &b])
     }
     /// When any operand is traced, bring concrete operands into that trace first, so that their
     /// broadcasts are recorded in the graph instead of running eagerly.
@@ -752,10 +762,10 @@ impl Tensor {
             self.clone()
         };
         let r = Tensor::apply(
-            Prim::Reduce {
+            Prim::Reduction(ReductionOp::Reduce {
                 op,
                 axes: axes.clone(),
-            },
+            }),
             &[&x],
         );
         if keepdims {
@@ -880,7 +890,10 @@ impl Tensor {
             Ok(a) => a,
             Err(e) => return self.fail_with(e),
         };
-        let r = Tensor::apply(Prim::ArgReduce { op, axis: ax }, &[self]);
+        let r = Tensor::apply(
+            Prim::Reduction(ReductionOp::ArgReduce { op, axis: ax }),
+            &[self],
+        );
         if keepdims {
             r.keep_dims(self.shape(), &[ax])
         } else {
@@ -1044,9 +1057,9 @@ impl Tensor {
     /// Permute axes.
     pub fn transpose(&self, perm: &[usize]) -> Tensor {
         Tensor::apply(
-            Prim::Transpose {
+            Prim::Layout(LayoutOp::Transpose {
                 perm: perm.to_vec(),
-            },
+            }),
             &[self],
         )
     }
@@ -1113,9 +1126,9 @@ impl Tensor {
             return self.clone();
         }
         Tensor::apply(
-            Prim::Reshape {
+            Prim::Layout(LayoutOp::Reshape {
                 shape: shape.to_vec(),
-            },
+            }),
             &[self],
         )
     }
@@ -1137,20 +1150,20 @@ impl Tensor {
         }
         let dims: Vec<usize> = (shape.len() - r..shape.len()).collect();
         Tensor::apply(
-            Prim::BroadcastInDim {
+            Prim::Layout(LayoutOp::BroadcastInDim {
                 shape: shape.to_vec(),
                 dims,
-            },
+            }),
             &[self],
         )
     }
     /// XLA's `broadcast_in_dim`: input axis i becomes output axis `dims[i]`.
     pub fn broadcast_in_dim(&self, shape: &[usize], dims: &[usize]) -> Tensor {
         Tensor::apply(
-            Prim::BroadcastInDim {
+            Prim::Layout(LayoutOp::BroadcastInDim {
                 shape: shape.to_vec(),
                 dims: dims.to_vec(),
-            },
+            }),
             &[self],
         )
     }
@@ -1220,11 +1233,11 @@ impl Tensor {
             .map(|s| s.to_vec())
             .unwrap_or_else(|| vec![1; start.len()]);
         Tensor::apply(
-            Prim::Slice {
+            Prim::Layout(LayoutOp::Slice {
                 start: start.to_vec(),
                 limit: limit.to_vec(),
                 stride,
-            },
+            }),
             &[self],
         )
     }
@@ -1256,7 +1269,7 @@ impl Tensor {
             });
         };
         match norm_axis("concatenate", axis, first.shape()) {
-            Ok(a) => Tensor::apply(Prim::Concatenate { axis: a }, tensors),
+            Ok(a) => Tensor::apply(Prim::Layout(LayoutOp::Concatenate { axis: a }), tensors),
             Err(e) => first.fail_with(e),
         }
     }
@@ -1301,12 +1314,12 @@ impl Tensor {
     ) -> Tensor {
         let value = value.into().cast(self.dtype());
         Tensor::apply(
-            Prim::Pad {
+            Prim::Layout(LayoutOp::Pad {
                 lo: lo.to_vec(),
                 hi: hi.to_vec(),
                 interior: interior.to_vec(),
                 value,
-            },
+            }),
             &[self],
         )
     }
@@ -1321,7 +1334,7 @@ impl Tensor {
             return Tensor::failed(e.clone());
         }
         match norm_axis("take", axis, self.shape()) {
-            Ok(a) => Tensor::apply(Prim::Take { axis: a }, &[self, indices]),
+            Ok(a) => Tensor::apply(Prim::Indexing(IndexOp::Take { axis: a }), &[self, indices]),
             Err(e) => self.fail_with(e),
         }
     }
@@ -1447,7 +1460,7 @@ pub fn select(pred: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Tensor {
         t.broadcast_to(&shape),
         f.broadcast_to(&shape),
     );
-    Tensor::apply(Prim::Select, &[&p, &t, &f])
+    Tensor::apply(Prim::Elementwise(ElementwiseOp::Select), &[&p, &t, &f])
 }
 
 /// Run a zero-input primitive (a constant) eagerly on the host: constants are cheap and
@@ -1463,7 +1476,7 @@ fn apply_eager_host(prim: Prim) -> Tensor {
         crate::host::check_host_alloc(bytes, || {
             format!("{} of shape {:?}", prim.name(), aval.shape)
         })?;
-        Ok(prim.eval_cpu(&[], &aval))
+        prim.eval_cpu(&[], &aval)
     });
     match h {
         Ok(h) => Array::from_constant(prim, h).into(),

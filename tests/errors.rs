@@ -760,7 +760,7 @@ fn to_vec_with_the_wrong_element_type() {
 
 #[test]
 fn a_malformed_hand_built_graph_is_an_error_not_a_panic() {
-    use brigade::ops::{BinaryOp, Prim};
+    use brigade::ops::{BinaryOp, ElementwiseOp, Prim};
     use brigade::trace::graph::{Aval, Eqn, Graph, Var};
     let f32v = |shape: &[usize]| Aval::new(shape.to_vec(), DType::F32);
     // Uses variable 1 before anything defines it.
@@ -769,8 +769,11 @@ fn a_malformed_hand_built_graph_is_an_error_not_a_panic() {
     let b = g.new_var(f32v(&[2]));
     let c = g.new_var(f32v(&[2]));
     g.inputs = vec![a];
-    g.eqns
-        .push(Eqn::new(Prim::Binary(BinaryOp::Add), vec![a, b], c));
+    g.eqns.push(Eqn::new(
+        Prim::Elementwise(ElementwiseOp::Binary(BinaryOp::Add)),
+        vec![a, b],
+        c,
+    ));
     g.outputs = vec![c];
     let x = brigade::HostArray::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
     let e = brigade::reference::eval_graph(&g, std::slice::from_ref(&x)).unwrap_err();
@@ -780,8 +783,11 @@ fn a_malformed_hand_built_graph_is_an_error_not_a_panic() {
     let a = g.new_var(f32v(&[2]));
     let c = g.new_var(f32v(&[3]));
     g.inputs = vec![a];
-    g.eqns
-        .push(Eqn::new(Prim::Binary(BinaryOp::Mul), vec![a, a], c));
+    g.eqns.push(Eqn::new(
+        Prim::Elementwise(ElementwiseOp::Binary(BinaryOp::Mul)),
+        vec![a, a],
+        c,
+    ));
     g.outputs = vec![c];
     let e = brigade::reference::eval_graph(&g, std::slice::from_ref(&x)).unwrap_err();
     assert!(e.to_string().contains("declared f32[3]"), "{e}");

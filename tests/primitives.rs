@@ -21,7 +21,7 @@
 
 mod common;
 
-use brigade::ops::{DotDims, Prim};
+use brigade::ops::{DotDims, ElementwiseOp, Prim};
 use brigade::{Array, Aval, DType, Graph, HostArray, HostData, Scalar, Tensor, select};
 use common::*;
 
@@ -982,42 +982,42 @@ fn full_and_iota_primitives_on_the_device() {
             };
             push(
                 &mut g,
-                Prim::Iota {
+                Prim::Elementwise(ElementwiseOp::Iota {
                     dtype: dt,
                     shape: shape.clone(),
                     axis,
-                },
+                }),
                 vec![],
                 io,
             );
             push(
                 &mut g,
-                Prim::Full {
+                Prim::Elementwise(ElementwiseOp::Full {
                     value: Scalar::F32(3.0).cast(dt),
                     shape: shape.clone(),
-                },
+                }),
                 vec![],
                 fu,
             );
             push(
                 &mut g,
-                Prim::Binary(brigade::ops::BinaryOp::Add),
+                Prim::Elementwise(ElementwiseOp::Binary(brigade::ops::BinaryOp::Add)),
                 vec![io, fu],
                 out,
             );
             push(
                 &mut g,
-                Prim::Binary(brigade::ops::BinaryOp::Lt),
+                Prim::Elementwise(ElementwiseOp::Binary(brigade::ops::BinaryOp::Lt)),
                 vec![io, fu],
                 cmp,
             );
             push(
                 &mut g,
-                Prim::Iota {
+                Prim::Elementwise(ElementwiseOp::Iota {
                     dtype: DType::Bool,
                     shape: shape.clone(),
                     axis,
-                },
+                }),
                 vec![],
                 iota_b,
             );
@@ -2562,7 +2562,12 @@ fn eval_prim_f64(prim: Prim, inputs: &[&[f64]]) -> Vec<f64> {
 #[test]
 fn f64_erf_inv_and_fma_in_the_reference() {
     use brigade::ops::UnaryOp;
-    let erf_inv = |y: &[f64]| eval_prim_f64(Prim::Unary(UnaryOp::ErfInv), &[y]);
+    let erf_inv = |y: &[f64]| {
+        eval_prim_f64(
+            Prim::Elementwise(ElementwiseOp::Unary(UnaryOp::ErfInv)),
+            &[y],
+        )
+    };
     // Over (-1, 1), the tails included.
     let mut y = f64s(40, 950, -0.999, 0.999);
     y.extend([0.5, -0.9, 1.0 - 1e-9, -(1.0 - 1e-13), 1e-300]);
@@ -2574,7 +2579,7 @@ fn f64_erf_inv_and_fma_in_the_reference() {
     let o = g.new_var(Aval::new(vec![y.len()], DType::F32));
     g.inputs = vec![i];
     g.eqns.push(brigade::trace::graph::Eqn::new(
-        Prim::Unary(UnaryOp::ErfInv),
+        Prim::Elementwise(ElementwiseOp::Unary(UnaryOp::ErfInv)),
         vec![i],
         o,
     ));
@@ -2632,7 +2637,7 @@ fn f64_erf_inv_and_fma_in_the_reference() {
     av.push(a);
     bv.push(b);
     cv.push(c);
-    let got = eval_prim_f64(Prim::Fma, &[&av, &bv, &cv]);
+    let got = eval_prim_f64(Prim::Elementwise(ElementwiseOp::Fma), &[&av, &bv, &cv]);
     let want: Vec<f64> = (0..8).map(|k| av[k].mul_add(bv[k], cv[k])).collect();
     assert_eq!(got, want, "fma in f64");
     assert_eq!(got[7], -(2f64.powi(-60)));

@@ -635,7 +635,7 @@ fn gradients_flow_through_noise_but_not_into_keys() {
 /// and tiny exponents, subnormal results, overflow, ties.
 #[test]
 fn fma_is_one_rounding_on_every_device() {
-    use brigade::ops::Prim;
+    use brigade::ops::{ElementwiseOp, Prim};
     use brigade::trace::graph::{Aval, Eqn, Graph};
     let n = 1 << 14;
     let mut r = common::Lcg::new(77);
@@ -668,7 +668,8 @@ fn fma_is_one_rounding_on_every_device() {
         .collect();
     let out = g.new_var(Aval::new(vec![n], DType::F32));
     g.inputs = ins.clone();
-    g.eqns.push(Eqn::new(Prim::Fma, ins, out));
+    g.eqns
+        .push(Eqn::new(Prim::Elementwise(ElementwiseOp::Fma), ins, out));
     g.outputs = vec![out];
     let hosts: Vec<HostArray> = [a.clone(), b.clone(), c.clone()]
         .into_iter()

@@ -19,6 +19,7 @@ pub(crate) mod layout;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
 
+use crate::ops::{ControlOp, ElementwiseOp, LayoutOp, ReductionOp};
 use std::borrow::Cow;
 
 use crate::dtype::Scalar;
@@ -105,8 +106,8 @@ fn in_place<'a>(
     uses: &[usize],
     out: &Aval,
 ) -> Option<Val<'a>> {
-    if !matches!(&e.prim, Prim::Unary(op) if !op.is_predicate())
-        && !matches!(&e.prim, Prim::Binary(op) if !op.is_comparison())
+    if !matches!(&e.prim, Prim::Elementwise(ElementwiseOp::Unary(op)) if !op.is_predicate())
+        && !matches!(&e.prim, Prim::Elementwise(ElementwiseOp::Binary(op)) if !op.is_comparison())
     {
         return None;
     }
@@ -120,8 +121,10 @@ fn in_place<'a>(
         unreachable!("checked above");
     };
     let done = match &e.prim {
-        Prim::Unary(op) => elementwise::unary_inplace(*op, &mut buf.data),
-        Prim::Binary(op) => {
+        Prim::Elementwise(ElementwiseOp::Unary(op)) => {
+            elementwise::unary_inplace(*op, &mut buf.data)
+        }
+        Prim::Elementwise(ElementwiseOp::Binary(op)) => {
             let other = match &env[e.inputs[1 - k].idx()] {
                 Some(Val::Arr(a)) => elementwise::Other::Arr(&a.data),
                 Some(Val::Splat(x, _)) => elementwise::Other::Splat(*x),
@@ -173,18 +176,23 @@ fn splat_eqn(prim: &Prim, ins: &[&Val<'_>], out: &Aval) -> Option<Val<'static>> 
     };
     let splat = |x: Scalar| Some(Val::Splat(x, out.shape.clone()));
     match (prim, ins) {
-        (Prim::BroadcastInDim { .. } | Prim::Reshape { .. }, [x]) => splat(one(x)?),
-        (Prim::Unary(op), [Val::Splat(x, _)]) => splat(op.eval(*x)),
-        (Prim::Cast(t), [Val::Splat(x, _)]) => splat(x.cast(*t)),
-        (Prim::Binary(op), [Val::Splat(a, _), Val::Splat(b, _)]) => splat(op.eval(*a, *b)),
-        (Prim::Binary(op), [Val::Arr(a), Val::Splat(b, _)]) => {
+        (
+            Prim::Layout(LayoutOp::BroadcastInDim { .. }) | Prim::Layout(LayoutOp::Reshape { .. }),
+            [x],
+        ) => splat(one(x)?),
+        (Prim::Elementwise(ElementwiseOp::Unary(op)), [Val::Splat(x, _)]) => splat(op.eval(*x)),
+        (Prim::Elementwise(ElementwiseOp::Cast(t)), [Val::Splat(x, _)]) => splat(x.cast(*t)),
+        (Prim::Elementwise(ElementwiseOp::Binary(op)), [Val::Splat(a, _), Val::Splat(b, _)]) => {
+            splat(op.eval(*a, *b))
+        }
+        (Prim::Elementwise(ElementwiseOp::Binary(op)), [Val::Arr(a), Val::Splat(b, _)]) => {
             let data = elementwise::binary_splat(*op, &a.data, *b, false)?;
             Some(Val::Arr(Cow::Owned(HostArray {
                 shape: out.shape.clone(),
                 data,
             })))
         }
-        (Prim::Binary(op), [Val::Splat(a, _), Val::Arr(b)]) => {
+        (Prim::Elementwise(ElementwiseOp::Binary(op)), [Val::Splat(a, _), Val::Arr(b)]) => {
             let data = elementwise::binary_splat(*op, &b.data, *a, true)?;
             Some(Val::Arr(Cow::Owned(HostArray {
                 shape: out.shape.clone(),
@@ -199,8 +207,10 @@ fn splat_eqn(prim: &Prim, ins: &[&Val<'_>], out: &Aval) -> Option<Val<'static>> 
 fn eval_eqn(prim: &Prim, ins: &[&HostArray], avals: &[Aval]) -> Result<Vec<HostArray>> {
     let body = |g: &Graph, args: &[HostArray]| eval_graph(g, args);
     match prim {
-        Prim::Cond { branches } => crate::ops::control::eval_cond_with(branches, ins, &body),
-        Prim::Scan(p) => crate::ops::control::eval_scan_with(p, ins, &body),
+        Prim::Control(ControlOp::Cond { branches }) => {
+            crate::ops::control::eval_cond_with(branches, ins, &body)
+        }
+        Prim::Control(ControlOp::Scan(p)) => crate::ops::control::eval_scan_with(p, ins, &body),
         _ => match fast(prim, ins, &avals[0])? {
             Some(out) => Ok(vec![out]),
             None => prim.eval_cpu_multi(ins, avals),
@@ -211,23 +221,35 @@ fn eval_eqn(prim: &Prim, ins: &[&HostArray], avals: &[Aval]) -> Result<Vec<HostA
 /// The fast path of `prim`, or `None` where the reference rule is used.
 fn fast(prim: &Prim, ins: &[&HostArray], out: &Aval) -> Result<Option<HostArray>> {
     let data = match prim {
-        Prim::Unary(op) => elementwise::unary(*op, &ins[0].data),
-        Prim::Binary(op) => elementwise::binary(*op, &ins[0].data, &ins[1].data),
-        Prim::Select => elementwise::select(&ins[0].data, &ins[1].data, &ins[2].data),
-        Prim::Fma => elementwise::fma(&ins[0].data, &ins[1].data, &ins[2].data),
-        Prim::Cast(t) => Some(elementwise::cast(&ins[0].data, *t)),
-        Prim::Transpose { perm } => Some(layout::transpose(ins[0], perm)),
-        Prim::BroadcastInDim { dims, .. } => Some(layout::broadcast(ins[0], &out.shape, dims)),
-        Prim::Slice { start, stride, .. } => Some(layout::slice(ins[0], start, stride, &out.shape)),
-        Prim::Concatenate { axis } => layout::concatenate(ins, *axis, &out.shape),
-        Prim::Pad {
+        Prim::Elementwise(ElementwiseOp::Unary(op)) => elementwise::unary(*op, &ins[0].data),
+        Prim::Elementwise(ElementwiseOp::Binary(op)) => {
+            elementwise::binary(*op, &ins[0].data, &ins[1].data)
+        }
+        Prim::Elementwise(ElementwiseOp::Select) => {
+            elementwise::select(&ins[0].data, &ins[1].data, &ins[2].data)
+        }
+        Prim::Elementwise(ElementwiseOp::Fma) => {
+            elementwise::fma(&ins[0].data, &ins[1].data, &ins[2].data)
+        }
+        Prim::Elementwise(ElementwiseOp::Cast(t)) => Some(elementwise::cast(&ins[0].data, *t)),
+        Prim::Layout(LayoutOp::Transpose { perm }) => Some(layout::transpose(ins[0], perm)),
+        Prim::Layout(LayoutOp::BroadcastInDim { dims, .. }) => {
+            Some(layout::broadcast(ins[0], &out.shape, dims))
+        }
+        Prim::Layout(LayoutOp::Slice { start, stride, .. }) => {
+            Some(layout::slice(ins[0], start, stride, &out.shape))
+        }
+        Prim::Layout(LayoutOp::Concatenate { axis }) => layout::concatenate(ins, *axis, &out.shape),
+        Prim::Layout(LayoutOp::Pad {
             lo,
             interior,
             value,
             ..
-        } => Some(layout::pad(ins[0], lo, interior, *value, &out.shape)?),
-        Prim::Reduce { op, axes } => reduce::reduce(*op, ins[0], axes),
-        Prim::ArgReduce { op, axis } => Some(reduce::argreduce(*op, ins[0], *axis)),
+        }) => Some(layout::pad(ins[0], lo, interior, *value, &out.shape)?),
+        Prim::Reduction(ReductionOp::Reduce { op, axes }) => reduce::reduce(*op, ins[0], axes),
+        Prim::Reduction(ReductionOp::ArgReduce { op, axis }) => {
+            Some(reduce::argreduce(*op, ins[0], *axis))
+        }
         Prim::DotGeneral(d) => matmul::dot_general(ins[0], ins[1], d, &out.shape),
         _ => None,
     };

@@ -13,7 +13,7 @@ use crate::device::DeviceLimits;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::HostArray;
-use crate::ops::{DotDims, Prim};
+use crate::ops::{ControlOp, DotDims, ElementwiseOp, LayoutOp, Lowering, Prim};
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
 use crate::wgsl::matmul::{DefaultChooser, MatmulChooser, MatmulProblem};
 use crate::wgsl::{self, KernelSrc};
@@ -140,9 +140,9 @@ pub fn canonicalize_dots(g: &Graph) -> Graph {
             extra_outs: Vec::new(),
         });
         out.eqns.push(Eqn {
-            prim: Prim::Reshape {
+            prim: Prim::Layout(LayoutOp::Reshape {
                 shape: g.aval(e.out).shape.clone(),
-            },
+            }),
             inputs: vec![c],
             out: e.out,
             extra_outs: Vec::new(),
@@ -184,9 +184,9 @@ fn arrange(
     } else {
         push_unary(
             out,
-            Prim::Transpose {
+            Prim::Layout(LayoutOp::Transpose {
                 perm: perm.to_vec(),
-            },
+            }),
             x,
             perm.iter().map(|&p| shape[p]).collect(),
             dt,
@@ -194,9 +194,9 @@ fn arrange(
     };
     push_unary(
         out,
-        Prim::Reshape {
+        Prim::Layout(LayoutOp::Reshape {
             shape: target.to_vec(),
-        },
+        }),
         x,
         target.to_vec(),
         dt,
@@ -208,7 +208,7 @@ fn arrange(
 fn split_wide_concats(g: &Graph, max_inputs: usize) -> Graph {
     let mut out = g.without_eqns();
     for e in &g.eqns {
-        let Prim::Concatenate { axis } = e.prim else {
+        let Prim::Layout(LayoutOp::Concatenate { axis }) = e.prim else {
             out.eqns.push(e.clone());
             continue;
         };
@@ -224,7 +224,7 @@ fn split_wide_concats(g: &Graph, max_inputs: usize) -> Graph {
                 shape[axis] = chunk.iter().map(|v| out.aval(*v).shape[axis]).sum();
                 let v = out.new_var(Aval::new(shape, out.aval(chunk[0]).dtype));
                 out.eqns.push(Eqn {
-                    prim: Prim::Concatenate { axis },
+                    prim: Prim::Layout(LayoutOp::Concatenate { axis }),
                     inputs: chunk.to_vec(),
                     out: v,
                     extra_outs: Vec::new(),
@@ -243,8 +243,9 @@ fn split_wide_concats(g: &Graph, max_inputs: usize) -> Graph {
     out
 }
 
-fn is_canonical_dot(p: &Prim) -> bool {
-    matches!(p, Prim::DotGeneral(d) if d.lhs_contract == [2] && d.rhs_contract == [1] && d.lhs_batch == [0] && d.rhs_batch == [0])
+/// `[batch, m, k] x [batch, k, n]`, the form `canonicalize_dots` leaves every dot in.
+fn is_canonical_dot(d: &DotDims) -> bool {
+    d.lhs_contract == [2] && d.rhs_contract == [1] && d.lhs_batch == [0] && d.rhs_batch == [0]
 }
 
 /// The buffers a canonical dot's kernel reads and how they are laid out.
@@ -259,7 +260,7 @@ struct DotOperands {
 /// place as the transposed operand instead of materializing the transpose (grad's `A^T`, `B^T`).
 fn transposed_source(g: &Graph, producers: &[Option<usize>], v: Var) -> Option<Var> {
     let reshape = &g.eqns[producers[v.idx()]?];
-    let Prim::Reshape { shape } = &reshape.prim else {
+    let Prim::Layout(LayoutOp::Reshape { shape }) = &reshape.prim else {
         return None;
     };
     let &[b, r, c] = shape.as_slice() else {
@@ -267,7 +268,7 @@ fn transposed_source(g: &Graph, producers: &[Option<usize>], v: Var) -> Option<V
     };
     let t = reshape.inputs[0];
     let transpose = &g.eqns[producers[t.idx()]?];
-    let Prim::Transpose { perm } = &transpose.prim else {
+    let Prim::Layout(LayoutOp::Transpose { perm }) = &transpose.prim else {
         return None;
     };
     let x = transpose.inputs[0];
@@ -332,11 +333,7 @@ fn dot_operands(g: &Graph, producers: &[Option<usize>], e: &Eqn) -> DotOperands 
 
 /// Ops whose result is their input's buffer, reinterpreted (see `Step::Alias`).
 fn is_alias_op(p: &Prim) -> bool {
-    match p {
-        Prim::Reshape { .. } => true,
-        Prim::Transpose { perm } => perm.iter().enumerate().all(|(i, &p)| i == p),
-        _ => false,
-    }
+    matches!(p.lowering(), Lowering::Remap { alias: true, .. })
 }
 
 /// Longest chain of ops inlined into one kernel.
@@ -359,7 +356,7 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
         mat[v.idx()] = true;
     }
     for e in &g.eqns {
-        if let Prim::Scan(_) = e.prim {
+        if let Lowering::Loop = e.prim.lowering() {
             // The loop copies whole buffers in and out.
             for v in e.inputs.iter().copied().chain(e.outs()) {
                 mat[v.idx()] = true;
@@ -367,30 +364,34 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
         }
         if !e.prim.is_fusable() {
             mat[e.out.idx()] = true;
-            // Matmul kernels read stored operands (plain, or transposed in place).
-            if is_canonical_dot(&e.prim) {
-                let ops = dot_operands(g, producers, e);
-                mat[ops.a.idx()] = true;
-                mat[ops.b.idx()] = true;
-            } else if matches!(e.prim, Prim::DotGeneral(_)) {
-                for v in &e.inputs {
-                    mat[v.idx()] = true;
+            match e.prim.lowering() {
+                // Matmul kernels read stored operands (plain, or transposed in place).
+                Lowering::Matmul(d) if is_canonical_dot(d) => {
+                    let ops = dot_operands(g, producers, e);
+                    mat[ops.a.idx()] = true;
+                    mat[ops.b.idx()] = true;
                 }
+                Lowering::Matmul(_) | Lowering::Kernel(_) => {
+                    for v in &e.inputs {
+                        mat[v.idx()] = true;
+                    }
+                }
+                _ => {}
             }
         }
         // Random primitives read both words of their key for every element: a computed key is
         // stored, not inlined (a chain of split/fold_in would otherwise recompute its hashes
         // 2^depth times).
-        if matches!(e.prim, Prim::RandomBits { .. } | Prim::RandomFoldIn) {
+        if let Lowering::Keyed = e.prim.lowering() {
             mat[e.inputs[0].idx()] = true;
         }
     }
     // Cheap variables may be recomputed by each consumer instead of stored.
     let mut cheap = vec![false; g.avals.len()];
     for e in &g.eqns {
-        cheap[e.out.idx()] = match &e.prim {
-            Prim::Full { .. } | Prim::Iota { .. } => true,
-            Prim::Transpose { .. } | Prim::BroadcastInDim { .. } | Prim::Slice { .. } => {
+        cheap[e.out.idx()] = match e.prim.lowering() {
+            Lowering::Constant => true,
+            Lowering::Remap { cheap: true, .. } => {
                 let i = e.inputs[0].idx();
                 cheap[i] || mat[i]
             }
@@ -409,10 +410,7 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
             .filter(|v| !mat[v.idx()] && !cheap[v.idx()])
             .map(|v| ops[v.idx()])
             .sum();
-        let arithmetic = matches!(
-            e.prim,
-            Prim::Unary(_) | Prim::Binary(_) | Prim::Cast(_) | Prim::Select | Prim::Fma
-        );
+        let arithmetic = matches!(e.prim.lowering(), Lowering::Elementwise);
         // Layout ops are index arithmetic only; they do not count.
         ops[o] = usize::from(arithmetic) + inlined;
         let recompute = arithmetic && uses[o] <= MAX_RECOMPUTE_USES && ops[o] <= MAX_RECOMPUTE_OPS;
@@ -507,25 +505,20 @@ fn plan_steps(
             continue;
         }
         let aval = g.aval(e.out);
-        match &e.prim {
-            Prim::Scan(_) => steps.push(Step::Scan { eqn: i }),
-            // An identity transpose (grad of dot_general emits them around its results) is a
-            // reshape to the same shape: share the buffer instead of copying it.
-            Prim::Transpose { .. } if mat[e.inputs[0].idx()] && is_alias_op(&e.prim) => {
+        match e.prim.lowering() {
+            Lowering::Loop => steps.push(Step::Scan { eqn: i }),
+            // A reshape (or identity transpose) of a stored value shares its buffer.
+            Lowering::Remap { alias: true, .. } if mat[e.inputs[0].idx()] => {
                 steps.push(Step::Alias {
                     input: e.inputs[0],
                     out: e.out,
                 })
             }
-            Prim::Reshape { .. } if mat[e.inputs[0].idx()] => steps.push(Step::Alias {
-                input: e.inputs[0],
-                out: e.out,
-            }),
-            Prim::Reduce { op, axes } => {
-                let mut axes = axes.clone();
+            Lowering::Reduce { op, axes } => {
+                let mut axes = axes.to_vec();
                 axes.sort_unstable();
                 let axes = &axes;
-                let plan = wgsl::reduce_kernels(g, producers, mat, *op, e.inputs[0], axes, max_wg);
+                let plan = wgsl::reduce_kernels(g, producers, mat, op, e.inputs[0], axes, max_wg);
                 match plan.second {
                     None => steps.push(Step::Kernel {
                         src: plan.first,
@@ -539,11 +532,11 @@ fn plan_steps(
                     }),
                 }
             }
-            Prim::ArgReduce { op, axis } => steps.push(Step::Kernel {
-                src: wgsl::argreduce_kernel(g, producers, mat, *op, e.inputs[0], *axis, max_wg),
+            Lowering::ArgReduce { op, axis } => steps.push(Step::Kernel {
+                src: wgsl::argreduce_kernel(g, producers, mat, op, e.inputs[0], axis, max_wg),
                 out: e.out,
             }),
-            Prim::DotGeneral(_) if is_canonical_dot(&e.prim) => {
+            Lowering::Matmul(d) if is_canonical_dot(d) => {
                 let ops = dot_operands(g, producers, e);
                 let p = ops.problem;
                 let chosen = chooser.choose(&p, max_wg);
@@ -563,16 +556,33 @@ fn plan_steps(
                     out: e.out,
                 });
             }
-            Prim::DotGeneral(_) => {
+            Lowering::Kernel(k) => steps.push(Step::Kernel {
+                src: k.kernel(g, e, max_wg)?,
+                out: e.out,
+            }),
+            Lowering::Matmul(_) => {
                 return Err(Error::Unsupported {
                     op: "dot_general",
                     detail: "before canonicalization (internal)".into(),
                 });
             }
-            _ => steps.push(Step::Kernel {
+            Lowering::Elementwise
+            | Lowering::Constant
+            | Lowering::Remap { .. }
+            | Lowering::Keyed => steps.push(Step::Kernel {
                 src: wgsl::elementwise_kernel(g, producers, mat, e.out, max_wg),
                 out: e.out,
             }),
+            // Conds are inlined, collectives cut out by the parallel executor and prints taken
+            // out before lowering: reaching the planner is a bug upstream.
+            Lowering::Inline | Lowering::StageBoundary | Lowering::HostOnly => {
+                return Err(Error::Unsupported {
+                    op: e.prim.name(),
+                    detail: "reached the kernel planner (internal): it is inlined, cut out or \
+                             taken out before lowering"
+                        .into(),
+                });
+            }
         }
     }
     Ok(steps)
@@ -730,7 +740,7 @@ pub(crate) fn lower_with(
             Step::Alias { .. } => {}
             Step::Scan { eqn } => {
                 let e = &g.eqns[*eqn];
-                let Prim::Scan(p) = &e.prim else {
+                let Prim::Control(ControlOp::Scan(p)) = &e.prim else {
                     unreachable!("scan steps come from scan equations")
                 };
                 let ins: Vec<usize> = e.inputs.iter().map(|v| slot_of_var(*v)).collect();
@@ -994,12 +1004,16 @@ fn fresh_outputs(g: &Graph) -> Graph {
         let v = g.outputs[k];
         let shared = match producers[v.idx()] {
             None => true,
-            Some(p) => matches!(g.eqns[p].prim, Prim::Reshape { .. }),
+            Some(p) => matches!(g.eqns[p].prim, Prim::Layout(LayoutOp::Reshape { .. })),
         };
         if shared || seen.contains(&v) {
             let aval = g.aval(v).clone();
             let nv = g.new_var(aval.clone());
-            g.eqns.push(Eqn::new(Prim::Cast(aval.dtype), vec![v], nv));
+            g.eqns.push(Eqn::new(
+                Prim::Elementwise(ElementwiseOp::Cast(aval.dtype)),
+                vec![v],
+                nv,
+            ));
             g.outputs[k] = nv;
         }
         seen.push(g.outputs[k]);
@@ -1088,8 +1102,10 @@ fn refuse_f64(g: &Graph) -> Result<()> {
     }
     for e in &g.eqns {
         match &e.prim {
-            Prim::Cond { branches } => branches.iter().try_for_each(|b| refuse_f64(b))?,
-            Prim::Scan(p) => refuse_f64(&p.body)?,
+            Prim::Control(ControlOp::Cond { branches }) => {
+                branches.iter().try_for_each(|b| refuse_f64(b))?
+            }
+            Prim::Control(ControlOp::Scan(p)) => refuse_f64(&p.body)?,
             _ => {}
         }
     }
@@ -1110,8 +1126,10 @@ pub(crate) fn refuse_collectives(g: &Graph) -> Result<()> {
                     ),
                 });
             }
-            Prim::Cond { branches } => branches.iter().try_for_each(|b| refuse_collectives(b))?,
-            Prim::Scan(p) => {
+            Prim::Control(ControlOp::Cond { branches }) => {
+                branches.iter().try_for_each(|b| refuse_collectives(b))?
+            }
+            Prim::Control(ControlOp::Scan(p)) => {
                 if let Some(c) = first_collective(&p.body) {
                     return Err(Error::Unsupported {
                         op: c.name(),
@@ -1132,8 +1150,10 @@ pub(crate) fn refuse_collectives(g: &Graph) -> Result<()> {
 pub(crate) fn first_collective(g: &Graph) -> Option<&crate::ops::Collective> {
     g.eqns.iter().find_map(|e| match &e.prim {
         Prim::Collective(c) => Some(c),
-        Prim::Cond { branches } => branches.iter().find_map(|b| first_collective(b)),
-        Prim::Scan(p) => first_collective(&p.body),
+        Prim::Control(ControlOp::Cond { branches }) => {
+            branches.iter().find_map(|b| first_collective(b))
+        }
+        Prim::Control(ControlOp::Scan(p)) => first_collective(&p.body),
         _ => None,
     })
 }

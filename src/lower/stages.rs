@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 
 use crate::host::HostArray;
-use crate::ops::{Collective, CollectiveKind, Prim};
+use crate::ops::{Collective, CollectiveKind, ControlOp, Lowering, Prim};
 use crate::trace::graph::{Eqn, Graph, Var};
 
 /// One stage: a collective-free graph whose inputs and outputs name variables of the original graph.
@@ -87,7 +87,7 @@ pub fn split_stages(g: &Graph) -> StagePlan {
     let mut axis_index = Vec::new();
     // A loop with collectives in its body is cut out like a collective.
     let host_loop = |e: &Eqn| match &e.prim {
-        Prim::Scan(p) => crate::lower::first_collective(&p.body).is_some(),
+        Prim::Control(ControlOp::Scan(p)) => crate::lower::first_collective(&p.body).is_some(),
         _ => false,
     };
     for e in &g.eqns {
@@ -111,7 +111,7 @@ pub fn split_stages(g: &Graph) -> StagePlan {
         };
     }
     let is_ordinary = |e: &Eqn| {
-        !matches!(e.prim, Prim::Collective(_))
+        !matches!(e.prim.lowering(), Lowering::StageBoundary)
             && !host_loop(e)
             && (!e.inputs.is_empty() || e.prim.is_control_flow())
     };
@@ -182,7 +182,7 @@ pub fn split_stages(g: &Graph) -> StagePlan {
             .eqns
             .iter()
             .filter(|e| {
-                (matches!(e.prim, Prim::Collective(_)) || host_loop(e))
+                (matches!(e.prim.lowering(), Lowering::StageBoundary) || host_loop(e))
                     && level[e.out.idx()] == s + 1
             })
             .flat_map(|e| e.inputs.iter().copied())
@@ -230,7 +230,7 @@ pub fn split_stages(g: &Graph) -> StagePlan {
                 .iter()
                 .filter(|e| host_loop(e) && level[e.out.idx()] == s + 1)
                 .filter_map(|e| match &e.prim {
-                    Prim::Scan(p) => Some(HostLoop {
+                    Prim::Control(ControlOp::Scan(p)) => Some(HostLoop {
                         params: p.clone(),
                         inputs: e.inputs.clone(),
                         outs: e.outs().collect(),

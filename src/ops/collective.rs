@@ -9,12 +9,17 @@
 //!
 //! Batching and VJP rules go here too (issue #4).
 
+use crate::ops::{IndexOp, LayoutOp};
 use std::fmt;
 
 use crate::dtype::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData};
-use crate::trace::graph::Aval;
+use crate::ops::rules::{Emitted, Lowering, Rules, single_batch, single_vjp};
+use crate::ops::{BatchCtx, Batched, Cotangents};
+use crate::tensor::Tensor;
+use crate::trace::graph::{Aval, Var};
+use crate::wgsl::Emitter;
 
 /// A collective over the parallel axis `axis_name`, whose size (the number of shards) was fixed
 /// when the program was traced.
@@ -616,28 +621,32 @@ pub fn concat_axis(parts: &[&HostArray], axis: usize) -> HostArray {
 
 impl fmt::Display for Collective {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.name();
+        f.write_str(self.name())?;
+        self.params(f)
+    }
+}
+
+impl Collective {
+    /// The parameters as JAX prints them.
+    fn params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let a = &self.axis_name;
         match &self.kind {
             CollectiveKind::AllGather { axis, tiled } => {
-                write!(f, "{n}[axis_name={a} axis={axis} tiled={tiled}]")
+                write!(f, "[axis_name={a} axis={axis} tiled={tiled}]")
             }
             CollectiveKind::PsumScatter { dim, tiled } => {
-                write!(
-                    f,
-                    "{n}[axis_name={a} scatter_dimension={dim} tiled={tiled}]"
-                )
+                write!(f, "[axis_name={a} scatter_dimension={dim} tiled={tiled}]")
             }
-            CollectiveKind::Ppermute { perm } => write!(f, "{n}[axis_name={a} perm={perm:?}]"),
+            CollectiveKind::Ppermute { perm } => write!(f, "[axis_name={a} perm={perm:?}]"),
             CollectiveKind::AllToAll {
                 split_axis,
                 concat_axis,
                 tiled,
             } => write!(
                 f,
-                "{n}[axis_name={a} split_axis={split_axis} concat_axis={concat_axis} tiled={tiled}]"
+                "[axis_name={a} split_axis={split_axis} concat_axis={concat_axis} tiled={tiled}]"
             ),
-            _ => write!(f, "{n}[axis_name={a}]"),
+            _ => write!(f, "[axis_name={a}]"),
         }
     }
 }
@@ -649,11 +658,7 @@ impl fmt::Display for Collective {
 /// axis *is* the axis of shards, so the collective becomes local array work along it: psum a sum
 /// over the batch axis (unbatched afterwards: every example sees the same value), all_gather the
 /// batch axis moved into place, ppermute a gather along it, and so on.
-pub(crate) fn batch(
-    c: &Collective,
-    ins: &[super::Batched],
-    ctx: &super::BatchCtx<'_>,
-) -> super::Batched {
+fn batch(c: &Collective, ins: &[super::Batched], ctx: &super::BatchCtx<'_>) -> super::Batched {
     use super::Prim;
     use crate::tensor::Tensor;
     let b = ctx.size;
@@ -728,9 +733,15 @@ pub(crate) fn batch(
             let mut zshape = x.shape().to_vec();
             zshape[0] = 1;
             let zeros = Tensor::zeros(&zshape, x.dtype());
-            let ext = Tensor::apply(Prim::Concatenate { axis: 0 }, &[&x, &zeros]);
+            let ext = Tensor::apply(
+                Prim::Layout(LayoutOp::Concatenate { axis: 0 }),
+                &[&x, &zeros],
+            );
             let idx = Tensor::from_vec(src, &[b]);
-            (Tensor::apply(Prim::Take { axis: 0 }, &[&ext, &idx]), true)
+            (
+                Tensor::apply(Prim::Indexing(IndexOp::Take { axis: 0 }), &[&ext, &idx]),
+                true,
+            )
         }
         CollectiveKind::AllToAll {
             split_axis,
@@ -779,7 +790,7 @@ pub(crate) fn batch(
 /// Collectives transpose into collectives: psum's cotangent is summed over the shards again
 /// (every shard's value reached every shard), all_gather and psum_scatter transpose into each
 /// other, ppermute into the inverse permutation, all_to_all into the swapped one.
-pub(crate) fn vjp(
+fn vjp(
     c: &Collective,
     ins: &[crate::tensor::Tensor],
     out: &crate::tensor::Tensor,
@@ -847,4 +858,53 @@ pub(crate) fn vjp(
         CollectiveKind::AxisIndex => return vec![],
     };
     vec![Some(g)]
+}
+
+impl Rules for Collective {
+    fn name(&self) -> &'static str {
+        Collective::name(self)
+    }
+
+    fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.params(f)
+    }
+
+    fn arity(&self) -> Option<usize> {
+        Some(Collective::arity(self))
+    }
+
+    fn result_count(&self) -> usize {
+        1
+    }
+
+    fn infer(&self, ins: &[&Aval]) -> Result<Vec<Aval>> {
+        Ok(vec![Collective::infer(self, ins)?])
+    }
+
+    /// A single shard's view; graphs with collectives over several shards are run stage by stage
+    /// by the parallel executor, and `eval_graph` refuses them.
+    fn eval_cpu(&self, ins: &[&HostArray], outs: &[Aval]) -> Result<Vec<HostArray>> {
+        let parts: Vec<HostArray> = ins.iter().map(|h| (*h).clone()).collect();
+        Ok(vec![self.combine(parts, &outs[0]).get(0).clone()])
+    }
+
+    fn lowering(&self) -> Lowering<'_> {
+        Lowering::StageBoundary
+    }
+
+    fn emit_wgsl(&self, _em: &mut Emitter<'_>, _ins: &[Var], _idx: &[String]) -> Option<Emitted> {
+        None
+    }
+
+    fn batch(&self, ins: &[Batched], ctx: &BatchCtx<'_>) -> Result<Vec<Batched>> {
+        single_batch(batch(self, ins, ctx))
+    }
+
+    fn vjp(&self, ins: &[Tensor], outs: &[Tensor], cts: &[Option<Tensor>]) -> Result<Cotangents> {
+        single_vjp(ins, cts, |ct| vjp(self, ins, &outs[0], ct))
+    }
+
+    fn has_effect(&self) -> bool {
+        false
+    }
 }

@@ -20,15 +20,19 @@
 //!   VJPs (the untaken branch's gradient never leaks in, unlike `select`); a scan's is a scan in
 //!   the opposite direction over the forward carries (recomputed by one more forward scan).
 
+use crate::ops::{ElementwiseOp, LayoutOp};
+use std::fmt;
 use std::sync::Arc;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData};
+use crate::ops::rules::{Emitted, Lowering, Rules};
 use crate::ops::{BatchCtx, Batched, BinaryOp, Cotangents, Prim, move_axis, with_batch};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
 use crate::transform::control::{Branch, scan_impl, switch_impl};
+use crate::wgsl::Emitter;
 
 /// A branch built by a rule (closing over the rule's values).
 type BoxedBranch<'a> = Box<dyn Fn(&[Tensor]) -> Vec<Tensor> + 'a>;
@@ -54,6 +58,99 @@ impl ScanParams {
     /// Number of stacked outputs.
     pub fn n_ys(&self) -> usize {
         self.body.outputs.len() - self.n_carry
+    }
+}
+
+/// The control-flow primitives: they hold sub-programs and have several results.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ControlOp {
+    /// `cond(index, operands...)`: the outputs of `branches[index](operands)` (a bool index picks
+    /// branch 1 when true).
+    Cond { branches: Vec<Arc<Graph>> },
+    /// A loop over the leading axis of its per-iteration operands, threading a carry.
+    Scan(ScanParams),
+}
+
+impl Rules for ControlOp {
+    fn name(&self) -> &'static str {
+        match self {
+            ControlOp::Cond { .. } => "cond",
+            ControlOp::Scan(_) => "scan",
+        }
+    }
+
+    fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControlOp::Cond { branches } => write!(f, "[branches={}]", branches.len()),
+            ControlOp::Scan(p) => write!(
+                f,
+                "[length={} reverse={} consts={} carry={} body={} eqns]",
+                p.length,
+                p.reverse,
+                p.n_consts,
+                p.n_carry,
+                p.body.eqns.len()
+            ),
+        }
+    }
+
+    fn arity(&self) -> Option<usize> {
+        match self {
+            ControlOp::Cond { .. } | ControlOp::Scan(_) => None,
+        }
+    }
+
+    fn result_count(&self) -> usize {
+        match self {
+            ControlOp::Cond { branches } => branches.first().map_or(0, |b| b.outputs.len()),
+            ControlOp::Scan(p) => p.body.outputs.len(),
+        }
+    }
+
+    fn infer(&self, ins: &[&Aval]) -> Result<Vec<Aval>> {
+        match self {
+            ControlOp::Cond { branches } => infer_cond(branches, ins),
+            ControlOp::Scan(p) => infer_scan(p, ins),
+        }
+    }
+
+    fn eval_cpu(&self, ins: &[&HostArray], _outs: &[Aval]) -> Result<Vec<HostArray>> {
+        match self {
+            ControlOp::Cond { branches } => eval_cond(branches, ins),
+            ControlOp::Scan(p) => eval_scan(p, ins),
+        }
+    }
+
+    fn lowering(&self) -> Lowering<'_> {
+        match self {
+            ControlOp::Cond { .. } => Lowering::Inline,
+            ControlOp::Scan(_) => Lowering::Loop,
+        }
+    }
+
+    fn emit_wgsl(&self, _em: &mut Emitter<'_>, _ins: &[Var], _idx: &[String]) -> Option<Emitted> {
+        None
+    }
+
+    fn batch(&self, ins: &[Batched], ctx: &BatchCtx<'_>) -> Result<Vec<Batched>> {
+        match self {
+            ControlOp::Cond { branches } => batch_cond(branches, ins, ctx),
+            ControlOp::Scan(p) => batch_scan(p, ins, ctx),
+        }
+    }
+
+    fn vjp(&self, ins: &[Tensor], outs: &[Tensor], cts: &[Option<Tensor>]) -> Result<Cotangents> {
+        match self {
+            ControlOp::Cond { branches } => vjp_cond(branches, ins, outs, cts),
+            ControlOp::Scan(p) => vjp_scan(p, ins, outs, cts),
+        }
+    }
+
+    fn has_effect(&self) -> bool {
+        match self {
+            ControlOp::Cond { branches } => branches.iter().any(|b| !b.effects.is_empty()),
+            ControlOp::Scan(p) => !p.body.effects.is_empty(),
+        }
     }
 }
 
@@ -297,12 +394,16 @@ pub(crate) fn eval_scan_with(
 /// Replace every `cond` by all of its branches and a selection of their results (recursively,
 /// branches included). Devices then run straight-line code; see the module comment.
 pub(crate) fn inline_conds(g: &Graph) -> Graph {
-    if !g.eqns.iter().any(|e| matches!(e.prim, Prim::Cond { .. })) {
+    if !g
+        .eqns
+        .iter()
+        .any(|e| matches!(e.prim, Prim::Control(ControlOp::Cond { .. })))
+    {
         return g.clone();
     }
     let mut out = g.without_eqns();
     for e in &g.eqns {
-        let Prim::Cond { branches } = &e.prim else {
+        let Prim::Control(ControlOp::Cond { branches }) = &e.prim else {
             out.eqns.push(e.clone());
             continue;
         };
@@ -326,7 +427,7 @@ pub(crate) fn inline_conds(g: &Graph) -> Graph {
                         // Two branches: [false, true]; pick branch 0 where the predicate is false.
                         push(
                             &mut out,
-                            Prim::Unary(crate::ops::UnaryOp::Not),
+                            Prim::Elementwise(ElementwiseOp::Unary(crate::ops::UnaryOp::Not)),
                             vec![index],
                             &idx_aval.shape,
                             DType::Bool,
@@ -335,10 +436,10 @@ pub(crate) fn inline_conds(g: &Graph) -> Graph {
                     dt => {
                         let jv = push(
                             &mut out,
-                            Prim::Full {
+                            Prim::Elementwise(ElementwiseOp::Full {
                                 value: crate::dtype::Scalar::I32(j as i32).cast(dt),
                                 shape: vec![],
-                            },
+                            }),
                             vec![],
                             &[],
                             dt,
@@ -347,7 +448,7 @@ pub(crate) fn inline_conds(g: &Graph) -> Graph {
                         let op = if j == 0 { BinaryOp::Le } else { BinaryOp::Eq };
                         push(
                             &mut out,
-                            Prim::Binary(op),
+                            Prim::Elementwise(ElementwiseOp::Binary(op)),
                             vec![index, jv],
                             &[],
                             DType::Bool,
@@ -366,26 +467,29 @@ pub(crate) fn inline_conds(g: &Graph) -> Graph {
                 } else {
                     push(
                         &mut out,
-                        Prim::BroadcastInDim {
+                        Prim::Layout(LayoutOp::BroadcastInDim {
                             shape: aval.shape.clone(),
                             dims: vec![],
-                        },
+                        }),
                         vec![pick],
                         &aval.shape,
                         DType::Bool,
                     )
                 };
                 let dst = if j == 0 { o } else { out.new_var(aval.clone()) };
-                out.eqns
-                    .push(Eqn::new(Prim::Select, vec![p, results[j][k], acc], dst));
+                out.eqns.push(Eqn::new(
+                    Prim::Elementwise(ElementwiseOp::Select),
+                    vec![p, results[j][k], acc],
+                    dst,
+                ));
                 acc = dst;
             }
             if n == 1 {
                 // One branch: its result is the output.
                 out.eqns.push(Eqn::new(
-                    Prim::Reshape {
+                    Prim::Layout(LayoutOp::Reshape {
                         shape: aval.shape.clone(),
-                    },
+                    }),
                     vec![acc],
                     o,
                 ));

@@ -7,68 +7,120 @@
 //! `broadcast_in_dim`, as in JAX. Batching (vmap) of an elementwise op is trivially elementwise; its VJP
 //! rules arrive with the `grad` transform.
 
+use std::fmt;
+
 use crate::dtype::{DType, Scalar};
 use crate::error::{Error, Result};
+use crate::host::{HostArray, HostData};
+use crate::ops::rules::{Emitted, Lowering, Rules, single_batch, single_vjp};
+use crate::ops::{BatchCtx, Batched, Cotangents};
+use crate::tensor::Tensor;
+use crate::trace::graph::{Aval, Var};
+use crate::wgsl::Emitter;
 
-/// Unary elementwise operations.
+/// Which dtypes an elementwise op accepts, and what it returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    Neg,
-    Abs,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Sin,
-    Cos,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Square,
-    Sign,
-    Floor,
-    Ceil,
-    /// Round half to even, like `jnp.round` and WGSL `round`.
-    Round,
-    /// Logical not for bool, bitwise not for integers.
-    Not,
-    /// Inverse error function (`lax.erf_inv`), computed exactly as XLA's CPU backend does: the
-    /// bits match JAX on the CPU (see [`erf_inv_f32`]). In f64 (host only): [`erf_inv_f64`].
-    ErfInv,
-    /// `jnp.isnan`: a bool result, false for integers and bools. Tested by bits on devices.
-    IsNan,
-    /// `jnp.isinf`: ±inf; false for integers and bools.
-    IsInf,
-    /// `lax.is_finite`: neither NaN nor ±inf; true for integers and bools.
-    IsFinite,
+pub enum OpClass {
+    /// Numbers (not bool) in, the same dtype out.
+    Numeric,
+    /// Floats only (transcendental, rounding, `pow`), the same dtype out.
+    Float,
+    /// Bool (logical) or integers (bitwise), the same dtype out.
+    Logical,
+    /// Any dtype in (operands of one dtype), bool out: comparisons and IEEE class tests.
+    Predicate,
 }
 
-/// Binary elementwise operations on operands of equal shape and dtype.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    /// Float division; integer division truncates toward zero (`lax.div`). Integer x / 0 gives -1
-    /// (all bits set: `u32::MAX` for u32) and `i32::MIN / -1` gives `i32::MIN`, as XLA defines them.
-    Div,
-    /// Float only. `pow(x, y)` for negative `x` is defined when `y` is an integer, NaN otherwise.
-    Pow,
-    Max,
-    Min,
-    /// Remainder with the sign of the dividend (C `fmod`, `lax.rem`). Integer x % 0 gives x and
-    /// `i32::MIN % -1` gives 0, as XLA defines them.
-    Rem,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    /// Logical and for bool, bitwise and for integers.
-    And,
-    /// Logical or for bool, bitwise or for integers.
-    Or,
+/// One row per op: the variant (with its doc), its JAX name and its [`OpClass`]. Generates the
+/// enum, `name`, `class` and `ALL` (every op, in order: what the tests iterate).
+macro_rules! elementwise_ops {
+    ($(#[$em:meta])* pub enum $E:ident { $( $(#[$m:meta])* $V:ident = $name:literal, $class:ident; )* }) => {
+        $(#[$em])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $E {
+            $( $(#[$m])* $V, )*
+        }
+
+        impl $E {
+            /// Every op of the kind, in declaration order.
+            pub const ALL: &'static [$E] = &[$($E::$V),*];
+            /// The JAX name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($E::$V => $name,)*
+                }
+            }
+            /// The dtypes it accepts and returns.
+            pub fn class(self) -> OpClass {
+                match self {
+                    $($E::$V => OpClass::$class,)*
+                }
+            }
+        }
+    };
+}
+
+elementwise_ops! {
+    /// Unary elementwise operations.
+    pub enum UnaryOp {
+        Neg = "neg", Numeric;
+        Abs = "abs", Numeric;
+        Exp = "exp", Float;
+        Log = "log", Float;
+        Sqrt = "sqrt", Float;
+        Rsqrt = "rsqrt", Float;
+        Sin = "sin", Float;
+        Cos = "cos", Float;
+        Tanh = "tanh", Float;
+        Sigmoid = "sigmoid", Float;
+        Relu = "relu", Numeric;
+        Square = "square", Numeric;
+        Sign = "sign", Numeric;
+        Floor = "floor", Float;
+        Ceil = "ceil", Float;
+        /// Round half to even, like `jnp.round` and WGSL `round`.
+        Round = "round", Float;
+        /// Logical not for bool, bitwise not for integers.
+        Not = "not", Logical;
+        /// Inverse error function (`lax.erf_inv`), computed exactly as XLA's CPU backend does: the
+        /// bits match JAX on the CPU (see [`erf_inv_f32`]). In f64 (host only): [`erf_inv_f64`].
+        ErfInv = "erf_inv", Float;
+        /// `jnp.isnan`: a bool result, false for integers and bools. Tested by bits on devices.
+        IsNan = "is_nan", Predicate;
+        /// `jnp.isinf`: ±inf; false for integers and bools.
+        IsInf = "is_inf", Predicate;
+        /// `lax.is_finite`: neither NaN nor ±inf; true for integers and bools.
+        IsFinite = "is_finite", Predicate;
+    }
+}
+
+elementwise_ops! {
+    /// Binary elementwise operations on operands of equal shape and dtype.
+    pub enum BinaryOp {
+        Add = "add", Numeric;
+        Sub = "sub", Numeric;
+        Mul = "mul", Numeric;
+        /// Float division; integer division truncates toward zero (`lax.div`). Integer x / 0 gives -1
+        /// (all bits set: `u32::MAX` for u32) and `i32::MIN / -1` gives `i32::MIN`, as XLA defines them.
+        Div = "div", Numeric;
+        /// Float only. `pow(x, y)` for negative `x` is defined when `y` is an integer, NaN otherwise.
+        Pow = "pow", Float;
+        Max = "max", Numeric;
+        Min = "min", Numeric;
+        /// Remainder with the sign of the dividend (C `fmod`, `lax.rem`). Integer x % 0 gives x and
+        /// `i32::MIN % -1` gives 0, as XLA defines them.
+        Rem = "rem", Numeric;
+        Eq = "eq", Predicate;
+        Ne = "ne", Predicate;
+        Lt = "lt", Predicate;
+        Le = "le", Predicate;
+        Gt = "gt", Predicate;
+        Ge = "ge", Predicate;
+        /// Logical and for bool, bitwise and for integers.
+        And = "and", Logical;
+        /// Logical or for bool, bitwise or for integers.
+        Or = "or", Logical;
+    }
 }
 
 /// The float rule of every non-predicate unary op, one body for both widths so that f32 and f64
@@ -116,53 +168,24 @@ macro_rules! unary_float {
 }
 
 impl UnaryOp {
-    pub fn name(self) -> &'static str {
-        use UnaryOp::*;
-        match self {
-            Neg => "neg",
-            Abs => "abs",
-            Exp => "exp",
-            Log => "log",
-            Sqrt => "sqrt",
-            Rsqrt => "rsqrt",
-            Sin => "sin",
-            Cos => "cos",
-            Tanh => "tanh",
-            Sigmoid => "sigmoid",
-            Relu => "relu",
-            Square => "square",
-            Sign => "sign",
-            Floor => "floor",
-            Ceil => "ceil",
-            Round => "round",
-            Not => "not",
-            ErfInv => "erf_inv",
-            IsNan => "is_nan",
-            IsInf => "is_inf",
-            IsFinite => "is_finite",
-        }
-    }
     /// True for the IEEE class tests (`is_nan`, `is_inf`, `is_finite`): any dtype in, bool out.
     pub fn is_predicate(self) -> bool {
-        matches!(self, UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::IsFinite)
+        self.class() == OpClass::Predicate
     }
     /// True for transcendental and rounding ops that only exist for floats.
     pub fn float_only(self) -> bool {
-        use UnaryOp::*;
-        matches!(
-            self,
-            Exp | Log | Sqrt | Rsqrt | Sin | Cos | Tanh | Sigmoid | Floor | Ceil | Round | ErfInv
-        )
+        self.class() == OpClass::Float
     }
     /// Dtype rule: the result has the operand's dtype.
     pub fn out_dtype(self, x: DType) -> Result<DType> {
         if self.is_predicate() {
             return Ok(DType::Bool);
         }
-        let ok = match self {
-            UnaryOp::Not => matches!(x, DType::Bool | DType::I32 | DType::U32),
-            op if op.float_only() => x.is_float(),
-            _ => x != DType::Bool,
+        let ok = match self.class() {
+            OpClass::Logical => matches!(x, DType::Bool | DType::I32 | DType::U32),
+            OpClass::Float => x.is_float(),
+            OpClass::Numeric => x != DType::Bool,
+            OpClass::Predicate => true,
         };
         if ok {
             Ok(x)
@@ -317,34 +340,11 @@ impl UnaryOp {
 }
 
 impl BinaryOp {
-    pub fn name(self) -> &'static str {
-        use BinaryOp::*;
-        match self {
-            Add => "add",
-            Sub => "sub",
-            Mul => "mul",
-            Div => "div",
-            Pow => "pow",
-            Max => "max",
-            Min => "min",
-            Rem => "rem",
-            Eq => "eq",
-            Ne => "ne",
-            Lt => "lt",
-            Le => "le",
-            Gt => "gt",
-            Ge => "ge",
-            And => "and",
-            Or => "or",
-        }
-    }
     pub fn is_comparison(self) -> bool {
-        use BinaryOp::*;
-        matches!(self, Eq | Ne | Lt | Le | Gt | Ge)
+        self.class() == OpClass::Predicate
     }
     /// Dtype rule: operands share a dtype; comparisons give bool, the rest keep the dtype.
     pub fn out_dtype(self, a: DType, b: DType) -> Result<DType> {
-        use BinaryOp::*;
         if a != b {
             return Err(Error::DTypeMismatch {
                 op: self.name(),
@@ -361,15 +361,18 @@ impl BinaryOp {
                 shapes: vec![],
             })
         };
-        match self {
-            _ if self.is_comparison() => Ok(DType::Bool),
-            And | Or if a.is_float() => {
+        match self.class() {
+            OpClass::Predicate => Ok(DType::Bool),
+            OpClass::Logical if a.is_float() => {
                 bad("and/or are logical (bool) or bitwise (integers); compare first, e.g. x.gt(0)")
             }
-            And | Or => Ok(a),
-            Pow if !a.is_float() => bad("cast to f32 first"),
-            _ if a == DType::Bool => bad("cast the bool arrays to f32 or i32 first, or use and/or"),
-            _ => Ok(a),
+            OpClass::Logical => Ok(a),
+            OpClass::Float if !a.is_float() => bad("cast to f32 first"),
+            OpClass::Float => Ok(a),
+            OpClass::Numeric if a == DType::Bool => {
+                bad("cast the bool arrays to f32 or i32 first, or use and/or")
+            }
+            OpClass::Numeric => Ok(a),
         }
     }
     /// CPU reference. The typed rules below are the same rules on unboxed values: the `cpu`
@@ -1238,30 +1241,20 @@ pub fn select_wgsl(pred: &str, t: &str, f: &str) -> String {
 
 /// Elementwise primitives batch by giving every operand the batch axis (broadcasting the unbatched
 /// ones) and applying the same primitive: it does not care about shapes.
-pub(crate) fn batch(
-    prim: &super::Prim,
-    ins: &[super::Batched],
-    ctx: &super::BatchCtx<'_>,
-) -> super::Batched {
-    super::apply_batched(prim.clone(), ins, ctx.size)
+fn batch(op: &ElementwiseOp, ins: &[Batched], ctx: &BatchCtx<'_>) -> Batched {
+    super::apply_batched(super::Prim::Elementwise(op.clone()), ins, ctx.size)
 }
 
 // ---- VJP rule -----------------------------------------------------------------------------------
 
 /// Derivatives of the elementwise primitives (float operands, f32 or f64; integer and bool ones get
 /// none). Constants take the operand's dtype.
-pub(crate) fn vjp(
-    prim: &super::Prim,
-    ins: &[crate::tensor::Tensor],
-    out: &crate::tensor::Tensor,
-    ct: &crate::tensor::Tensor,
-) -> super::Cotangents {
-    use super::{Prim, zeros_like};
-    use crate::tensor::Tensor;
+fn vjp(op: &ElementwiseOp, ins: &[Tensor], out: &Tensor, ct: &Tensor) -> Cotangents {
+    use super::zeros_like;
     let float = |t: &Tensor| t.dtype().is_float();
     let zero = |t: &Tensor| Tensor::zeros(t.shape(), t.dtype());
-    match prim {
-        Prim::Unary(op) => {
+    match op {
+        ElementwiseOp::Unary(op) => {
             let x = &ins[0];
             if !float(x) {
                 return vec![None];
@@ -1293,7 +1286,7 @@ pub(crate) fn vjp(
             };
             vec![Some(g)]
         }
-        Prim::Binary(op) => {
+        ElementwiseOp::Binary(op) => {
             let (a, b) = (&ins[0], &ins[1]);
             if !float(a) {
                 return vec![None, None];
@@ -1328,7 +1321,7 @@ pub(crate) fn vjp(
             };
             vec![Some(ga), Some(gb)]
         }
-        Prim::Select => {
+        ElementwiseOp::Select => {
             let (p, t) = (&ins[0], &ins[1]);
             if !float(t) {
                 return vec![None, None, None];
@@ -1336,11 +1329,11 @@ pub(crate) fn vjp(
             let z = zero(ct);
             vec![None, Some(p.where_(ct, &z)), Some(p.where_(&z, ct))]
         }
-        Prim::Fma => {
+        ElementwiseOp::Fma => {
             let (a, b) = (&ins[0], &ins[1]);
             vec![Some(ct * b), Some(ct * a), Some(ct.clone())]
         }
-        Prim::Cast(_) => {
+        ElementwiseOp::Cast(_) => {
             let x = &ins[0];
             if !float(x) {
                 vec![None]
@@ -1351,6 +1344,268 @@ pub(crate) fn vjp(
                 vec![Some(zeros_like(x))]
             }
         }
-        _ => vec![],
+        // Constants have no operands.
+        ElementwiseOp::Full { .. } | ElementwiseOp::Iota { .. } => vec![],
+    }
+}
+
+// ---- the family -----------------------------------------------------------------------------------
+
+/// The elementwise primitives: every operand has the result's shape (broadcasts are explicit
+/// `broadcast_in_dim`s, as in JAX); `full` and `iota` have no operands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ElementwiseOp {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    /// `select(pred, on_true, on_false)`, all of one shape; pred is bool.
+    Select,
+    /// `fma(a, b, c)`: `a * b + c` rounded once (f32, or the host-only f64; all of one shape and
+    /// dtype).
+    Fma,
+    Cast(DType),
+    /// A constant array filled with one value.
+    Full {
+        value: Scalar,
+        shape: Vec<usize>,
+    },
+    /// `0, 1, 2, ...` along `axis`, broadcast over the other axes.
+    Iota {
+        dtype: DType,
+        shape: Vec<usize>,
+        axis: usize,
+    },
+}
+
+fn same_shape(op: &'static str, a: &Aval, b: &Aval) -> Result<()> {
+    if a.shape != b.shape {
+        return Err(Error::ShapeMismatchBinaryOp {
+            op,
+            lhs: a.shape.clone(),
+            rhs: b.shape.clone(),
+        });
+    }
+    Ok(())
+}
+
+impl Rules for ElementwiseOp {
+    fn name(&self) -> &'static str {
+        match self {
+            ElementwiseOp::Unary(op) => op.name(),
+            ElementwiseOp::Binary(op) => op.name(),
+            ElementwiseOp::Select => "select",
+            ElementwiseOp::Fma => "fma",
+            ElementwiseOp::Cast(_) => "convert_element_type",
+            ElementwiseOp::Full { .. } => "full",
+            ElementwiseOp::Iota { .. } => "iota",
+        }
+    }
+
+    fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ElementwiseOp::Unary(_)
+            | ElementwiseOp::Binary(_)
+            | ElementwiseOp::Select
+            | ElementwiseOp::Fma => Ok(()),
+            ElementwiseOp::Cast(t) => write!(f, "[new_dtype={t}]"),
+            ElementwiseOp::Full { value, shape } => write!(f, "[value={value} shape={shape:?}]"),
+            ElementwiseOp::Iota { dtype, shape, axis } => {
+                write!(f, "[dtype={dtype} shape={shape:?} dimension={axis}]")
+            }
+        }
+    }
+
+    fn arity(&self) -> Option<usize> {
+        Some(match self {
+            ElementwiseOp::Full { .. } | ElementwiseOp::Iota { .. } => 0,
+            ElementwiseOp::Unary(_) | ElementwiseOp::Cast(_) => 1,
+            ElementwiseOp::Binary(_) => 2,
+            ElementwiseOp::Select | ElementwiseOp::Fma => 3,
+        })
+    }
+
+    fn result_count(&self) -> usize {
+        1
+    }
+
+    fn infer(&self, ins: &[&Aval]) -> Result<Vec<Aval>> {
+        let out = match self {
+            ElementwiseOp::Unary(op) => {
+                Aval::new(ins[0].shape.clone(), op.out_dtype(ins[0].dtype)?)
+            }
+            ElementwiseOp::Binary(op) => {
+                same_shape(op.name(), ins[0], ins[1])?;
+                Aval::new(
+                    ins[0].shape.clone(),
+                    op.out_dtype(ins[0].dtype, ins[1].dtype)?,
+                )
+            }
+            ElementwiseOp::Select => {
+                if ins[0].dtype != DType::Bool {
+                    return Err(Error::BadDType {
+                        op: "select (predicate)",
+                        dtype: ins[0].dtype,
+                        hint: "the predicate must be bool: compare, or cast to bool",
+                        shapes: vec![],
+                    });
+                }
+                same_shape("select", ins[0], ins[1])?;
+                same_shape("select", ins[1], ins[2])?;
+                if ins[1].dtype != ins[2].dtype {
+                    return Err(Error::DTypeMismatch {
+                        op: "select",
+                        lhs: ins[1].dtype,
+                        rhs: ins[2].dtype,
+                        shapes: vec![],
+                    });
+                }
+                ins[1].clone()
+            }
+            ElementwiseOp::Fma => fma_infer(ins)?,
+            ElementwiseOp::Cast(t) => Aval::new(ins[0].shape.clone(), *t),
+            ElementwiseOp::Full { value, shape } => Aval::new(shape.clone(), value.dtype()),
+            ElementwiseOp::Iota { dtype, shape, axis } => {
+                if *axis >= shape.len() {
+                    return Err(Error::BadAxis {
+                        op: "iota",
+                        axis: *axis as i64,
+                        rank: shape.len(),
+                        shape: shape.clone(),
+                    });
+                }
+                Aval::new(shape.clone(), *dtype)
+            }
+        };
+        Ok(vec![out])
+    }
+
+    fn eval_cpu(&self, ins: &[&HostArray], outs: &[Aval]) -> Result<Vec<HostArray>> {
+        let out = &outs[0];
+        let map = |f: &dyn Fn(usize) -> Scalar| HostArray {
+            shape: out.shape.clone(),
+            data: HostData::from_scalars(out.dtype, (0..out.size()).map(f)),
+        };
+        let r = match self {
+            ElementwiseOp::Unary(op) => map(&|i| op.eval(ins[0].data.get(i))),
+            ElementwiseOp::Binary(op) => map(&|i| op.eval(ins[0].data.get(i), ins[1].data.get(i))),
+            ElementwiseOp::Select => map(&|i| {
+                if ins[0].data.get(i) == Scalar::Bool(true) {
+                    ins[1].data.get(i)
+                } else {
+                    ins[2].data.get(i)
+                }
+            }),
+            ElementwiseOp::Fma => {
+                map(&|i| fma_eval(ins[0].data.get(i), ins[1].data.get(i), ins[2].data.get(i)))
+            }
+            ElementwiseOp::Cast(t) => map(&|i| ins[0].data.get(i).cast(*t)),
+            ElementwiseOp::Full { value, shape } => HostArray::full_checked(*value, shape),
+            ElementwiseOp::Iota { dtype, shape, axis } => {
+                let st = crate::host::strides(shape);
+                map(&|i| Scalar::U32(((i / st[*axis]) % shape[*axis].max(1)) as u32).cast(*dtype))
+            }
+        };
+        Ok(vec![r])
+    }
+
+    fn lowering(&self) -> Lowering<'_> {
+        match self {
+            ElementwiseOp::Unary(_)
+            | ElementwiseOp::Binary(_)
+            | ElementwiseOp::Select
+            | ElementwiseOp::Fma
+            | ElementwiseOp::Cast(_) => Lowering::Elementwise,
+            ElementwiseOp::Full { .. } | ElementwiseOp::Iota { .. } => Lowering::Constant,
+        }
+    }
+
+    fn emit_wgsl(&self, em: &mut Emitter<'_>, ins: &[Var], idx: &[String]) -> Option<Emitted> {
+        let in_dt = |em: &Emitter<'_>, k: usize| em.g.aval(ins[k]).dtype;
+        Some(match self {
+            ElementwiseOp::Full { value, .. } => Emitted::Value(crate::wgsl::const_wgsl(*value)),
+            ElementwiseOp::Iota { dtype, axis, .. } => {
+                Emitted::Value(cast_wgsl(DType::U32, *dtype, &idx[*axis]))
+            }
+            ElementwiseOp::Unary(op) => {
+                let a = em.value(ins[0], idx);
+                let dt = in_dt(em, 0);
+                Emitted::Expr(op.wgsl(dt, &a, &mut em.helpers))
+            }
+            ElementwiseOp::Binary(op) => {
+                let a = em.value(ins[0], idx);
+                let b = em.value(ins[1], idx);
+                let dt = in_dt(em, 0);
+                Emitted::Expr(op.wgsl(dt, &a, &b, &mut em.helpers))
+            }
+            ElementwiseOp::Select => {
+                let p = em.value(ins[0], idx);
+                let a = em.value(ins[1], idx);
+                let b = em.value(ins[2], idx);
+                Emitted::Expr(select_wgsl(&p, &a, &b))
+            }
+            ElementwiseOp::Fma => {
+                let a = em.value(ins[0], idx);
+                let b = em.value(ins[1], idx);
+                let c = em.value(ins[2], idx);
+                em.helpers.push(FMA_F32);
+                Emitted::Expr(format!("bfma({a}, {b}, {c})"))
+            }
+            ElementwiseOp::Cast(t) => {
+                let a = em.value(ins[0], idx);
+                let dt = in_dt(em, 0);
+                Emitted::Expr(cast_wgsl(dt, *t, &a))
+            }
+        })
+    }
+
+    fn batch(&self, ins: &[Batched], ctx: &BatchCtx<'_>) -> Result<Vec<Batched>> {
+        single_batch(batch(self, ins, ctx))
+    }
+
+    fn vjp(&self, ins: &[Tensor], outs: &[Tensor], cts: &[Option<Tensor>]) -> Result<Cotangents> {
+        single_vjp(ins, cts, |ct| vjp(self, ins, &outs[0], ct))
+    }
+
+    fn has_effect(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    /// The rows are the registry: names are unique, and every op's class agrees with its dtype
+    /// rule on f32 and bool.
+    #[test]
+    fn every_row_has_a_unique_name_and_a_consistent_class() {
+        let mut names: Vec<&str> = UnaryOp::ALL.iter().map(|o| o.name()).collect();
+        names.extend(BinaryOp::ALL.iter().map(|o| o.name()));
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "duplicate op names: {names:?}");
+        assert_eq!(UnaryOp::ALL.len(), 21);
+        assert_eq!(BinaryOp::ALL.len(), 16);
+        for &op in UnaryOp::ALL {
+            let (f, b) = (op.out_dtype(DType::F32), op.out_dtype(DType::Bool));
+            match op.class() {
+                OpClass::Numeric => assert!(f.is_ok() && b.is_err(), "{op:?}"),
+                OpClass::Float => assert!(f.is_ok() && op.out_dtype(DType::I32).is_err()),
+                OpClass::Logical => assert!(f.is_err() && b.is_ok(), "{op:?}"),
+                OpClass::Predicate => assert_eq!(b.ok(), Some(DType::Bool), "{op:?}"),
+            }
+        }
+        for &op in BinaryOp::ALL {
+            let f = op.out_dtype(DType::F32, DType::F32);
+            let b = op.out_dtype(DType::Bool, DType::Bool);
+            match op.class() {
+                OpClass::Numeric => assert!(f.is_ok() && b.is_err(), "{op:?}"),
+                OpClass::Float => {
+                    assert!(f.is_ok() && op.out_dtype(DType::I32, DType::I32).is_err())
+                }
+                OpClass::Logical => assert!(f.is_err() && b.is_ok(), "{op:?}"),
+                OpClass::Predicate => assert_eq!(f.ok(), Some(DType::Bool), "{op:?}"),
+            }
+        }
     }
 }

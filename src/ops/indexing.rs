@@ -4,9 +4,16 @@
 //! last element, as in NumPy); anything still out of range is clamped into `[0, n)`, the way XLA's
 //! gather clamps. `one_hot` is a composition (`eq(expand(idx), iota)`), see `Tensor::one_hot`.
 
+use std::fmt;
+
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData, strides, unravel};
+use crate::ops::rules::{Emitted, Lowering, Rules, single_batch, single_vjp};
+use crate::ops::{BatchCtx, Batched, Cotangents};
+use crate::tensor::Tensor;
+use crate::trace::graph::{Aval, Var};
+use crate::wgsl::Emitter;
 
 /// Shape rule of `take(x, idx, axis)`: `x.shape[..axis] ++ idx.shape ++ x.shape[axis+1..]`.
 pub fn take_shape(x: &[usize], idx: &[usize], idx_dtype: DType, axis: usize) -> Result<Vec<usize>> {
@@ -102,21 +109,17 @@ pub fn norm_index_wgsl(raw: &str, dt: DType, n: usize) -> String {
 /// front. When both are batched, each example must index its own slice: `x` is viewed as
 /// `(batch * n, ...)` along the taken axis and each example's indices are offset by `b * n`
 /// (after resolving negative and out-of-range indices the way `take` does).
-pub(crate) fn batch(
-    axis: usize,
-    ins: &[super::Batched],
-    ctx: &super::BatchCtx<'_>,
-) -> super::Batched {
+fn batch(axis: usize, ins: &[super::Batched], ctx: &super::BatchCtx<'_>) -> super::Batched {
     use super::Prim;
     use crate::tensor::Tensor;
     let ((x, xb), (idx, ib)) = (&ins[0], &ins[1]);
     match (xb, ib) {
         (true, false) => (
-            Tensor::apply(Prim::Take { axis: axis + 1 }, &[x, idx]),
+            Tensor::apply(Prim::Indexing(IndexOp::Take { axis: axis + 1 }), &[x, idx]),
             true,
         ),
         (false, true) => {
-            let out = Tensor::apply(Prim::Take { axis }, &[x, idx]);
+            let out = Tensor::apply(Prim::Indexing(IndexOp::Take { axis }), &[x, idx]);
             (super::move_axis(&out, axis, 0), true)
         }
         _ => {
@@ -136,7 +139,7 @@ pub(crate) fn batch(
             let flat_idx = &clamped + &offs;
             // Result: (B, idx..., rest...) with idx's own batch axis first; then the taken axes go
             // back between the leading axes of x and its trailing ones.
-            let out = Tensor::apply(Prim::Take { axis: 0 }, &[&xf, &flat_idx]);
+            let out = Tensor::apply(Prim::Indexing(IndexOp::Take { axis: 0 }), &[&xf, &flat_idx]);
             // out axes: [B, idx_rest..., x axes before `axis`..., x axes after `axis`...]
             let k = ishape.len() - 1; // idx axes besides the batch axis
             let before = axis; // x axes before the taken one (excluding batch)
@@ -154,7 +157,7 @@ pub(crate) fn batch(
 
 /// `take` scatters its cotangent back: every taken slice adds into the row it came from. Written as
 /// a contraction with the one-hot matrix of the (resolved) indices, which is differentiable again.
-pub(crate) fn vjp(
+fn vjp(
     axis: usize,
     ins: &[crate::tensor::Tensor],
     ct: &crate::tensor::Tensor,
@@ -197,4 +200,96 @@ fn resolve_indices(idx: &crate::tensor::Tensor, n: usize) -> crate::tensor::Tens
     wrapped
         .maximum(&Tensor::scalar(0i32))
         .minimum(&Tensor::scalar(last as i32))
+}
+
+// ---- the family -----------------------------------------------------------------------------------
+
+/// The indexing primitives.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IndexOp {
+    /// `take(x, idx)` along `axis` (see the module's index semantics).
+    Take { axis: usize },
+}
+
+impl Rules for IndexOp {
+    fn name(&self) -> &'static str {
+        match self {
+            IndexOp::Take { .. } => "take",
+        }
+    }
+
+    fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IndexOp::Take { axis } => write!(f, "[axis={axis}]"),
+        }
+    }
+
+    fn arity(&self) -> Option<usize> {
+        match self {
+            IndexOp::Take { .. } => Some(2),
+        }
+    }
+
+    fn result_count(&self) -> usize {
+        1
+    }
+
+    fn infer(&self, ins: &[&Aval]) -> Result<Vec<Aval>> {
+        match self {
+            IndexOp::Take { axis } => Ok(vec![Aval::new(
+                take_shape(&ins[0].shape, &ins[1].shape, ins[1].dtype, *axis)?,
+                ins[0].dtype,
+            )]),
+        }
+    }
+
+    fn eval_cpu(&self, ins: &[&HostArray], outs: &[Aval]) -> Result<Vec<HostArray>> {
+        match self {
+            IndexOp::Take { axis } => Ok(vec![take_cpu(ins[0], ins[1], *axis, &outs[0].shape)]),
+        }
+    }
+
+    fn lowering(&self) -> Lowering<'_> {
+        match self {
+            IndexOp::Take { .. } => Lowering::Remap {
+                cheap: false,
+                alias: false,
+            },
+        }
+    }
+
+    fn emit_wgsl(&self, em: &mut Emitter<'_>, ins: &[Var], idx: &[String]) -> Option<Emitted> {
+        match self {
+            IndexOp::Take { axis } => {
+                let axis = *axis;
+                let n = em.g.aval(ins[0]).shape[axis];
+                let (r, idx_dt) = {
+                    let a = em.g.aval(ins[1]);
+                    (a.rank(), a.dtype)
+                };
+                let raw = em.value(ins[1], &idx[axis..axis + r]);
+                let j = em.bind("k", norm_index_wgsl(&raw, idx_dt, n));
+                let mut ii: Vec<String> = idx[..axis].to_vec();
+                ii.push(j);
+                ii.extend_from_slice(&idx[axis + r..]);
+                Some(Emitted::Value(em.value(ins[0], &ii)))
+            }
+        }
+    }
+
+    fn batch(&self, ins: &[Batched], ctx: &BatchCtx<'_>) -> Result<Vec<Batched>> {
+        match self {
+            IndexOp::Take { axis } => single_batch(batch(*axis, ins, ctx)),
+        }
+    }
+
+    fn vjp(&self, ins: &[Tensor], _outs: &[Tensor], cts: &[Option<Tensor>]) -> Result<Cotangents> {
+        match self {
+            IndexOp::Take { axis } => single_vjp(ins, cts, |ct| vjp(*axis, ins, ct)),
+        }
+    }
+
+    fn has_effect(&self) -> bool {
+        false
+    }
 }

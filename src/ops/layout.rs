@@ -5,9 +5,16 @@
 //! is inlined into whatever kernel consumes the result (layout ops never need their own pass unless
 //! their result must be materialized).
 
+use std::fmt;
+
 use crate::dtype::Scalar;
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData, strides, unravel};
+use crate::ops::rules::{Emitted, Lowering, Rules, single_batch, single_vjp};
+use crate::ops::{BatchCtx, Batched, Cotangents, Prim, ReductionOp};
+use crate::tensor::Tensor;
+use crate::trace::graph::{Aval, Var};
+use crate::wgsl::{Emitter, const_wgsl};
 
 /// Output shape of `transpose(x, perm)`.
 pub fn transpose_shape(shape: &[usize], perm: &[usize]) -> Result<Vec<usize>> {
@@ -376,56 +383,50 @@ pub fn pad_wgsl(
 
 /// Layout primitives batch by leaving the leading batch axis alone: every axis parameter shifts by
 /// one and every shape parameter gains the batch size in front.
-pub(crate) fn batch(
-    prim: &super::Prim,
-    ins: &[super::Batched],
-    ctx: &super::BatchCtx<'_>,
-) -> super::Batched {
-    use super::Prim;
+fn batch(op: &LayoutOp, ins: &[Batched], ctx: &BatchCtx<'_>) -> Batched {
     let n = ctx.size;
     let front = |v: &[usize], first: usize| -> Vec<usize> {
         std::iter::once(first).chain(v.iter().copied()).collect()
     };
-    let shifted = match prim {
-        Prim::Transpose { perm } => Prim::Transpose {
+    let shifted = match op {
+        LayoutOp::Transpose { perm } => LayoutOp::Transpose {
             perm: std::iter::once(0)
                 .chain(perm.iter().map(|p| p + 1))
                 .collect(),
         },
-        Prim::Reshape { shape } => Prim::Reshape {
+        LayoutOp::Reshape { shape } => LayoutOp::Reshape {
             shape: front(shape, n),
         },
-        Prim::BroadcastInDim { shape, dims } => Prim::BroadcastInDim {
+        LayoutOp::BroadcastInDim { shape, dims } => LayoutOp::BroadcastInDim {
             shape: front(shape, n),
             dims: std::iter::once(0)
                 .chain(dims.iter().map(|d| d + 1))
                 .collect(),
         },
-        Prim::Slice {
+        LayoutOp::Slice {
             start,
             limit,
             stride,
-        } => Prim::Slice {
+        } => LayoutOp::Slice {
             start: front(start, 0),
             limit: front(limit, n),
             stride: front(stride, 1),
         },
-        Prim::Concatenate { axis } => Prim::Concatenate { axis: axis + 1 },
-        Prim::Pad {
+        LayoutOp::Concatenate { axis } => LayoutOp::Concatenate { axis: axis + 1 },
+        LayoutOp::Pad {
             lo,
             hi,
             interior,
             value,
-        } => Prim::Pad {
+        } => LayoutOp::Pad {
             lo: front(lo, 0),
             hi: front(hi, 0),
             interior: front(interior, 0),
             value: *value,
         },
-        other => other.clone(),
     };
     // Concatenate may mix batched and unbatched operands; the others have one operand.
-    super::apply_batched(shifted, ins, n)
+    super::apply_batched(Prim::Layout(shifted), ins, n)
 }
 
 // ---- VJP rule -----------------------------------------------------------------------------------
@@ -433,27 +434,22 @@ pub(crate) fn batch(
 /// Layout primitives move values without changing them; their cotangents move back: transpose by
 /// the inverse permutation, reshape to the old shape, sum what a broadcast copied, pad what a slice
 /// dropped (and slice what a pad added), split what a concatenation joined.
-pub(crate) fn vjp(
-    prim: &super::Prim,
-    ins: &[crate::tensor::Tensor],
-    ct: &crate::tensor::Tensor,
-) -> super::Cotangents {
-    use super::{Prim, ReduceOp};
-    use crate::tensor::Tensor;
+fn vjp(op: &LayoutOp, ins: &[Tensor], ct: &Tensor) -> Cotangents {
+    use super::ReduceOp;
     let x = &ins[0];
     if !x.dtype().is_float() {
         return vec![None; ins.len()];
     }
-    match prim {
-        Prim::Transpose { perm } => {
+    match op {
+        LayoutOp::Transpose { perm } => {
             let mut inv = vec![0; perm.len()];
             for (i, &p) in perm.iter().enumerate() {
                 inv[p] = i;
             }
             vec![Some(ct.transpose(&inv))]
         }
-        Prim::Reshape { .. } => vec![Some(ct.reshape_exact(x.shape()))],
-        Prim::BroadcastInDim { shape, dims } => {
+        LayoutOp::Reshape { .. } => vec![Some(ct.reshape_exact(x.shape()))],
+        LayoutOp::BroadcastInDim { shape, dims } => {
             // Sum over new axes and stretched size-1 axes, then restore x's shape.
             let summed: Vec<usize> = (0..shape.len())
                 .filter(|o| match dims.iter().position(|d| d == o) {
@@ -465,10 +461,10 @@ pub(crate) fn vjp(
                 ct.clone()
             } else {
                 Tensor::apply(
-                    Prim::Reduce {
+                    Prim::Reduction(ReductionOp::Reduce {
                         op: ReduceOp::Sum,
                         axes: summed.clone(),
-                    },
+                    }),
                     &[ct],
                 )
             };
@@ -486,7 +482,7 @@ pub(crate) fn vjp(
             };
             vec![Some(s.reshape_exact(x.shape()))]
         }
-        Prim::Slice {
+        LayoutOp::Slice {
             start,
             limit: _,
             stride,
@@ -502,16 +498,16 @@ pub(crate) fn vjp(
                 .collect();
             let interior: Vec<usize> = stride.iter().map(|s| s - 1).collect();
             vec![Some(Tensor::apply(
-                Prim::Pad {
+                Prim::Layout(LayoutOp::Pad {
                     lo: start.clone(),
                     hi,
                     interior,
                     value: crate::Scalar::F32(0.0).cast(ct.dtype()),
-                },
+                }),
                 &[ct],
             ))]
         }
-        Prim::Concatenate { axis } => {
+        LayoutOp::Concatenate { axis } => {
             let mut at = 0;
             ins.iter()
                 .map(|t| {
@@ -522,17 +518,17 @@ pub(crate) fn vjp(
                     limit[*axis] = at + len;
                     at += len;
                     Some(Tensor::apply(
-                        Prim::Slice {
+                        Prim::Layout(LayoutOp::Slice {
                             start,
                             limit,
                             stride: vec![1; ct.ndim()],
-                        },
+                        }),
                         &[ct],
                     ))
                 })
                 .collect()
         }
-        Prim::Pad { lo, interior, .. } => {
+        LayoutOp::Pad { lo, interior, .. } => {
             if x.size() == 0 {
                 return vec![Some(super::zeros_like(x))];
             }
@@ -541,14 +537,292 @@ pub(crate) fn vjp(
                 .map(|a| lo[a] + (x.shape()[a] - 1) * stride[a] + 1)
                 .collect();
             vec![Some(Tensor::apply(
-                Prim::Slice {
+                Prim::Layout(LayoutOp::Slice {
                     start: lo.clone(),
                     limit,
                     stride,
-                },
+                }),
                 &[ct],
             ))]
         }
-        _ => vec![None; ins.len()],
     }
+}
+
+// ---- the family -----------------------------------------------------------------------------------
+
+/// The layout primitives (one operand each, except `concatenate`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum LayoutOp {
+    Transpose {
+        perm: Vec<usize>,
+    },
+    Reshape {
+        shape: Vec<usize>,
+    },
+    /// Input axis i becomes output axis `dims[i]`; size-1 input axes stretch.
+    BroadcastInDim {
+        shape: Vec<usize>,
+        dims: Vec<usize>,
+    },
+    Slice {
+        start: Vec<usize>,
+        limit: Vec<usize>,
+        stride: Vec<usize>,
+    },
+    Concatenate {
+        axis: usize,
+    },
+    Pad {
+        lo: Vec<usize>,
+        hi: Vec<usize>,
+        interior: Vec<usize>,
+        value: Scalar,
+    },
+}
+
+impl Rules for LayoutOp {
+    fn name(&self) -> &'static str {
+        match self {
+            LayoutOp::Transpose { .. } => "transpose",
+            LayoutOp::Reshape { .. } => "reshape",
+            LayoutOp::BroadcastInDim { .. } => "broadcast_in_dim",
+            LayoutOp::Slice { .. } => "slice",
+            LayoutOp::Concatenate { .. } => "concatenate",
+            LayoutOp::Pad { .. } => "pad",
+        }
+    }
+
+    fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LayoutOp::Transpose { perm } => write!(f, "[permutation={perm:?}]"),
+            LayoutOp::Reshape { shape } => write!(f, "[new_sizes={shape:?}]"),
+            LayoutOp::BroadcastInDim { shape, dims } => {
+                write!(f, "[shape={shape:?} broadcast_dimensions={dims:?}]")
+            }
+            LayoutOp::Slice {
+                start,
+                limit,
+                stride,
+            } => write!(f, "[start={start:?} limit={limit:?} strides={stride:?}]"),
+            LayoutOp::Concatenate { axis } => write!(f, "[dimension={axis}]"),
+            LayoutOp::Pad {
+                lo,
+                hi,
+                interior,
+                value,
+            } => write!(
+                f,
+                "[lo={lo:?} hi={hi:?} interior={interior:?} value={value}]"
+            ),
+        }
+    }
+
+    fn arity(&self) -> Option<usize> {
+        match self {
+            LayoutOp::Concatenate { .. } => None,
+            LayoutOp::Transpose { .. }
+            | LayoutOp::Reshape { .. }
+            | LayoutOp::BroadcastInDim { .. }
+            | LayoutOp::Slice { .. }
+            | LayoutOp::Pad { .. } => Some(1),
+        }
+    }
+
+    fn result_count(&self) -> usize {
+        1
+    }
+
+    fn infer(&self, ins: &[&Aval]) -> Result<Vec<Aval>> {
+        let dt = ins.first().map(|a| a.dtype).unwrap_or(crate::DType::F32);
+        let shape = match self {
+            LayoutOp::Transpose { perm } => transpose_shape(&ins[0].shape, perm)?,
+            LayoutOp::Reshape { shape } => {
+                let (from_n, to_n) = (ins[0].size(), crate::host::shape_size("reshape", shape)?);
+                if from_n != to_n {
+                    return Err(Error::BadReshape {
+                        from: ins[0].shape.clone(),
+                        from_n,
+                        to: shape.clone(),
+                        to_n,
+                    });
+                }
+                shape.clone()
+            }
+            LayoutOp::BroadcastInDim { shape, dims } => {
+                broadcast_check(&ins[0].shape, shape, dims)?;
+                shape.clone()
+            }
+            LayoutOp::Slice {
+                start,
+                limit,
+                stride,
+            } => slice_shape(&ins[0].shape, start, limit, stride)?,
+            LayoutOp::Concatenate { axis } => {
+                let shapes: Vec<&[usize]> = ins.iter().map(|a| a.shape.as_slice()).collect();
+                let out = concat_shape(&shapes, *axis)?;
+                if let Some(b) = ins.iter().find(|a| a.dtype != dt) {
+                    return Err(Error::DTypeMismatch {
+                        op: "concatenate",
+                        lhs: dt,
+                        rhs: b.dtype,
+                        shapes: vec![],
+                    });
+                }
+                out
+            }
+            LayoutOp::Pad {
+                lo,
+                hi,
+                interior,
+                value,
+            } => {
+                if value.dtype() != dt {
+                    return Err(Error::DTypeMismatch {
+                        op: "pad (value)",
+                        lhs: dt,
+                        rhs: value.dtype(),
+                        shapes: vec![],
+                    });
+                }
+                pad_shape(&ins[0].shape, lo, hi, interior)?
+            }
+        };
+        Ok(vec![Aval::new(shape, dt)])
+    }
+
+    fn eval_cpu(&self, ins: &[&HostArray], outs: &[Aval]) -> Result<Vec<HostArray>> {
+        let out = &outs[0].shape;
+        Ok(vec![match self {
+            LayoutOp::Transpose { perm } => transpose_cpu(ins[0], perm, out),
+            LayoutOp::Reshape { shape } => HostArray {
+                shape: shape.clone(),
+                data: ins[0].data.clone(),
+            },
+            LayoutOp::BroadcastInDim { shape, dims } => broadcast_cpu(ins[0], shape, dims),
+            LayoutOp::Slice { start, stride, .. } => slice_cpu(ins[0], start, stride, out),
+            LayoutOp::Concatenate { axis } => concat_cpu(ins, *axis, out),
+            LayoutOp::Pad {
+                lo,
+                interior,
+                value,
+                ..
+            } => pad_cpu(ins[0], lo, interior, *value, out),
+        }])
+    }
+
+    fn lowering(&self) -> Lowering<'_> {
+        match self {
+            // An identity transpose (grad of dot_general emits them around its results) is a
+            // reshape to the same shape.
+            LayoutOp::Transpose { perm } => Lowering::Remap {
+                cheap: true,
+                alias: perm.iter().enumerate().all(|(i, &p)| i == p),
+            },
+            LayoutOp::Reshape { .. } => Lowering::Remap {
+                cheap: false,
+                alias: true,
+            },
+            LayoutOp::BroadcastInDim { .. } | LayoutOp::Slice { .. } => Lowering::Remap {
+                cheap: true,
+                alias: false,
+            },
+            LayoutOp::Concatenate { .. } | LayoutOp::Pad { .. } => Lowering::Remap {
+                cheap: false,
+                alias: false,
+            },
+        }
+    }
+
+    fn emit_wgsl(&self, em: &mut Emitter<'_>, ins: &[Var], idx: &[String]) -> Option<Emitted> {
+        let in_shape = em.g.aval(ins[0]).shape.clone();
+        Some(Emitted::Value(match self {
+            LayoutOp::Transpose { perm } => em.value(ins[0], &transpose_wgsl(perm, idx)),
+            LayoutOp::BroadcastInDim { dims, .. } => {
+                em.value(ins[0], &broadcast_wgsl(&in_shape, dims, idx))
+            }
+            LayoutOp::Slice { start, stride, .. } => {
+                let ii = em.bind_idx(slice_wgsl(start, stride, idx));
+                em.value(ins[0], &ii)
+            }
+            LayoutOp::Reshape { shape } => {
+                let l = em.bind("l", linear_wgsl(shape, idx));
+                let ii = em.bind_idx(unravel_wgsl(&in_shape, &l));
+                em.value(ins[0], &ii)
+            }
+            LayoutOp::Pad {
+                lo,
+                interior,
+                value,
+                ..
+            } => {
+                let (cond, ii) = pad_wgsl(&in_shape, lo, interior, idx);
+                let t = em.tmp("p");
+                em.line(&format!(
+                    "var {t}: {} = {};",
+                    value.dtype().wgsl(),
+                    const_wgsl(*value)
+                ));
+                em.line(&format!("if ({cond}) {{"));
+                em.indent += 1;
+                let ii = em.bind_idx(ii);
+                let x = em.value(ins[0], &ii);
+                em.line(&format!("{t} = {x};"));
+                em.indent -= 1;
+                em.line("}");
+                t
+            }
+            LayoutOp::Concatenate { axis } => concat_emit(em, ins, *axis, idx),
+        }))
+    }
+
+    fn batch(&self, ins: &[Batched], ctx: &BatchCtx<'_>) -> Result<Vec<Batched>> {
+        single_batch(batch(self, ins, ctx))
+    }
+
+    fn vjp(&self, ins: &[Tensor], _outs: &[Tensor], cts: &[Option<Tensor>]) -> Result<Cotangents> {
+        single_vjp(ins, cts, |ct| vjp(self, ins, ct))
+    }
+
+    fn has_effect(&self) -> bool {
+        false
+    }
+}
+
+/// `concatenate` in WGSL: the operand whose range along `axis` holds the index.
+fn concat_emit(em: &mut Emitter<'_>, ins: &[Var], axis: usize, idx: &[String]) -> String {
+    let dt = em.g.aval(ins[0]).dtype;
+    let t = em.tmp("c");
+    em.line(&format!("var {t}: {};", dt.wgsl()));
+    let mut parts = Vec::new();
+    let mut start = 0usize;
+    for &inp in ins {
+        let len = em.g.aval(inp).shape[axis];
+        if len > 0 {
+            parts.push((inp, start, start + len));
+        }
+        start += len;
+    }
+    let last = parts.len().saturating_sub(1);
+    for (j, &(inp, start, end)) in parts.iter().enumerate() {
+        let head = match (j, parts.len()) {
+            (_, 1) => "{".to_string(),
+            (0, _) => format!("if ({} < {end}u) {{", idx[axis]),
+            (j, _) if j == last => "} else {".to_string(),
+            _ => format!("}} else if ({} < {end}u) {{", idx[axis]),
+        };
+        em.line(&head);
+        em.indent += 1;
+        let mut ii = idx.to_vec();
+        if start > 0 {
+            ii[axis] = format!("({} - {start}u)", idx[axis]);
+        }
+        let ii = em.bind_idx(ii);
+        let x = em.value(inp, &ii);
+        em.line(&format!("{t} = {x};"));
+        em.indent -= 1;
+    }
+    if !parts.is_empty() {
+        em.line("}");
+    }
+    t
 }

@@ -4,9 +4,16 @@
 //! The device lowering transposes/reshapes operands into (batch, m, k) × (batch, k, n) and runs the
 //! matmul kernel family of `src/wgsl/matmul.rs` (member measured per adapter, `device/tune.rs`).
 
+use std::fmt;
+
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData, strides, unravel};
+use crate::ops::rules::{Emitted, Lowering, Rules, single_batch, single_vjp};
+use crate::ops::{BatchCtx, Batched, Cotangents};
+use crate::tensor::Tensor;
+use crate::trace::graph::{Aval, Var};
+use crate::wgsl::Emitter;
 
 /// Dimension numbers of a `dot_general`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -193,11 +200,7 @@ pub(crate) fn dot_cpu(
 /// `dot_general` batches as one more batch axis when both operands are batched; when only one is,
 /// its batch axis is a free axis of that operand, moved to the front of the result afterwards
 /// (results are ordered batch axes, lhs free axes, rhs free axes).
-pub(crate) fn batch(
-    d: &DotDims,
-    ins: &[super::Batched],
-    _ctx: &super::BatchCtx<'_>,
-) -> super::Batched {
+fn batch(d: &DotDims, ins: &[super::Batched], _ctx: &super::BatchCtx<'_>) -> super::Batched {
     use crate::tensor::Tensor;
     let ((l, lb), (r, rb)) = (&ins[0], &ins[1]);
     let up =
@@ -229,7 +232,7 @@ pub(crate) fn batch(
 /// `dot_general` transposes: the cotangent of each operand is a `dot_general` of the result's
 /// cotangent with the other operand (contracting the other operand's free axes, batching the batch
 /// axes), transposed back into the operand's axis order.
-pub(crate) fn vjp(
+fn vjp(
     d: &DotDims,
     ins: &[crate::tensor::Tensor],
     ct: &crate::tensor::Tensor,
@@ -303,4 +306,67 @@ pub(crate) fn vjp(
         rr,
     );
     vec![Some(gl), Some(gr)]
+}
+
+// ---- the family -----------------------------------------------------------------------------------
+
+/// `dot_general` is the family's one primitive; its dimension numbers are its parameters.
+impl Rules for DotDims {
+    fn name(&self) -> &'static str {
+        "dot_general"
+    }
+
+    fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "[contract=({:?}, {:?}) batch=({:?}, {:?})]",
+            self.lhs_contract, self.rhs_contract, self.lhs_batch, self.rhs_batch
+        )
+    }
+
+    fn arity(&self) -> Option<usize> {
+        Some(2)
+    }
+
+    fn result_count(&self) -> usize {
+        1
+    }
+
+    fn infer(&self, ins: &[&Aval]) -> Result<Vec<Aval>> {
+        Ok(vec![Aval::new(
+            dot_shape(
+                &ins[0].shape,
+                &ins[1].shape,
+                self,
+                ins[0].dtype,
+                ins[1].dtype,
+            )?,
+            ins[0].dtype,
+        )])
+    }
+
+    fn eval_cpu(&self, ins: &[&HostArray], outs: &[Aval]) -> Result<Vec<HostArray>> {
+        Ok(vec![dot_cpu(ins[0], ins[1], self, &outs[0].shape)])
+    }
+
+    fn lowering(&self) -> Lowering<'_> {
+        Lowering::Matmul(self)
+    }
+
+    fn emit_wgsl(&self, _em: &mut Emitter<'_>, _ins: &[Var], _idx: &[String]) -> Option<Emitted> {
+        // Matmuls have kernels of their own (`crate::wgsl::matmul`).
+        None
+    }
+
+    fn batch(&self, ins: &[Batched], ctx: &BatchCtx<'_>) -> Result<Vec<Batched>> {
+        single_batch(batch(self, ins, ctx))
+    }
+
+    fn vjp(&self, ins: &[Tensor], _outs: &[Tensor], cts: &[Option<Tensor>]) -> Result<Cotangents> {
+        single_vjp(ins, cts, |ct| vjp(self, ins, ct))
+    }
+
+    fn has_effect(&self) -> bool {
+        false
+    }
 }

@@ -4,11 +4,11 @@
 //! samplers from, with `jax_threefry_partitionable` semantics (the default in current JAX; checked
 //! against JAX 0.10.2):
 //!
-//! - `random_bits[shape]` / `random_split[shape]` (`Prim::RandomBits { shape, split }`): element
+//! - `random_bits[shape]` / `random_split[shape]` (`Prim::Random(RandomOp::Bits { shape, split })`): element
 //!   `i` (row-major linear index, a 64-bit counter split into `hi = i >> 32`, `lo = i & 0xffffffff`)
 //!   is `threefry2x32(key, (hi, lo))`; `random_bits` returns the two output words xor-ed, `random_split`
 //!   both words on a trailing axis of 2 (so `split(key, n)` is `random_split[shape=[n]]`).
-//! - `random_fold_in` (`Prim::RandomFoldIn`): `threefry2x32(key, (0, data))`, both words, a new key.
+//! - `random_fold_in` (`Prim::Random(RandomOp::FoldIn)`): `threefry2x32(key, (0, data))`, both words, a new key.
 //!
 //! Both take keys of shape `u32[..., 2]`: leading axes are independent keys, and the result gets the
 //! same leading axes (`[B, 2]` keys give `[B, shape...]`). That is the batching rule: `vmap` over keys
@@ -19,10 +19,16 @@
 //! by the same function on the CPU, so every backend gives the same bits. Random primitives have no
 //! gradient: the VJP gives no cotangent for keys or data.
 
+use std::fmt;
+
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData};
-use crate::trace::graph::Aval;
+use crate::ops::rules::{Emitted, Lowering, Rules, single_batch};
+use crate::ops::{BatchCtx, Batched, Cotangents, Prim};
+use crate::tensor::Tensor;
+use crate::trace::graph::{Aval, Var};
+use crate::wgsl::Emitter;
 
 /// Threefry's key-schedule parity constant.
 const PARITY: u32 = 0x1BD1_1BDA;
@@ -176,19 +182,111 @@ pub(crate) fn fold_in_cpu(key: &HostArray, data: &HostArray, out: &Aval) -> Host
 
 /// Keys with a batch axis in front are just more keys: the primitives take `u32[..., 2]` and give
 /// results with the same leading axes. fold_in's unbatched operand gets the batch axis broadcast.
-pub(crate) fn batch(
-    prim: &super::Prim,
-    ins: &[super::Batched],
-    ctx: &super::BatchCtx<'_>,
-) -> super::Batched {
-    super::apply_batched(prim.clone(), ins, ctx.size)
+fn batch(op: &RandomOp, ins: &[Batched], ctx: &BatchCtx<'_>) -> Batched {
+    super::apply_batched(Prim::Random(op.clone()), ins, ctx.size)
 }
 
 // ---- VJP rule -----------------------------------------------------------------------------------
 
 /// Random bits do not depend differentiably on keys or data: no cotangents.
-pub(crate) fn vjp(ins: &[crate::tensor::Tensor]) -> super::Cotangents {
+fn vjp(ins: &[Tensor]) -> Cotangents {
     vec![None; ins.len()]
+}
+
+// ---- the family -----------------------------------------------------------------------------------
+
+/// The random primitives (see the module documentation).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RandomOp {
+    /// Threefry random bits of keys `u32[..., 2]`: `u32[..., shape...]` (the two hash words
+    /// xor-ed), or with `split` both words, `u32[..., shape..., 2]` (new keys).
+    Bits { shape: Vec<usize>, split: bool },
+    /// `fold_in(keys u32[..., 2], data u32[...])`: new keys `u32[..., 2]`.
+    FoldIn,
+}
+
+impl Rules for RandomOp {
+    fn name(&self) -> &'static str {
+        match self {
+            RandomOp::Bits { split: false, .. } => "random_bits",
+            RandomOp::Bits { split: true, .. } => "random_split",
+            RandomOp::FoldIn => "random_fold_in",
+        }
+    }
+
+    fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RandomOp::Bits { shape, .. } => write!(f, "[shape={shape:?}]"),
+            RandomOp::FoldIn => Ok(()),
+        }
+    }
+
+    fn arity(&self) -> Option<usize> {
+        Some(match self {
+            RandomOp::Bits { .. } => 1,
+            RandomOp::FoldIn => 2,
+        })
+    }
+
+    fn result_count(&self) -> usize {
+        1
+    }
+
+    fn infer(&self, ins: &[&Aval]) -> Result<Vec<Aval>> {
+        Ok(vec![match self {
+            RandomOp::Bits { shape, split } => bits_infer(ins[0], shape, *split)?,
+            RandomOp::FoldIn => fold_in_infer(ins[0], ins[1])?,
+        }])
+    }
+
+    fn eval_cpu(&self, ins: &[&HostArray], outs: &[Aval]) -> Result<Vec<HostArray>> {
+        Ok(vec![match self {
+            RandomOp::Bits { shape, split } => bits_cpu(ins[0], shape, *split, &outs[0]),
+            RandomOp::FoldIn => fold_in_cpu(ins[0], ins[1], &outs[0]),
+        }])
+    }
+
+    fn lowering(&self) -> Lowering<'_> {
+        match self {
+            RandomOp::Bits { .. } | RandomOp::FoldIn => Lowering::Keyed,
+        }
+    }
+
+    fn emit_wgsl(&self, em: &mut Emitter<'_>, ins: &[Var], idx: &[String]) -> Option<Emitted> {
+        // Leading axes pick the key.
+        let lead = em.g.aval(ins[0]).rank() - 1;
+        let (k0, k1) = em.key_words(ins[0], &idx[..lead]);
+        Some(Emitted::Expr(match self {
+            RandomOp::Bits { shape, split } => {
+                // The next axes count within `shape`: the counter is the row-major index within
+                // it; arrays on devices have fewer than 2^32 elements, so its high word is 0.
+                let counter = super::layout::linear_wgsl(shape, &idx[lead..lead + shape.len()]);
+                let h = em.hash(&k0, &k1, &counter);
+                if *split {
+                    format!("select({h}.x, {h}.y, {} == 1u)", idx[lead + shape.len()])
+                } else {
+                    format!("({h}.x ^ {h}.y)")
+                }
+            }
+            RandomOp::FoldIn => {
+                let d = em.value(ins[1], &idx[..lead]);
+                let h = em.hash(&k0, &k1, &d);
+                format!("select({h}.x, {h}.y, {} == 1u)", idx[lead])
+            }
+        }))
+    }
+
+    fn batch(&self, ins: &[Batched], ctx: &BatchCtx<'_>) -> Result<Vec<Batched>> {
+        single_batch(batch(self, ins, ctx))
+    }
+
+    fn vjp(&self, ins: &[Tensor], _outs: &[Tensor], _cts: &[Option<Tensor>]) -> Result<Cotangents> {
+        Ok(vjp(ins))
+    }
+
+    fn has_effect(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

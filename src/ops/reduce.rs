@@ -4,9 +4,16 @@
 //! inlines the elementwise prologue of the reduced value into the kernel's load, so `sum(x * y)` is one
 //! pass. The CPU reference accumulates floats in f64 (the oracle should be more exact than the device).
 
+use std::fmt;
+
 use crate::dtype::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData, strides, unravel};
+use crate::ops::rules::{Emitted, Lowering, Rules, single_batch, single_vjp};
+use crate::ops::{BatchCtx, Batched, Cotangents, Prim};
+use crate::tensor::Tensor;
+use crate::trace::graph::{Aval, Var};
+use crate::wgsl::Emitter;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
@@ -265,60 +272,53 @@ pub(crate) fn argreduce_cpu(op: ArgOp, x: &HostArray, axis: usize) -> HostArray 
 // ---- batching rule ------------------------------------------------------------------------------
 
 /// Reductions batch by shifting their axes past the leading batch axis.
-pub(crate) fn batch(prim: &super::Prim, ins: &[super::Batched]) -> super::Batched {
-    use super::Prim;
-    let shifted = match prim {
-        Prim::Reduce { op, axes } => Prim::Reduce {
+fn batch(r: &ReductionOp, ins: &[Batched]) -> Batched {
+    let shifted = match r {
+        ReductionOp::Reduce { op, axes } => ReductionOp::Reduce {
             op: *op,
             axes: axes.iter().map(|a| a + 1).collect(),
         },
-        Prim::ArgReduce { op, axis } => Prim::ArgReduce {
+        ReductionOp::ArgReduce { op, axis } => ReductionOp::ArgReduce {
             op: *op,
             axis: axis + 1,
         },
-        other => other.clone(),
     };
-    (crate::tensor::Tensor::apply(shifted, &[&ins[0].0]), true)
+    (Tensor::apply(Prim::Reduction(shifted), &[&ins[0].0]), true)
 }
 
 // ---- VJP rule -----------------------------------------------------------------------------------
 
 /// Reductions: a sum spreads its cotangent back over the reduced axes; max and min give it to the
 /// elements equal to the result, shared evenly among ties; prod multiplies by the other factors.
-pub(crate) fn vjp(
-    prim: &super::Prim,
-    ins: &[crate::tensor::Tensor],
-    out: &crate::tensor::Tensor,
-    ct: &crate::tensor::Tensor,
-) -> super::Cotangents {
-    use super::Prim;
+fn vjp(r: &ReductionOp, ins: &[Tensor], out: &Tensor, ct: &Tensor) -> Cotangents {
     let x = &ins[0];
-    let Prim::Reduce { op, axes } = prim else {
-        return vec![None]; // argmax / argmin: integer result
+    let (op, axes) = match r {
+        ReductionOp::Reduce { op, axes } => (op, axes),
+        // argmax / argmin: an integer result.
+        ReductionOp::ArgReduce { .. } => return vec![None],
     };
     if !x.dtype().is_float() {
         return vec![None];
     }
     // Kept axes of x, in order: where the result's axes go back.
     let kept: Vec<usize> = (0..x.ndim()).filter(|a| !axes.contains(a)).collect();
-    let back = |t: &crate::tensor::Tensor| t.broadcast_in_dim(x.shape(), &kept);
+    let back = |t: &Tensor| t.broadcast_in_dim(x.shape(), &kept);
     let g = match op {
         ReduceOp::Sum => back(ct),
         ReduceOp::Prod => {
             // The product of the other factors, without dividing by x (which may be 0): with no
             // zero in a group it is prod / x; with one zero, only the zero's slot gets the product
             // of the rest; with more, nothing.
-            use crate::tensor::Tensor;
             let zero = Tensor::zeros(x.shape(), x.dtype());
             let one = Tensor::ones(x.shape(), x.dtype());
             let is_zero = x.eq(&zero);
             let nonzero = is_zero.where_(&one, x);
             let reduce = |op: ReduceOp, t: &Tensor| {
                 Tensor::apply(
-                    Prim::Reduce {
+                    Prim::Reduction(ReductionOp::Reduce {
                         op,
                         axes: axes.clone(),
-                    },
+                    }),
                     &[t],
                 )
             };
@@ -332,15 +332,118 @@ pub(crate) fn vjp(
         }
         ReduceOp::Max | ReduceOp::Min => {
             let hit = x.eq(&back(out)).cast(x.dtype());
-            let count = crate::tensor::Tensor::apply(
-                Prim::Reduce {
+            let count = Tensor::apply(
+                Prim::Reduction(ReductionOp::Reduce {
                     op: ReduceOp::Sum,
                     axes: axes.clone(),
-                },
+                }),
                 &[&hit],
             );
             &back(&(ct / &count)) * &hit
         }
     };
     vec![Some(g)]
+}
+
+// ---- the family -----------------------------------------------------------------------------------
+
+/// The reductions: over a set of axes, or (arg-reductions) over one.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReductionOp {
+    Reduce { op: ReduceOp, axes: Vec<usize> },
+    ArgReduce { op: ArgOp, axis: usize },
+}
+
+impl Rules for ReductionOp {
+    fn name(&self) -> &'static str {
+        match self {
+            ReductionOp::Reduce { op, .. } => op.name(),
+            ReductionOp::ArgReduce { op, .. } => op.name(),
+        }
+    }
+
+    fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReductionOp::Reduce { axes, .. } => write!(f, "[axes={axes:?}]"),
+            ReductionOp::ArgReduce { axis, .. } => write!(f, "[axis={axis}]"),
+        }
+    }
+
+    fn arity(&self) -> Option<usize> {
+        Some(1)
+    }
+
+    fn result_count(&self) -> usize {
+        1
+    }
+
+    fn infer(&self, ins: &[&Aval]) -> Result<Vec<Aval>> {
+        let out = match self {
+            ReductionOp::Reduce { op, axes } => {
+                let axes = check_axes(op.name(), &ins[0].shape, axes)?;
+                Aval::new(
+                    reduced_shape(&ins[0].shape, &axes),
+                    reduce_dtype(*op, ins[0].dtype)?,
+                )
+            }
+            ReductionOp::ArgReduce { op, axis } => {
+                let axes = check_axes(op.name(), &ins[0].shape, &[*axis])?;
+                if ins[0].shape[*axis] == 0 {
+                    return Err(Error::BadShapeArg {
+                        op: op.name(),
+                        shape: ins[0].shape.clone(),
+                        detail: format!("axis {axis} is empty: no element to pick"),
+                    });
+                }
+                if ins[0].dtype == DType::Bool {
+                    return Err(Error::BadDType {
+                        op: op.name(),
+                        dtype: DType::Bool,
+                        hint: "cast to i32 first",
+                        shapes: vec![],
+                    });
+                }
+                Aval::new(reduced_shape(&ins[0].shape, &axes), DType::I32)
+            }
+        };
+        Ok(vec![out])
+    }
+
+    fn eval_cpu(&self, ins: &[&HostArray], _outs: &[Aval]) -> Result<Vec<HostArray>> {
+        Ok(vec![match self {
+            ReductionOp::Reduce { op, axes } => {
+                let mut a = axes.clone();
+                a.sort_unstable();
+                reduce_cpu(*op, ins[0], &a)
+            }
+            ReductionOp::ArgReduce { op, axis } => argreduce_cpu(*op, ins[0], *axis),
+        }])
+    }
+
+    fn lowering(&self) -> Lowering<'_> {
+        match self {
+            ReductionOp::Reduce { op, axes } => Lowering::Reduce { op: *op, axes },
+            ReductionOp::ArgReduce { op, axis } => Lowering::ArgReduce {
+                op: *op,
+                axis: *axis,
+            },
+        }
+    }
+
+    fn emit_wgsl(&self, _em: &mut Emitter<'_>, _ins: &[Var], _idx: &[String]) -> Option<Emitted> {
+        // Reductions have kernels of their own (`crate::wgsl::reduce_kernels`).
+        None
+    }
+
+    fn batch(&self, ins: &[Batched], _ctx: &BatchCtx<'_>) -> Result<Vec<Batched>> {
+        single_batch(batch(self, ins))
+    }
+
+    fn vjp(&self, ins: &[Tensor], outs: &[Tensor], cts: &[Option<Tensor>]) -> Result<Cotangents> {
+        single_vjp(ins, cts, |ct| vjp(self, ins, &outs[0], ct))
+    }
+
+    fn has_effect(&self) -> bool {
+        false
+    }
 }

@@ -1,5 +1,6 @@
 //! The traced program: typed inputs, equations, outputs (a jaxpr-like IR).
 
+use crate::ops::ControlOp;
 use std::fmt;
 
 use crate::dtype::DType;
@@ -269,12 +270,12 @@ impl Graph {
                 args.join(" ")
             )?;
             let subs: Vec<(String, &Graph)> = match &e.prim {
-                Prim::Cond { branches } => branches
+                Prim::Control(ControlOp::Cond { branches }) => branches
                     .iter()
                     .enumerate()
                     .map(|(j, b)| (format!("branch {j}"), &**b))
                     .collect(),
-                Prim::Scan(p) => vec![("body".to_string(), &*p.body)],
+                Prim::Control(ControlOp::Scan(p)) => vec![("body".to_string(), &*p.body)],
                 _ => Vec::new(),
             };
             for (label, g) in subs {

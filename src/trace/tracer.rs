@@ -1,5 +1,6 @@
 //! The tracer: records primitives applied to traced tensors into a [`Graph`].
 
+use crate::ops::ElementwiseOp;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -118,10 +119,10 @@ impl Trace {
             let aval = Aval::new(h.shape.clone(), h.dtype());
             let v = st.graph.new_var(aval);
             st.graph.eqns.push(Eqn {
-                prim: Prim::Full {
+                prim: Prim::Elementwise(ElementwiseOp::Full {
                     value: h.data.get(0),
                     shape: h.shape.clone(),
-                },
+                }),
                 inputs: vec![],
                 out: v,
                 extra_outs: Vec::new(),

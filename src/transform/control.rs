@@ -14,6 +14,7 @@
 //! one submission, moving the carry with buffer copies; under `pmap`, a scan whose body holds
 //! collectives is driven from the host, each iteration a parallel run of the body.
 
+use crate::ops::ControlOp;
 use std::cell::Cell;
 use std::sync::Arc;
 
@@ -178,9 +179,9 @@ pub(crate) fn switch_impl(
         all_caps.extend(caps);
         graphs.push(g);
     }
-    let prim = Prim::Cond {
+    let prim = Prim::Control(ControlOp::Cond {
         branches: graphs.into_iter().map(Arc::new).collect(),
-    };
+    });
     let mut ins: Vec<&Tensor> = vec![index];
     ins.extend(operands);
     ins.extend(all_caps.iter());
@@ -392,13 +393,13 @@ pub(crate) fn scan_impl(
     let mut inputs = own;
     inputs.append(&mut g.inputs);
     g.inputs = inputs;
-    let prim = Prim::Scan(ScanParams {
+    let prim = Prim::Control(ControlOp::Scan(ScanParams {
         body: Arc::new(g),
         length,
         reverse,
         n_consts: caps.len(),
         n_carry: nk,
-    });
+    }));
     let mut ins: Vec<&Tensor> = caps.iter().collect();
     ins.extend(init);
     ins.extend(xs);

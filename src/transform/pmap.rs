@@ -7,6 +7,7 @@
 //! order, and writes each device its result. Outputs stay on their devices as sharded arrays; fed
 //! to the next parallel call with the same layout they are used in place (no host round trip).
 
+use crate::ops::ControlOp;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -939,7 +940,7 @@ fn varying(g: &Graph, ins: Vec<Option<String>>) -> Vec<Option<String>> {
                 "it comes from {}, which differs per device",
                 c.name()
             ))],
-            Prim::Scan(p) => {
+            Prim::Control(ControlOp::Scan(p)) => {
                 let (nc, nk) = (p.n_consts, p.n_carry);
                 let ins: Vec<Option<String>> = e.inputs.iter().map(reason_of).collect();
                 let mut carry = ins[nc..nc + nk].to_vec();

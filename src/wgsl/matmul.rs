@@ -697,20 +697,10 @@ fn tiled_parts(layout: Layout, tm: usize, tc4: usize, ks: usize) -> (String, Str
     (setup, body, store)
 }
 
-/// Replaces every `{{NAME}}` in `template`; panics if a placeholder is left over.
+/// The shared template filler ([`super::fill`]) over owned values.
 fn fill(template: &str, values: &[(&str, String)]) -> String {
-    let mut out = template.to_string();
-    for (name, value) in values {
-        out = out.replace(&format!("{{{{{name}}}}}"), value);
-    }
-    if let Some(pos) = out.find("{{") {
-        let end = out[pos..].find("}}").map_or(out.len(), |e| pos + e + 2);
-        panic!(
-            "matmul: unfilled placeholder {} in template",
-            &out[pos..end]
-        );
-    }
-    out
+    let pairs: Vec<(&str, &str)> = values.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    super::fill(template, &pairs)
 }
 
 /// Splits `total` workgroups into `[x, y, z]` with every dimension at most `max_per_dim`

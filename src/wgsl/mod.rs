@@ -9,7 +9,8 @@ pub(crate) mod matmul;
 use std::collections::{HashMap, HashSet};
 
 use crate::dtype::{DType, Scalar};
-use crate::ops::{ArgOp, Prim, ReduceOp, elementwise, indexing, layout, random};
+use crate::ops::rules::Emitted;
+use crate::ops::{ArgOp, ReduceOp, layout, random};
 use crate::trace::graph::{Graph, Var};
 
 /// Workgroup size of the generated elementwise and reduction kernels (the browser allows 256 at most).
@@ -27,7 +28,7 @@ pub(crate) struct KernelSrc {
 
 /// Inlines fusable primitives into WGSL statements.
 pub(crate) struct Emitter<'a> {
-    g: &'a Graph,
+    pub(crate) g: &'a Graph,
     producers: &'a [Option<usize>],
     materialized: &'a [bool],
     /// Materialized variables read by the kernel, in binding order.
@@ -35,7 +36,7 @@ pub(crate) struct Emitter<'a> {
     pub helpers: Vec<&'static str>,
     body: String,
     n_tmp: usize,
-    indent: usize,
+    pub(crate) indent: usize,
     /// The kernel's own output index (per-axis names, shape, linear name): a read at exactly that
     /// position of an array of that shape uses the linear index directly, no re-linearizing.
     root: Option<(Vec<String>, Vec<usize>, String)>,
@@ -112,11 +113,11 @@ impl<'a> Emitter<'a> {
         self.root = Some((idx.to_vec(), shape.to_vec(), lin.to_string()));
         self
     }
-    fn tmp(&mut self, p: &str) -> String {
+    pub(crate) fn tmp(&mut self, p: &str) -> String {
         self.n_tmp += 1;
         format!("{p}{}", self.n_tmp)
     }
-    fn line(&mut self, s: &str) {
+    pub(crate) fn line(&mut self, s: &str) {
         if let Some(l) = &mut self.lanes {
             // `let NAME = EXPR;` / `var NAME...` / `NAME = EXPR;`: track which names depend on the lane.
             let (name, rhs, is_var) = if let Some(r) = s.strip_prefix("let ") {
@@ -145,7 +146,7 @@ impl<'a> Emitter<'a> {
     }
     /// `let NAME = expr;` with a new name. In lane mode an expression that does not depend on the
     /// lane and was already bound at the top level reuses that name: the lanes share it.
-    fn bind(&mut self, prefix: &str, expr: String) -> String {
+    pub(crate) fn bind(&mut self, prefix: &str, expr: String) -> String {
         let shared =
             self.lanes.as_ref().is_some_and(|l| self.indent == l.top) && !self.lane_dep(&expr);
         if shared {
@@ -165,7 +166,7 @@ impl<'a> Emitter<'a> {
         t
     }
     /// Bind non-trivial index expressions to names so expressions stay small.
-    fn bind_idx(&mut self, idx: Vec<String>) -> Vec<String> {
+    pub(crate) fn bind_idx(&mut self, idx: Vec<String>) -> Vec<String> {
         idx.into_iter()
             .map(|e| if is_simple(&e) { e } else { self.bind("j", e) })
             .collect()
@@ -180,7 +181,7 @@ impl<'a> Emitter<'a> {
         }
     }
     /// The two words of the key at leading index `lead` of keys `key` (`u32[..., 2]`).
-    fn key_words(&mut self, key: Var, lead: &[String]) -> (String, String) {
+    pub(crate) fn key_words(&mut self, key: Var, lead: &[String]) -> (String, String) {
         let mut ii = lead.to_vec();
         ii.push("0u".into());
         let k0 = self.value(key, &ii);
@@ -189,7 +190,7 @@ impl<'a> Emitter<'a> {
         (k0, k1)
     }
     /// `bthreefry` of the counter `(0, lo)` bound to a name (a `vec2<u32>`).
-    fn hash(&mut self, k0: &str, k1: &str, lo: &str) -> String {
+    pub(crate) fn hash(&mut self, k0: &str, k1: &str, lo: &str) -> String {
         self.helpers.push(random::THREEFRY_WGSL);
         self.bind("h", format!("bthreefry({k0}, {k1}, 0u, {lo})"))
     }
@@ -339,162 +340,14 @@ impl<'a> Emitter<'a> {
         let e = &self.g.eqns
             [self.producers[v.idx()].expect("non-materialized variables have producers")];
         let (prim, ins) = (e.prim.clone(), e.inputs.clone());
-        let in_dt = |k: usize| self.g.aval(ins[k]).dtype;
-        let expr = match &prim {
-            Prim::Full { value, .. } => return const_wgsl(*value),
-            Prim::Iota { dtype, axis, .. } => {
-                return elementwise::cast_wgsl(DType::U32, *dtype, &idx[*axis]);
-            }
-            Prim::Unary(op) => {
-                let a = self.value(ins[0], idx);
-                op.wgsl(in_dt(0), &a, &mut self.helpers)
-            }
-            Prim::Binary(op) => {
-                let a = self.value(ins[0], idx);
-                let b = self.value(ins[1], idx);
-                op.wgsl(in_dt(0), &a, &b, &mut self.helpers)
-            }
-            Prim::Select => {
-                let p = self.value(ins[0], idx);
-                let a = self.value(ins[1], idx);
-                let b = self.value(ins[2], idx);
-                elementwise::select_wgsl(&p, &a, &b)
-            }
-            Prim::Fma => {
-                let a = self.value(ins[0], idx);
-                let b = self.value(ins[1], idx);
-                let c = self.value(ins[2], idx);
-                self.helpers.push(elementwise::FMA_F32);
-                format!("bfma({a}, {b}, {c})")
-            }
-            Prim::Cast(t) => {
-                let a = self.value(ins[0], idx);
-                elementwise::cast_wgsl(in_dt(0), *t, &a)
-            }
-            Prim::RandomBits { shape, split } => {
-                // Leading axes pick the key, the next ones count within `shape`.
-                let lead = self.g.aval(ins[0]).rank() - 1;
-                let (k0, k1) = self.key_words(ins[0], &idx[..lead]);
-                // The counter is the row-major index within `shape`; arrays on devices have fewer
-                // than 2^32 elements, so its high word is 0.
-                let counter = layout::linear_wgsl(shape, &idx[lead..lead + shape.len()]);
-                let h = self.hash(&k0, &k1, &counter);
-                if *split {
-                    format!("select({h}.x, {h}.y, {} == 1u)", idx[lead + shape.len()])
-                } else {
-                    format!("({h}.x ^ {h}.y)")
-                }
-            }
-            Prim::RandomFoldIn => {
-                let lead = self.g.aval(ins[0]).rank() - 1;
-                let (k0, k1) = self.key_words(ins[0], &idx[..lead]);
-                let d = self.value(ins[1], &idx[..lead]);
-                let h = self.hash(&k0, &k1, &d);
-                format!("select({h}.x, {h}.y, {} == 1u)", idx[lead])
-            }
-            Prim::Transpose { perm } => {
-                return self.value(ins[0], &layout::transpose_wgsl(perm, idx));
-            }
-            Prim::BroadcastInDim { dims, .. } => {
-                let in_shape = self.g.aval(ins[0]).shape.clone();
-                return self.value(ins[0], &layout::broadcast_wgsl(&in_shape, dims, idx));
-            }
-            Prim::Slice { start, stride, .. } => {
-                let ii = self.bind_idx(layout::slice_wgsl(start, stride, idx));
-                return self.value(ins[0], &ii);
-            }
-            Prim::Reshape { .. } => {
-                let in_shape = self.g.aval(ins[0]).shape.clone();
-                let l = self.bind("l", layout::linear_wgsl(&aval.shape, idx));
-                let ii = self.bind_idx(layout::unravel_wgsl(&in_shape, &l));
-                return self.value(ins[0], &ii);
-            }
-            Prim::Pad {
-                lo,
-                interior,
-                value,
-                ..
-            } => {
-                let in_shape = self.g.aval(ins[0]).shape.clone();
-                let (cond, ii) = layout::pad_wgsl(&in_shape, lo, interior, idx);
-                let t = self.tmp("p");
-                self.line(&format!(
-                    "var {t}: {} = {};",
-                    aval.dtype.wgsl(),
-                    const_wgsl(*value)
-                ));
-                self.line(&format!("if ({cond}) {{"));
-                self.indent += 1;
-                let ii = self.bind_idx(ii);
-                let x = self.value(ins[0], &ii);
-                self.line(&format!("{t} = {x};"));
-                self.indent -= 1;
-                self.line("}");
-                return t;
-            }
-            Prim::Concatenate { axis } => {
-                let t = self.tmp("c");
-                self.line(&format!("var {t}: {};", aval.dtype.wgsl()));
-                let mut parts = Vec::new();
-                let mut start = 0usize;
-                for &inp in &ins {
-                    let len = self.g.aval(inp).shape[*axis];
-                    if len > 0 {
-                        parts.push((inp, start, start + len));
-                    }
-                    start += len;
-                }
-                let last = parts.len().saturating_sub(1);
-                for (j, &(inp, start, end)) in parts.iter().enumerate() {
-                    let head = match (j, parts.len()) {
-                        (_, 1) => "{".to_string(),
-                        (0, _) => format!("if ({} < {end}u) {{", idx[*axis]),
-                        (j, _) if j == last => "} else {".to_string(),
-                        _ => format!("}} else if ({} < {end}u) {{", idx[*axis]),
-                    };
-                    self.line(&head);
-                    self.indent += 1;
-                    let mut ii = idx.to_vec();
-                    if start > 0 {
-                        ii[*axis] = format!("({} - {start}u)", idx[*axis]);
-                    }
-                    let ii = self.bind_idx(ii);
-                    let x = self.value(inp, &ii);
-                    self.line(&format!("{t} = {x};"));
-                    self.indent -= 1;
-                }
-                if parts.is_empty() {
-                    return t;
-                }
-                self.line("}");
-                return t;
-            }
-            Prim::Take { axis } => {
-                let x_shape = self.g.aval(ins[0]).shape.clone();
-                let r = self.g.aval(ins[1]).rank();
-                let raw = self.value(ins[1], &idx[*axis..*axis + r]);
-                let j = self.bind(
-                    "k",
-                    indexing::norm_index_wgsl(&raw, in_dt(1), x_shape[*axis]),
-                );
-                let mut ii: Vec<String> = idx[..*axis].to_vec();
-                ii.push(j);
-                ii.extend_from_slice(&idx[*axis + r..]);
-                return self.value(ins[0], &ii);
-            }
-            Prim::Reduce { .. }
-            | Prim::ArgReduce { .. }
-            | Prim::DotGeneral(_)
-            | Prim::Collective(_)
-            | Prim::Cond { .. }
-            | Prim::Scan(_)
-            | Prim::DebugPrint { .. } => {
-                unreachable!(
-                    "non-fusable primitives are materialized; collectives and conds never lowered"
-                )
-            }
-        };
-        self.bind("t", expr)
+        match prim.rules().emit_wgsl(self, &ins, idx) {
+            Some(Emitted::Value(v)) => v,
+            Some(Emitted::Expr(expr)) => self.bind("t", expr),
+            None => unreachable!(
+                "{} is not fused: the planner stores its result (or never lowers it)",
+                prim.name()
+            ),
+        }
     }
 }
 
@@ -596,10 +449,20 @@ fn store_expr(dt: DType, val: &str) -> String {
     }
 }
 
-fn fill(template: &str, pairs: &[(&str, &str)]) -> String {
+/// Fills every `{{NAME}}` of a kernel template (the one filler of every template in `shaders/`).
+/// A name the template lacks, or a placeholder left over, is a bug in the generator: it panics
+/// there (every template is exercised by the tests and `tests/wgsl_golden.rs`) rather than send
+/// a broken kernel to the driver.
+pub(crate) fn fill(template: &str, pairs: &[(&str, &str)]) -> String {
     let mut s = template.to_string();
     for (k, v) in pairs {
-        s = s.replace(&format!("{{{{{k}}}}}"), v);
+        let key = format!("{{{{{k}}}}}");
+        assert!(s.contains(&key), "kernel template has no placeholder {key}");
+        s = s.replace(&key, v);
+    }
+    if let Some(pos) = s.find("{{") {
+        let end = s[pos..].find("}}").map_or(s.len(), |e| pos + e + 2);
+        panic!("kernel template: unfilled placeholder {}", &s[pos..end]);
     }
     s
 }
