@@ -372,7 +372,7 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
                 let ops = dot_operands(g, producers, e);
                 mat[ops.a.idx()] = true;
                 mat[ops.b.idx()] = true;
-            } else if matches!(e.prim, Prim::DotGeneral(_)) {
+            } else if matches!(e.prim, Prim::DotGeneral(_) | Prim::Conv(_)) {
                 for v in &e.inputs {
                     mat[v.idx()] = true;
                 }
@@ -563,6 +563,10 @@ fn plan_steps(
                     out: e.out,
                 });
             }
+            Prim::Conv(p) => steps.push(Step::Kernel {
+                src: crate::ops::conv::kernel_src(p, g, e, max_wg)?,
+                out: e.out,
+            }),
             Prim::DotGeneral(_) => {
                 return Err(Error::Unsupported {
                     op: "dot_general",

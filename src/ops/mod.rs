@@ -18,6 +18,7 @@
 
 pub mod collective;
 pub mod control;
+pub mod conv;
 pub mod debug;
 pub mod elementwise;
 pub mod indexing;
@@ -34,6 +35,7 @@ use crate::host::{HostArray, HostData};
 use crate::trace::graph::Aval;
 
 pub use collective::{Collective, CollectiveKind};
+pub use conv::{ConvDims, ConvOptions, ConvParams, Padding};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use matmul::DotDims;
 pub use reduce::{ArgOp, ReduceOp};
@@ -69,6 +71,8 @@ pub enum Prim {
         axis: usize,
     },
     DotGeneral(DotDims),
+    /// `conv_general_dilated(lhs, rhs)`: N-d convolution. See [`conv`].
+    Conv(ConvParams),
     Transpose {
         perm: Vec<usize>,
     },
@@ -135,6 +139,7 @@ impl Prim {
             Prim::Reduce { op, .. } => op.name(),
             Prim::ArgReduce { op, .. } => op.name(),
             Prim::DotGeneral(_) => "dot_general",
+            Prim::Conv(_) => conv::name(),
             Prim::Transpose { .. } => "transpose",
             Prim::Reshape { .. } => "reshape",
             Prim::BroadcastInDim { .. } => "broadcast_in_dim",
@@ -199,6 +204,7 @@ impl Prim {
             Prim::Reduce { .. }
                 | Prim::ArgReduce { .. }
                 | Prim::DotGeneral(_)
+                | Prim::Conv(_)
                 | Prim::Collective(_)
                 | Prim::Cond { .. }
                 | Prim::Scan(_)
@@ -210,9 +216,11 @@ impl Prim {
     pub fn arity(&self) -> Option<usize> {
         match self {
             Prim::Full { .. } | Prim::Iota { .. } => Some(0),
-            Prim::Binary(_) | Prim::DotGeneral(_) | Prim::Take { .. } | Prim::RandomFoldIn => {
-                Some(2)
-            }
+            Prim::Binary(_)
+            | Prim::DotGeneral(_)
+            | Prim::Conv(_)
+            | Prim::Take { .. }
+            | Prim::RandomFoldIn => Some(2),
             Prim::Select | Prim::Fma => Some(3),
             Prim::Concatenate { .. }
             | Prim::Cond { .. }
@@ -351,6 +359,7 @@ impl Prim {
                 matmul::dot_shape(&ins[0].shape, &ins[1].shape, d, ins[0].dtype, ins[1].dtype)?,
                 ins[0].dtype,
             ),
+            Prim::Conv(p) => conv::infer(p, ins[0], ins[1])?,
             Prim::Transpose { perm } => {
                 Aval::new(layout::transpose_shape(&ins[0].shape, perm)?, ins[0].dtype)
             }
@@ -463,6 +472,7 @@ impl Prim {
             }
             Prim::ArgReduce { op, axis } => reduce::argreduce_cpu(*op, ins[0], *axis),
             Prim::DotGeneral(d) => matmul::dot_cpu(ins[0], ins[1], d, &out.shape),
+            Prim::Conv(p) => conv::eval_cpu(p, ins[0], ins[1], out),
             Prim::Transpose { perm } => layout::transpose_cpu(ins[0], perm, &out.shape),
             Prim::Reshape { shape } => HostArray {
                 shape: shape.clone(),
@@ -529,6 +539,7 @@ impl fmt::Display for Prim {
                 "{n}[contract=({:?}, {:?}) batch=({:?}, {:?})]",
                 d.lhs_contract, d.rhs_contract, d.lhs_batch, d.rhs_batch
             ),
+            Prim::Conv(p) => write!(f, "{p}"),
             Prim::Transpose { perm } => write!(f, "{n}[permutation={perm:?}]"),
             Prim::Reshape { shape } => write!(f, "{n}[new_sizes={shape:?}]"),
             Prim::BroadcastInDim { shape, dims } => {
@@ -606,6 +617,7 @@ impl Prim {
             | Prim::Iota { .. } => elementwise::batch(self, ins, ctx),
             Prim::Reduce { .. } | Prim::ArgReduce { .. } => reduce::batch(self, ins),
             Prim::DotGeneral(d) => matmul::batch(d, ins, ctx),
+            Prim::Conv(p) => conv::batch(p, ins, ctx),
             Prim::Transpose { .. }
             | Prim::Reshape { .. }
             | Prim::BroadcastInDim { .. }
@@ -713,6 +725,7 @@ impl Prim {
             | Prim::Iota { .. } => elementwise::vjp(self, ins, out, ct),
             Prim::Reduce { .. } | Prim::ArgReduce { .. } => reduce::vjp(self, ins, out, ct),
             Prim::DotGeneral(d) => matmul::vjp(d, ins, ct),
+            Prim::Conv(p) => conv::vjp(p, ins, ct),
             Prim::Transpose { .. }
             | Prim::Reshape { .. }
             | Prim::BroadcastInDim { .. }

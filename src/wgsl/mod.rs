@@ -485,6 +485,7 @@ impl<'a> Emitter<'a> {
             Prim::Reduce { .. }
             | Prim::ArgReduce { .. }
             | Prim::DotGeneral(_)
+            | Prim::Conv(_)
             | Prim::Collective(_)
             | Prim::Cond { .. }
             | Prim::Scan(_)
