@@ -53,7 +53,12 @@ fn cases() -> Vec<Case> {
             &[3, 2, 2],
             o(&[1], Padding::Explicit(vec![(2, -1)])).lhs_dilation(&[3]),
         ),
-        case("2d NCHW valid", &[2, 3, 6, 5], &[4, 3, 3, 2], o(&[], Padding::Valid)),
+        case(
+            "2d NCHW valid",
+            &[2, 3, 6, 5],
+            &[4, 3, 3, 2],
+            o(&[], Padding::Valid),
+        ),
         case(
             "2d NCHW strided same, rhs dilation",
             &[2, 3, 7, 6],
@@ -137,8 +142,18 @@ fn tile_edges_and_single_outputs() {
     // tile, a 1x1 output, a 1x1 kernel, and more output features than one column tile.
     let o = ConvOptions::new;
     for c in [
-        case("one output", &[1, 2, 3, 3], &[1, 2, 3, 3], o(&[], Padding::Valid)),
-        case("1x1 kernel", &[3, 5, 3, 1], &[9, 5, 1, 1], o(&[], Padding::Valid)),
+        case(
+            "one output",
+            &[1, 2, 3, 3],
+            &[1, 2, 3, 3],
+            o(&[], Padding::Valid),
+        ),
+        case(
+            "1x1 kernel",
+            &[3, 5, 3, 1],
+            &[9, 5, 1, 1],
+            o(&[], Padding::Valid),
+        ),
         case("odd rows", &[1, 1, 7], &[3, 1, 1], o(&[2], Padding::Same)),
         case(
             "many features",
@@ -197,26 +212,121 @@ mod jax_consts {
         };
     }
 
-    def!(NCHW_SAME, "NCHW same", NCHW_SAME_SPECS, NCHW_SAME_STRIDES, NCHW_SAME_PADDING,
-        NCHW_SAME_PADDING_IS_STRING, NCHW_SAME_LHS_DILATION, NCHW_SAME_RHS_DILATION, NCHW_SAME_GROUPS,
-        NCHW_SAME_X, NCHW_SAME_X_SHAPE, NCHW_SAME_K, NCHW_SAME_K_SHAPE, NCHW_SAME_Y, NCHW_SAME_Y_SHAPE,
-        NCHW_SAME_CT, NCHW_SAME_CT_SHAPE, NCHW_SAME_DX, NCHW_SAME_DX_SHAPE, NCHW_SAME_DK, NCHW_SAME_DK_SHAPE);
-    def!(NHWC_GROUPS, "NHWC groups", NHWC_GROUPS_SPECS, NHWC_GROUPS_STRIDES, NHWC_GROUPS_PADDING,
-        NHWC_GROUPS_PADDING_IS_STRING, NHWC_GROUPS_LHS_DILATION, NHWC_GROUPS_RHS_DILATION, NHWC_GROUPS_GROUPS,
-        NHWC_GROUPS_X, NHWC_GROUPS_X_SHAPE, NHWC_GROUPS_K, NHWC_GROUPS_K_SHAPE, NHWC_GROUPS_Y, NHWC_GROUPS_Y_SHAPE,
-        NHWC_GROUPS_CT, NHWC_GROUPS_CT_SHAPE, NHWC_GROUPS_DX, NHWC_GROUPS_DX_SHAPE, NHWC_GROUPS_DK, NHWC_GROUPS_DK_SHAPE);
-    def!(NWC_STRIDED, "NWC strided", NWC_STRIDED_SPECS, NWC_STRIDED_STRIDES, NWC_STRIDED_PADDING,
-        NWC_STRIDED_PADDING_IS_STRING, NWC_STRIDED_LHS_DILATION, NWC_STRIDED_RHS_DILATION, NWC_STRIDED_GROUPS,
-        NWC_STRIDED_X, NWC_STRIDED_X_SHAPE, NWC_STRIDED_K, NWC_STRIDED_K_SHAPE, NWC_STRIDED_Y, NWC_STRIDED_Y_SHAPE,
-        NWC_STRIDED_CT, NWC_STRIDED_CT_SHAPE, NWC_STRIDED_DX, NWC_STRIDED_DX_SHAPE, NWC_STRIDED_DK, NWC_STRIDED_DK_SHAPE);
-    def!(NHWC_VALID, "NHWC valid", NHWC_VALID_SPECS, NHWC_VALID_STRIDES, NHWC_VALID_PADDING,
-        NHWC_VALID_PADDING_IS_STRING, NHWC_VALID_LHS_DILATION, NHWC_VALID_RHS_DILATION, NHWC_VALID_GROUPS,
-        NHWC_VALID_X, NHWC_VALID_X_SHAPE, NHWC_VALID_K, NHWC_VALID_K_SHAPE, NHWC_VALID_Y, NHWC_VALID_Y_SHAPE,
-        NHWC_VALID_CT, NHWC_VALID_CT_SHAPE, NHWC_VALID_DX, NHWC_VALID_DX_SHAPE, NHWC_VALID_DK, NHWC_VALID_DK_SHAPE);
-    def!(NCDHW_DEPTHWISE, "NCDHW depthwise", NCDHW_DEPTHWISE_SPECS, NCDHW_DEPTHWISE_STRIDES, NCDHW_DEPTHWISE_PADDING,
-        NCDHW_DEPTHWISE_PADDING_IS_STRING, NCDHW_DEPTHWISE_LHS_DILATION, NCDHW_DEPTHWISE_RHS_DILATION, NCDHW_DEPTHWISE_GROUPS,
-        NCDHW_DEPTHWISE_X, NCDHW_DEPTHWISE_X_SHAPE, NCDHW_DEPTHWISE_K, NCDHW_DEPTHWISE_K_SHAPE, NCDHW_DEPTHWISE_Y, NCDHW_DEPTHWISE_Y_SHAPE,
-        NCDHW_DEPTHWISE_CT, NCDHW_DEPTHWISE_CT_SHAPE, NCDHW_DEPTHWISE_DX, NCDHW_DEPTHWISE_DX_SHAPE, NCDHW_DEPTHWISE_DK, NCDHW_DEPTHWISE_DK_SHAPE);
+    def!(
+        NCHW_SAME,
+        "NCHW same",
+        NCHW_SAME_SPECS,
+        NCHW_SAME_STRIDES,
+        NCHW_SAME_PADDING,
+        NCHW_SAME_PADDING_IS_STRING,
+        NCHW_SAME_LHS_DILATION,
+        NCHW_SAME_RHS_DILATION,
+        NCHW_SAME_GROUPS,
+        NCHW_SAME_X,
+        NCHW_SAME_X_SHAPE,
+        NCHW_SAME_K,
+        NCHW_SAME_K_SHAPE,
+        NCHW_SAME_Y,
+        NCHW_SAME_Y_SHAPE,
+        NCHW_SAME_CT,
+        NCHW_SAME_CT_SHAPE,
+        NCHW_SAME_DX,
+        NCHW_SAME_DX_SHAPE,
+        NCHW_SAME_DK,
+        NCHW_SAME_DK_SHAPE
+    );
+    def!(
+        NHWC_GROUPS,
+        "NHWC groups",
+        NHWC_GROUPS_SPECS,
+        NHWC_GROUPS_STRIDES,
+        NHWC_GROUPS_PADDING,
+        NHWC_GROUPS_PADDING_IS_STRING,
+        NHWC_GROUPS_LHS_DILATION,
+        NHWC_GROUPS_RHS_DILATION,
+        NHWC_GROUPS_GROUPS,
+        NHWC_GROUPS_X,
+        NHWC_GROUPS_X_SHAPE,
+        NHWC_GROUPS_K,
+        NHWC_GROUPS_K_SHAPE,
+        NHWC_GROUPS_Y,
+        NHWC_GROUPS_Y_SHAPE,
+        NHWC_GROUPS_CT,
+        NHWC_GROUPS_CT_SHAPE,
+        NHWC_GROUPS_DX,
+        NHWC_GROUPS_DX_SHAPE,
+        NHWC_GROUPS_DK,
+        NHWC_GROUPS_DK_SHAPE
+    );
+    def!(
+        NWC_STRIDED,
+        "NWC strided",
+        NWC_STRIDED_SPECS,
+        NWC_STRIDED_STRIDES,
+        NWC_STRIDED_PADDING,
+        NWC_STRIDED_PADDING_IS_STRING,
+        NWC_STRIDED_LHS_DILATION,
+        NWC_STRIDED_RHS_DILATION,
+        NWC_STRIDED_GROUPS,
+        NWC_STRIDED_X,
+        NWC_STRIDED_X_SHAPE,
+        NWC_STRIDED_K,
+        NWC_STRIDED_K_SHAPE,
+        NWC_STRIDED_Y,
+        NWC_STRIDED_Y_SHAPE,
+        NWC_STRIDED_CT,
+        NWC_STRIDED_CT_SHAPE,
+        NWC_STRIDED_DX,
+        NWC_STRIDED_DX_SHAPE,
+        NWC_STRIDED_DK,
+        NWC_STRIDED_DK_SHAPE
+    );
+    def!(
+        NHWC_VALID,
+        "NHWC valid",
+        NHWC_VALID_SPECS,
+        NHWC_VALID_STRIDES,
+        NHWC_VALID_PADDING,
+        NHWC_VALID_PADDING_IS_STRING,
+        NHWC_VALID_LHS_DILATION,
+        NHWC_VALID_RHS_DILATION,
+        NHWC_VALID_GROUPS,
+        NHWC_VALID_X,
+        NHWC_VALID_X_SHAPE,
+        NHWC_VALID_K,
+        NHWC_VALID_K_SHAPE,
+        NHWC_VALID_Y,
+        NHWC_VALID_Y_SHAPE,
+        NHWC_VALID_CT,
+        NHWC_VALID_CT_SHAPE,
+        NHWC_VALID_DX,
+        NHWC_VALID_DX_SHAPE,
+        NHWC_VALID_DK,
+        NHWC_VALID_DK_SHAPE
+    );
+    def!(
+        NCDHW_DEPTHWISE,
+        "NCDHW depthwise",
+        NCDHW_DEPTHWISE_SPECS,
+        NCDHW_DEPTHWISE_STRIDES,
+        NCDHW_DEPTHWISE_PADDING,
+        NCDHW_DEPTHWISE_PADDING_IS_STRING,
+        NCDHW_DEPTHWISE_LHS_DILATION,
+        NCDHW_DEPTHWISE_RHS_DILATION,
+        NCDHW_DEPTHWISE_GROUPS,
+        NCDHW_DEPTHWISE_X,
+        NCDHW_DEPTHWISE_X_SHAPE,
+        NCDHW_DEPTHWISE_K,
+        NCDHW_DEPTHWISE_K_SHAPE,
+        NCDHW_DEPTHWISE_Y,
+        NCDHW_DEPTHWISE_Y_SHAPE,
+        NCDHW_DEPTHWISE_CT,
+        NCDHW_DEPTHWISE_CT_SHAPE,
+        NCDHW_DEPTHWISE_DX,
+        NCDHW_DEPTHWISE_DX_SHAPE,
+        NCDHW_DEPTHWISE_DK,
+        NCDHW_DEPTHWISE_DK_SHAPE
+    );
 }
 
 fn jax_cases() -> Vec<JaxCase> {
@@ -273,9 +383,15 @@ fn forward_and_grads_match_jax_on_both_adapters() {
         let (x, k, ct) = (c.array(0), c.array(1), c.array(3));
         // Forward: reference and both adapters against JAX.
         let want = check_on_all(conv_of(&opts), &[x.clone(), k.clone()], Tol::REDUCE);
-        assert_close(&want[0], &c.host(2), Tol::REDUCE, &format!("{}: reference vs JAX", c.name));
+        assert_close(
+            &want[0],
+            &c.host(2),
+            Tol::REDUCE,
+            &format!("{}: reference vs JAX", c.name),
+        );
         // Gradients of sum(conv(x, k) * ct): the VJP with cotangent ct.
-        let loss = |a: &[Tensor]| vec![(&a[0].conv_general_dilated(&a[1], &opts) * &a[2]).sum_all()];
+        let loss =
+            |a: &[Tensor]| vec![(&a[0].conv_general_dilated(&a[1], &opts) * &a[2]).sum_all()];
         for dev in gpu_devices() {
             let _g = device_guard(&dev);
             let g = grad(&loss)
@@ -335,7 +451,8 @@ fn grads_match_f64_finite_differences() {
         let mut args = args_of(c, 40 + i as u64);
         let ys = shape_of(&args);
         args.push(rand_f32_in(&ys, 90 + i as u64, -1.0, 1.0));
-        let loss = |a: &[Tensor]| vec![(&a[0].conv_general_dilated(&a[1], &opts) * &a[2]).sum_all()];
+        let loss =
+            |a: &[Tensor]| vec![(&a[0].conv_general_dilated(&a[1], &opts) * &a[2]).sum_all()];
         let g = grad(&loss)
             .argnums(&[0, 1])
             .on(&dev)
@@ -351,7 +468,10 @@ fn grads_match_f64_finite_differences() {
             assert_fd(
                 &host(&g[k]),
                 &fd,
-                &format!("{}: d/d arg {k} on vulkan vs f64 central differences", c.name),
+                &format!(
+                    "{}: d/d arg {k} on vulkan vs f64 central differences",
+                    c.name
+                ),
             );
         }
     }
@@ -372,14 +492,49 @@ fn vmap_matches_per_example() {
     let kb = rand_f32_in(&[3, 6, 2, 2, 3], 2, -1.0, 1.0);
     let x = rand_f32_in(&[2, 4, 5, 5], 3, -1.0, 1.0);
     let k = rand_f32_in(&[6, 2, 2, 3], 4, -1.0, 1.0);
-    check_vmap("x batched", &f, &[Some(0), None], &[Some(0)], &[xb.clone(), k], Tol::REDUCE);
-    check_vmap("k batched", &f, &[None, Some(0)], &[Some(0)], &[x, kb.clone()], Tol::REDUCE);
-    check_vmap("both batched", &f, &[Some(0), Some(0)], &[Some(0)], &[xb, kb], Tol::REDUCE);
+    check_vmap(
+        "x batched",
+        &f,
+        &[Some(0), None],
+        &[Some(0)],
+        &[xb.clone(), k],
+        Tol::REDUCE,
+    );
+    check_vmap(
+        "k batched",
+        &f,
+        &[None, Some(0)],
+        &[Some(0)],
+        &[x, kb.clone()],
+        Tol::REDUCE,
+    );
+    check_vmap(
+        "both batched",
+        &f,
+        &[Some(0), Some(0)],
+        &[Some(0)],
+        &[xb, kb],
+        Tol::REDUCE,
+    );
     // NHWC with the batch axis in the middle of the input and at the end of the output.
     let xm = rand_f32_in(&[2, 4, 3, 5, 3], 5, -1.0, 1.0);
-    let km = rand_f32_in(&[2, 2, 3, 4, 3], 6, -1.0, 1.0);
-    check_vmap("NHWC x axis 1", &g, &[Some(1), None], &[Some(3)], &[xm.clone(), rand_f32_in(&[2, 2, 3, 4], 7, -1.0, 1.0)], Tol::REDUCE);
-    check_vmap("NHWC both, k axis 4", &g, &[Some(1), Some(4)], &[Some(0)], &[xm, km], Tol::REDUCE);
+    let km = rand_f32_in(&[2, 2, 3, 4, 4], 6, -1.0, 1.0);
+    check_vmap(
+        "NHWC x axis 1",
+        &g,
+        &[Some(1), None],
+        &[Some(3)],
+        &[xm.clone(), rand_f32_in(&[2, 2, 3, 4], 7, -1.0, 1.0)],
+        Tol::REDUCE,
+    );
+    check_vmap(
+        "NHWC both, k axis 4",
+        &g,
+        &[Some(1), Some(4)],
+        &[Some(0)],
+        &[xm, km],
+        Tol::REDUCE,
+    );
 }
 
 // ---- errors and printing -----------------------------------------------------------------------
@@ -388,7 +543,9 @@ fn err_of(x: &[usize], k: &[usize], opts: &ConvOptions, dt: DType) -> Error {
     let x = Tensor::ones(x, dt);
     let k = Tensor::ones(k, dt);
     let y = x.conv_general_dilated(&k, opts);
-    y.error().cloned().unwrap_or_else(|| panic!("expected an error, got shape {:?}", y.shape()))
+    y.error()
+        .cloned()
+        .unwrap_or_else(|| panic!("expected an error, got shape {:?}", y.shape()))
 }
 
 #[test]
@@ -397,14 +554,27 @@ fn typed_errors_name_shapes_and_fix() {
     let e = err_of(&[1, 3, 5, 5], &[4, 2, 3, 3], &valid, DType::F32);
     let m = e.to_string();
     assert!(matches!(e, Error::MatmulShape { .. }), "{m}");
-    assert!(m.contains("[1, 3, 5, 5]") && m.contains("[4, 2, 3, 3]") && m.contains("feature_group_count"), "{m}");
+    assert!(
+        m.contains("[1, 3, 5, 5]")
+            && m.contains("[4, 2, 3, 3]")
+            && m.contains("feature_group_count"),
+        "{m}"
+    );
 
-    let e = err_of(&[1, 4, 5, 5], &[3, 2, 3, 3], &valid.clone().feature_group_count(2), DType::F32);
+    let e = err_of(
+        &[1, 4, 5, 5],
+        &[3, 2, 3, 3],
+        &valid.clone().feature_group_count(2),
+        DType::F32,
+    );
     assert!(e.to_string().contains("multiple of 2"), "{e}");
 
     let e = err_of(&[1, 3, 2, 5], &[4, 3, 3, 3], &valid, DType::F32);
     let m = e.to_string();
-    assert!(m.contains("window spans 3") && m.contains("Padding::Same"), "{m}");
+    assert!(
+        m.contains("window spans 3") && m.contains("Padding::Same"),
+        "{m}"
+    );
 
     let e = err_of(&[1, 3, 5], &[4, 3, 3, 3], &valid, DType::F32);
     assert!(e.to_string().contains("same rank"), "{e}");
@@ -418,13 +588,28 @@ fn typed_errors_name_shapes_and_fix() {
     let e = x.conv(&k, &[], Padding::Valid).error().cloned().unwrap();
     assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
 
-    let e = err_of(&[1, 3, 5, 5], &[4, 3, 3, 3], &valid.clone().dimension_numbers("NCHW", "OIH", "NCHW"), DType::F32);
+    let e = err_of(
+        &[1, 3, 5, 5],
+        &[4, 3, 3, 3],
+        &valid.clone().dimension_numbers("NCHW", "OIH", "NCHW"),
+        DType::F32,
+    );
     assert!(matches!(e, Error::BadShapeArg { .. }), "{e}");
 
-    let e = err_of(&[1, 3, 5, 5], &[4, 3, 3, 3], &ConvOptions::new(&[2], Padding::Valid), DType::F32);
+    let e = err_of(
+        &[1, 3, 5, 5],
+        &[4, 3, 3, 3],
+        &ConvOptions::new(&[2], Padding::Valid),
+        DType::F32,
+    );
     assert!(e.to_string().contains("one per spatial dimension"), "{e}");
 
-    let e = err_of(&[1, 3, 5, 5], &[4, 3, 3, 3], &ConvOptions::new(&[], Padding::Same).lhs_dilation(&[2, 2]), DType::F32);
+    let e = err_of(
+        &[1, 3, 5, 5],
+        &[4, 3, 3, 3],
+        &ConvOptions::new(&[], Padding::Same).lhs_dilation(&[2, 2]),
+        DType::F32,
+    );
     assert!(e.to_string().contains("Padding::Explicit"), "{e}");
 
     // f64 runs on the cpu device only; on a GPU device the error names the fix.

@@ -55,8 +55,11 @@ impl ConvDims {
             shape: vec![],
             detail,
         };
-        let (l, r, o): (Vec<char>, Vec<char>, Vec<char>) =
-            (lhs.chars().collect(), rhs.chars().collect(), out.chars().collect());
+        let (l, r, o): (Vec<char>, Vec<char>, Vec<char>) = (
+            lhs.chars().collect(),
+            rhs.chars().collect(),
+            out.chars().collect(),
+        );
         if l.len() != r.len() || l.len() != o.len() {
             return Err(bad(format!(
                 "dimension numbers {lhs:?}, {rhs:?}, {out:?} have different lengths; each names every axis once"
@@ -71,7 +74,11 @@ impl ConvDims {
             }
             Ok(spec.iter().position(|&x| x == c).unwrap_or(0))
         };
-        let spatial: Vec<char> = r.iter().copied().filter(|&c| c != 'O' && c != 'I').collect();
+        let spatial: Vec<char> = r
+            .iter()
+            .copied()
+            .filter(|&c| c != 'O' && c != 'I')
+            .collect();
         let mut dims = ConvDims {
             lhs: vec![find(&l, 'N', lhs)?, find(&l, 'C', lhs)?],
             rhs: vec![find(&r, 'O', rhs)?, find(&r, 'I', rhs)?],
@@ -274,7 +281,10 @@ impl ConvOptions {
             )));
         }
         let ones = vec![1; nsp];
-        let dilates_input = self.lhs_dilation.as_ref().is_some_and(|d| d.iter().any(|&v| v != 1));
+        let dilates_input = self
+            .lhs_dilation
+            .as_ref()
+            .is_some_and(|d| d.iter().any(|&v| v != 1));
         if self.padding == Padding::Same && dilates_input {
             // As JAX: SAME is ambiguous for a transposed convolution.
             return Err(err(
@@ -385,7 +395,9 @@ fn geometry(p: &ConvParams, lhs: &[usize], rhs: &[usize]) -> Result<Geometry> {
         ("rhs_dilation", &p.rhs_dilation),
     ] {
         if v.contains(&0) {
-            return Err(shape_err(format!("{what} {v:?} must be at least 1 everywhere")));
+            return Err(shape_err(format!(
+                "{what} {v:?} must be at least 1 everywhere"
+            )));
         }
     }
     let g = p.feature_group_count;
@@ -540,7 +552,8 @@ pub(crate) fn batch(
     let bsz = ctx.size;
     let d = &p.dims;
     let g = p.feature_group_count;
-    let apply = |q: ConvParams, x: &Tensor, k: &Tensor| Tensor::apply(super::Prim::Conv(q), &[x, k]);
+    let apply =
+        |q: ConvParams, x: &Tensor, k: &Tensor| Tensor::apply(super::Prim::Conv(q), &[x, k]);
     match (*xb, *kb) {
         (true, false) => {
             let x = fold_axis(x, 0, d.lhs[0]);
@@ -811,13 +824,14 @@ pub(crate) fn kernel(
     emit(
         &mut body,
         indent,
-        format!(
-            "for (var c = 0u; c < {}u; c += 1u) {{",
-            geo.group_in
-        ),
+        format!("for (var c = 0u; c < {}u; c += 1u) {{", geo.group_in),
     );
     indent += 1;
-    emit(&mut body, indent, format!("let kc = c * {}u;", ks[d.rhs[1]]));
+    emit(
+        &mut body,
+        indent,
+        format!("let kc = c * {}u;", ks[d.rhs[1]]),
+    );
     for i in 0..tm {
         emit(
             &mut body,
@@ -832,7 +846,10 @@ pub(crate) fn kernel(
         emit(
             &mut body,
             indent,
-            format!("for (var w{s} = 0u; w{s} < {}u; w{s} += 1u) {{", geo.window[s]),
+            format!(
+                "for (var w{s} = 0u; w{s} < {}u; w{s} += 1u) {{",
+                geo.window[s]
+            ),
         );
         indent += 1;
         emit(
@@ -1025,8 +1042,12 @@ mod tests {
         q.dims = ConvDims::from_specs("NWC", "WIO", "NWC").unwrap();
         cases.push((q, vec![2, 7, 3], vec![2, 3, 1]));
         for (p, xs, ks) in cases {
-            let y = infer(&p, &Aval::new(xs.clone(), DType::F32), &Aval::new(ks.clone(), DType::F32))
-                .unwrap();
+            let y = infer(
+                &p,
+                &Aval::new(xs.clone(), DType::F32),
+                &Aval::new(ks.clone(), DType::F32),
+            )
+            .unwrap();
             let (label, wgsl, _) = kernel(&p, &xs, &ks, &y.shape, 65_535).unwrap();
             crate::device::validate_wgsl(&label, &wgsl)
                 .unwrap_or_else(|e| panic!("{label}: {e}\n{wgsl}"));
