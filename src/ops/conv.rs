@@ -156,6 +156,7 @@ fn dilated(d: usize, dil: usize) -> usize {
 /// Parameters of `conv_general_dilated` (all per spatial dimension except the last two).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConvParams {
+    /// Step of the window per spatial dimension.
     pub window_strides: Vec<usize>,
     /// `(lo, hi)` zeros added before and after the (dilated) input; negative values crop.
     pub padding: Vec<(i64, i64)>,
@@ -163,6 +164,7 @@ pub struct ConvParams {
     pub lhs_dilation: Vec<usize>,
     /// Holes between kernel taps (1: none), "atrous" convolution.
     pub rhs_dilation: Vec<usize>,
+    /// Where the batch, feature and spatial axes of each operand are.
     pub dims: ConvDims,
     /// Input and output features are split into this many groups, each convolved with its own
     /// slice of the kernel's output features (`C` for depthwise convolution).
@@ -210,6 +212,7 @@ impl fmt::Display for ConvParams {
 pub struct ConvOptions {
     /// Per spatial dimension; empty means 1 everywhere.
     pub window_strides: Vec<usize>,
+    /// `SAME`, `VALID` or explicit `(lo, hi)` pairs.
     pub padding: Padding,
     /// Per spatial dimension; `None` means 1 everywhere.
     pub lhs_dilation: Option<Vec<usize>>,
@@ -218,6 +221,7 @@ pub struct ConvOptions {
     /// Layout strings `(lhs, rhs, out)` such as `("NHWC", "HWIO", "NHWC")` (see
     /// [`ConvDims::from_specs`]); `None` means channels first.
     pub dimension_numbers: Option<(String, String, String)>,
+    /// Feature groups (1: an ordinary convolution).
     pub feature_group_count: usize,
 }
 
@@ -406,7 +410,7 @@ fn geometry(p: &ConvParams, lhs: &[usize], rhs: &[usize]) -> Result<Geometry> {
         return Err(shape_err(format!(
             "the input has {c} features and the kernel {ci} input features; with feature_group_count {g} they must satisfy input = {g} x kernel (use feature_group_count {} or a kernel with {} input features)",
             if ci > 0 && c % ci == 0 { c / ci } else { 1 },
-            if g > 0 { c / g } else { c }
+            c.checked_div(g).unwrap_or(c)
         )));
     }
     if o % g != 0 {
