@@ -636,3 +636,69 @@ fn prints_like_jax() {
     let p = ConvParams::plain(2);
     assert_eq!(p.dims, ConvDims::channels_first(2));
 }
+
+#[test]
+fn second_order_and_per_example_grads() {
+    // The VJP rules are convolutions (and a gather for the flip), so they differentiate and batch
+    // again: d/dk of sum(dx^2), dx the input gradient, against f64 finite differences, and
+    // per-example kernel gradients (vmap of grad, as data-parallel training computes them)
+    // against per-example evaluation.
+    let opts = ConvOptions::new(&[2], Padding::Explicit(vec![(1, 2)])).rhs_dilation(&[2]);
+    let inner = |a: &[Tensor]| vec![(&a[0].conv_general_dilated(&a[1], &opts) * &a[2]).sum_all()];
+    let second = |a: &[Tensor]| {
+        let dx = grad(&inner).argnums(&[0]).apply(a);
+        vec![dx[0].square().sum_all()]
+    };
+    let args = vec![
+        rand_f32_in(&[2, 2, 7], 1, -1.0, 1.0),
+        rand_f32_in(&[4, 2, 2], 2, -1.0, 1.0),
+        rand_f32_in(&[2, 4, 4], 3, -1.0, 1.0),
+    ];
+    let dev = device_of("vulkan");
+    let g = grad(&second)
+        .argnums(&[1])
+        .on(&dev)
+        .call(&args)
+        .unwrap_or_else(|e| panic!("second-order grad: {e}"));
+    // sum(dx^2) is quadratic in k (dx is linear in k), so central differences are exact for any
+    // step: a step of 0.5 in f32 on the cpu device leaves only f32 rounding (~1e-6 relative),
+    // and `Tol::REDUCE` fails any wrong second-order rule, which is off by O(|grad|). (The f64
+    // differences of common::fd cannot be used: the inner grad takes f32 arguments only.)
+    let cpu = jit(&second).on(&devices_with("cpu:1")[0]);
+    let k0 = common::fd::vals(&args[1]);
+    let eval = |k: Vec<f32>| -> f64 {
+        let mut a = args.clone();
+        a[1] = Array::from_vec(k, &[4, 2, 2]).unwrap();
+        common::fd::vals(&cpu.call(&a).unwrap()[0])[0] as f64
+    };
+    let fd: Vec<f32> = (0..k0.len())
+        .map(|i| {
+            let (mut p, mut m) = (k0.clone(), k0.clone());
+            p[i] += 0.5;
+            m[i] -= 0.5;
+            (eval(p) - eval(m)) as f32
+        })
+        .collect();
+    assert!(
+        fd.iter().any(|v| v.abs() > 1e-2),
+        "vacuous second-order check"
+    );
+    assert_f32s(
+        &host(&g[0]),
+        &fd,
+        Tol::REDUCE,
+        "d/dk sum(dx^2) on vulkan vs exact central differences",
+    );
+
+    let per_example = |a: &[Tensor]| grad(&inner).argnums(&[1]).apply(a);
+    let xb = rand_f32_in(&[3, 2, 2, 7], 4, -1.0, 1.0);
+    let ctb = rand_f32_in(&[3, 2, 4, 4], 5, -1.0, 1.0);
+    check_vmap(
+        "per-example kernel grads",
+        per_example,
+        &[Some(0), None, Some(0)],
+        &[Some(0)],
+        &[xb, args[1].clone(), ctb],
+        Tol::REDUCE,
+    );
+}
