@@ -38,6 +38,7 @@ pub use dtype::{DType, Scalar};
 pub use error::{Error, Result};
 pub use exec::{Jit, jit};
 pub use host::{Element, HostArray, HostData};
+pub use ops::conv::{ConvOptions, Padding};
 pub use plan::{Plan, plan};
 pub use tensor::{Axes, TakeMode, Tensor, select};
 pub use trace::graph::{Aval, Graph, Var};

@@ -956,6 +956,27 @@ impl Tensor {
     pub fn dot_general(&self, rhs: &Tensor, dims: DotDims) -> Tensor {
         Tensor::apply(Prim::DotGeneral(dims), &[self, rhs])
     }
+    /// N-d convolution, `jax.lax.conv_general_dilated`: strides, padding (`Padding::Same`,
+    /// `Valid` or explicit), lhs/rhs dilation, layouts and feature groups in `opts`. f32 on GPU
+    /// devices (f64 on the cpu device). Differentiable in both operands and batchable.
+    ///
+    /// ```no_run
+    /// use brigade::{ConvOptions, Padding, Tensor};
+    /// // NHWC images, HWIO kernel: 2 images 8x8 with 3 channels, 16 filters of 3x3.
+    /// let x = Tensor::ones(&[2, 8, 8, 3], brigade::DType::F32);
+    /// let k = Tensor::ones(&[3, 3, 3, 16], brigade::DType::F32);
+    /// let opts = ConvOptions::new(&[2, 2], Padding::Same).dimension_numbers("NHWC", "HWIO", "NHWC");
+    /// let y = x.conv_general_dilated(&k, &opts);
+    /// assert_eq!(y.shape(), &[2, 4, 4, 16]);
+    /// ```
+    pub fn conv_general_dilated(&self, rhs: &Tensor, opts: &crate::ops::ConvOptions) -> Tensor {
+        crate::ops::conv::apply(self, rhs, opts)
+    }
+    /// Convolution of an `NC...` input with an `OI...` kernel (NCHW / OIHW in 2-d): the common
+    /// case of [`Tensor::conv_general_dilated`].
+    pub fn conv(&self, rhs: &Tensor, strides: &[usize], padding: crate::ops::Padding) -> Tensor {
+        self.conv_general_dilated(rhs, &crate::ops::ConvOptions::new(strides, padding))
+    }
     /// Matrix product with NumPy `matmul` rules: 1-D operands are promoted (and the added axis removed),
     /// leading batch axes broadcast.
     pub fn matmul(&self, rhs: &Tensor) -> Tensor {

@@ -2,7 +2,7 @@
 //! family declares.
 //!
 //! Families: [`elementwise`] (unary, binary, select, fma, cast, full, iota), [`reduce`], [`matmul`]
-//! (dot_general), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad),
+//! (dot_general), [`conv`] (conv_general_dilated), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad),
 //! [`indexing`] (take), [`random`] (threefry random bits, split, fold_in), [`control`] (cond and
 //! scan, which hold sub-programs and have several results), [`collective`] (psum, all_gather,
 //! ppermute, …, run between the stages of a parallel program) and [`debug`] (debug_print).
@@ -17,6 +17,7 @@
 
 pub mod collective;
 pub mod control;
+pub mod conv;
 pub mod debug;
 pub mod elementwise;
 pub mod indexing;
@@ -34,6 +35,7 @@ use crate::trace::graph::Aval;
 
 pub use collective::{Collective, CollectiveKind};
 pub use control::{ControlOp, ScanParams};
+pub use conv::{ConvDims, ConvOptions, ConvParams, Padding};
 pub use debug::DebugOp;
 pub use elementwise::{BinaryOp, ElementwiseOp, UnaryOp};
 pub use indexing::IndexOp;
@@ -53,6 +55,8 @@ pub enum Prim {
     Reduction(ReductionOp),
     /// `dot_general`: contraction and batch dimensions of both operands.
     DotGeneral(DotDims),
+    /// `conv_general_dilated(lhs, rhs)`: N-d convolution. See [`conv`].
+    Conv(ConvParams),
     /// transpose, reshape, broadcast_in_dim, slice, concatenate, pad.
     Layout(LayoutOp),
     /// `take` along an axis.
@@ -75,6 +79,7 @@ impl Prim {
             Prim::Elementwise(p) => p,
             Prim::Reduction(p) => p,
             Prim::DotGeneral(p) => p,
+            Prim::Conv(p) => p,
             Prim::Layout(p) => p,
             Prim::Indexing(p) => p,
             Prim::Random(p) => p,
