@@ -543,6 +543,10 @@ fn plan_steps(
                 src: wgsl::argreduce_kernel(g, producers, mat, *op, e.inputs[0], *axis, max_wg),
                 out: e.out,
             }),
+            Prim::Window(p) => steps.push(Step::Kernel {
+                src: wgsl::window::kernel(g, producers, mat, p, e, max_wg),
+                out: e.out,
+            }),
             Prim::DotGeneral(_) if is_canonical_dot(&e.prim) => {
                 let ops = dot_operands(g, producers, e);
                 let p = ops.problem;

@@ -25,6 +25,7 @@ pub mod layout;
 pub mod matmul;
 pub mod random;
 pub mod reduce;
+pub mod window;
 
 use std::fmt;
 
@@ -37,6 +38,7 @@ pub use collective::{Collective, CollectiveKind};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use matmul::DotDims;
 pub use reduce::{ArgOp, ReduceOp};
+pub use window::{Window, WindowKind, WindowOp, WindowPrim};
 
 /// A primitive with its static parameters.
 #[derive(Clone, Debug, PartialEq)]
@@ -120,6 +122,9 @@ pub enum Prim {
     DebugPrint {
         fmt: String,
     },
+    /// The window family: `reduce_window`, `select_and_scatter_add`, `select_and_gather` (pooling
+    /// and its gradients). See [`window`].
+    Window(WindowPrim),
 }
 
 impl Prim {
@@ -149,6 +154,7 @@ impl Prim {
             Prim::Cond { .. } => "cond",
             Prim::Scan(_) => "scan",
             Prim::DebugPrint { .. } => "debug_print",
+            Prim::Window(p) => p.name(),
         }
     }
 
@@ -203,6 +209,7 @@ impl Prim {
                 | Prim::Cond { .. }
                 | Prim::Scan(_)
                 | Prim::DebugPrint { .. }
+                | Prim::Window(_)
         )
     }
 
@@ -219,6 +226,7 @@ impl Prim {
             | Prim::Scan(_)
             | Prim::DebugPrint { .. } => None,
             Prim::Collective(c) => Some(c.arity()),
+            Prim::Window(p) => Some(p.arity()),
             _ => Some(1),
         }
     }
@@ -418,6 +426,7 @@ impl Prim {
             Prim::RandomBits { shape, split } => random::bits_infer(ins[0], shape, *split)?,
             Prim::RandomFoldIn => random::fold_in_infer(ins[0], ins[1])?,
             Prim::DebugPrint { .. } => debug::infer()?,
+            Prim::Window(p) => p.infer(ins)?,
             Prim::Cond { .. } | Prim::Scan(_) => {
                 let mut outs = self.infer_outs(ins)?;
                 if outs.len() != 1 {
@@ -489,6 +498,7 @@ impl Prim {
             Prim::RandomBits { shape, split } => random::bits_cpu(ins[0], shape, *split, out),
             Prim::RandomFoldIn => random::fold_in_cpu(ins[0], ins[1], out),
             Prim::DebugPrint { .. } => debug::eval_cpu(),
+            Prim::Window(p) => p.eval_cpu(ins, out),
             Prim::Cond { .. } | Prim::Scan(_) => {
                 // Single-result uses only; `eval_cpu_multi` is the general entry.
                 match self.eval_cpu_multi(ins, std::slice::from_ref(out)) {
@@ -553,6 +563,7 @@ impl fmt::Display for Prim {
             Prim::Collective(c) => write!(f, "{c}"),
             Prim::Cond { branches } => write!(f, "{n}[branches={}]", branches.len()),
             Prim::DebugPrint { fmt } => write!(f, "{n}[fmt={fmt:?}]"),
+            Prim::Window(p) => write!(f, "{p}"),
             Prim::Scan(p) => write!(
                 f,
                 "{n}[length={} reverse={} consts={} carry={} body={} eqns]",
@@ -616,6 +627,7 @@ impl Prim {
             Prim::Collective(c) => collective::batch(c, ins, ctx),
             Prim::RandomBits { .. } | Prim::RandomFoldIn => random::batch(self, ins, ctx),
             Prim::DebugPrint { .. } => debug::batch(self, ins, ctx),
+            Prim::Window(p) => p.batch(ins, ctx),
             Prim::Cond { .. } | Prim::Scan(_) => match self.batch_multi(ins, ctx) {
                 Ok(mut v) if !v.is_empty() => v.remove(0),
                 Ok(_) => (
@@ -723,6 +735,7 @@ impl Prim {
             Prim::Collective(c) => collective::vjp(c, ins, out, ct),
             Prim::RandomBits { .. } | Prim::RandomFoldIn => random::vjp(ins),
             Prim::DebugPrint { .. } => debug::vjp(ins),
+            Prim::Window(p) => p.vjp(ins, ct),
             Prim::Cond { .. } | Prim::Scan(_) => {
                 match self.vjp_multi(ins, std::slice::from_ref(out), &[Some(ct.clone())]) {
                     Ok(v) => v,

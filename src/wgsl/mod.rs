@@ -5,6 +5,7 @@
 //! buffers. Kernels (elementwise, reduction, argreduce) wrap that body in a template.
 
 pub(crate) mod matmul;
+pub(crate) mod window;
 
 use std::collections::{HashMap, HashSet};
 
@@ -488,7 +489,8 @@ impl<'a> Emitter<'a> {
             | Prim::Collective(_)
             | Prim::Cond { .. }
             | Prim::Scan(_)
-            | Prim::DebugPrint { .. } => {
+            | Prim::DebugPrint { .. }
+            | Prim::Window(_) => {
                 unreachable!(
                     "non-fusable primitives are materialized; collectives and conds never lowered"
                 )
