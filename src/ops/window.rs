@@ -149,8 +149,8 @@ impl Window {
             }
         }
         let mut out = Vec::with_capacity(r);
-        for a in 0..r {
-            let padded = self.padded_len(a, shape[a]);
+        for (a, &n) in shape.iter().enumerate() {
+            let padded = self.padded_len(a, n);
             let span = self.span(a);
             if span > padded {
                 return Err(bad(format!(
@@ -159,7 +159,7 @@ impl Window {
                      smaller window or pad more (SAME padding)",
                     self.dims[a],
                     self.window_dilation[a],
-                    shape[a],
+                    n,
                     self.base_dilation[a],
                     self.padding[a]
                 )));
@@ -477,9 +477,11 @@ pub(crate) fn reduce_window_cpu(op: WindowOp, w: &Window, x: &HostArray, out: &A
 /// current element while `best >= x`, so the first maximum of a window wins ties (the device uses
 /// the same comparison).
 fn replaces(op: WindowOp, best: f64, x: f64) -> bool {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    // `None` (a NaN on either side) replaces, as the negated comparison does.
     match op {
-        WindowOp::Min => !(best <= x),
-        WindowOp::Max | WindowOp::Sum => !(best >= x),
+        WindowOp::Min => !matches!(best.partial_cmp(&x), Some(Less | Equal)),
+        WindowOp::Max | WindowOp::Sum => !matches!(best.partial_cmp(&x), Some(Greater | Equal)),
     }
 }
 
