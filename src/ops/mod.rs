@@ -3,7 +3,8 @@
 //!
 //! Families: [`elementwise`] (unary, binary, select, fma, cast, full, iota), [`reduce`], [`matmul`]
 //! (dot_general), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad),
-//! [`indexing`] (take), [`random`] (threefry random bits, split, fold_in), [`control`] (cond and
+//! [`indexing`] (take), [`window`] (reduce_window and the pooling gradients), [`random`]
+//! (threefry random bits, split, fold_in), [`control`] (cond and
 //! scan, which hold sub-programs and have several results) and [`collective`]
 //! (psum, all_gather, ppermute, …, run between the stages of a parallel program). Adding a primitive
 //! touches its family module and this registry only.
