@@ -1345,6 +1345,38 @@ impl Tensor {
         )
     }
 
+    /// `lax.reduce_window` with the monoid's identity as the initial value: output element `o`
+    /// reduces (sum, max or min) the cells `o * strides + k`, `k < window`, of `self` padded by
+    /// `padding` (`(lo, hi)` per axis, identity cells). One entry per axis; pooling layers with
+    /// SAME/VALID padding are in [`crate::nn`], dilations in [`Tensor::reduce_window_dilated`].
+    ///
+    /// ```
+    /// use brigade::{Tensor, WindowOp};
+    /// let x = Tensor::from_vec(vec![1.0f32, 5.0, 2.0, 4.0, 3.0], &[5]);
+    /// let y = x.reduce_window(WindowOp::Max, &[2], &[2], &[(0, 1)]);
+    /// assert_eq!(y.to_vec::<f32>()?, vec![5.0, 4.0, 3.0]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn reduce_window(
+        &self,
+        op: crate::ops::WindowOp,
+        window: &[usize],
+        strides: &[usize],
+        padding: &[(usize, usize)],
+    ) -> Tensor {
+        let w = crate::ops::Window::new(window, strides, padding);
+        crate::ops::window::reduce_window(self, op, &w)
+    }
+    /// [`Tensor::reduce_window`] with every parameter of [`crate::ops::Window`], base (input) and
+    /// window dilation included.
+    pub fn reduce_window_dilated(
+        &self,
+        op: crate::ops::WindowOp,
+        window: &crate::ops::Window,
+    ) -> Tensor {
+        crate::ops::window::reduce_window(self, op, window)
+    }
+
     // ---- indexing ---------------------------------------------------------------------------------
 
     /// Gather slices along `axis` by integer `indices` (like `jnp.take`): the result has shape

@@ -13,6 +13,7 @@ use crate::device::DeviceLimits;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::HostArray;
+use crate::ops::rules::PlanCx;
 use crate::ops::{ControlOp, DotDims, ElementwiseOp, LayoutOp, Lowering, Prim};
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
 use crate::wgsl::matmul::{DefaultChooser, MatmulChooser, MatmulProblem};
@@ -371,7 +372,12 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
                     mat[ops.a.idx()] = true;
                     mat[ops.b.idx()] = true;
                 }
-                Lowering::Matmul(_) | Lowering::Kernel(_) => {
+                Lowering::Matmul(_) => {
+                    for v in &e.inputs {
+                        mat[v.idx()] = true;
+                    }
+                }
+                Lowering::Kernel(k) if k.stores_operands() => {
                     for v in &e.inputs {
                         mat[v.idx()] = true;
                     }
@@ -556,10 +562,18 @@ fn plan_steps(
                     out: e.out,
                 });
             }
-            Lowering::Kernel(k) => steps.push(Step::Kernel {
-                src: k.kernel(g, e, max_wg)?,
-                out: e.out,
-            }),
+            Lowering::Kernel(k) => {
+                let cx = PlanCx {
+                    g,
+                    producers,
+                    materialized: mat,
+                    max_wg,
+                };
+                steps.push(Step::Kernel {
+                    src: k.kernel(&cx, e)?,
+                    out: e.out,
+                })
+            }
             Lowering::Matmul(_) => {
                 return Err(Error::Unsupported {
                     op: "dot_general",

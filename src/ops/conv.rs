@@ -16,10 +16,10 @@ use std::fmt;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData, strides, unravel};
-use crate::ops::rules::{Emitted, Lowering, OwnKernel, Rules, single_batch, single_vjp};
+use crate::ops::rules::{Emitted, Lowering, OwnKernel, PlanCx, Rules, single_batch, single_vjp};
 use crate::ops::{BatchCtx, Batched, Cotangents};
 use crate::tensor::Tensor;
-use crate::trace::graph::{Aval, Eqn, Graph, Var};
+use crate::trace::graph::{Aval, Eqn, Var};
 use crate::wgsl::{Emitter, KernelSrc};
 
 const OP: &str = "conv_general_dilated";
@@ -1113,7 +1113,11 @@ impl Rules for ConvParams {
 }
 
 impl OwnKernel for ConvParams {
-    fn kernel(&self, g: &Graph, e: &Eqn, max_wg: u32) -> Result<KernelSrc> {
-        kernel_src(self, g, e, max_wg)
+    fn stores_operands(&self) -> bool {
+        true
+    }
+
+    fn kernel(&self, cx: &PlanCx<'_>, e: &Eqn) -> Result<KernelSrc> {
+        kernel_src(self, cx.g, e, cx.max_wg)
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Families: [`elementwise`] (unary, binary, select, fma, cast, full, iota), [`reduce`], [`matmul`]
 //! (dot_general), [`conv`] (conv_general_dilated), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad),
-//! [`indexing`] (take), [`random`] (threefry random bits, split, fold_in), [`control`] (cond and
+//! [`indexing`] (take), [`window`] (reduce_window and the pooling gradients), [`random`] (threefry random bits, split, fold_in), [`control`] (cond and
 //! scan, which hold sub-programs and have several results), [`collective`] (psum, all_gather,
 //! ppermute, …, run between the stages of a parallel program) and [`debug`] (debug_print).
 //!
@@ -26,6 +26,7 @@ pub mod matmul;
 pub mod random;
 pub mod reduce;
 pub(crate) mod rules;
+pub mod window;
 
 use std::fmt;
 
@@ -44,6 +45,7 @@ pub use matmul::DotDims;
 pub use random::RandomOp;
 pub use reduce::{ArgOp, ReduceOp, ReductionOp};
 pub(crate) use rules::{Lowering, Rules};
+pub use window::{Window, WindowKind, WindowOp, WindowPrim};
 
 /// A primitive with its static parameters: one variant per family, each holding the family's own
 /// enum (see [`rules`] for what every family declares).
@@ -61,6 +63,9 @@ pub enum Prim {
     Layout(LayoutOp),
     /// `take` along an axis.
     Indexing(IndexOp),
+    /// The window family: `reduce_window`, `select_and_scatter_add`, `select_and_gather` (pooling
+    /// and its gradients). See [`window`].
+    Window(WindowPrim),
     /// Threefry random bits, split and fold_in. See [`random`].
     Random(RandomOp),
     /// `cond` and `scan`, which hold sub-programs and have several results. See [`control`].
@@ -82,6 +87,7 @@ impl Prim {
             Prim::Conv(p) => p,
             Prim::Layout(p) => p,
             Prim::Indexing(p) => p,
+            Prim::Window(p) => p,
             Prim::Random(p) => p,
             Prim::Control(p) => p,
             Prim::Collective(p) => p,

@@ -71,11 +71,24 @@ impl Lowering<'_> {
     }
 }
 
-/// A primitive with a kernel generator of its own (convolution, pooling): the planner stores its
-/// operands and asks it for the kernel.
+/// What a kernel generator sees of the program being planned.
+pub(crate) struct PlanCx<'a> {
+    pub g: &'a Graph,
+    /// The equation producing each variable, if any.
+    pub producers: &'a [Option<usize>],
+    /// Which variables are stored in buffers (the others are inlined by the `Emitter`).
+    pub materialized: &'a [bool],
+    /// The device's `max_compute_workgroups_per_dimension`.
+    pub max_wg: u32,
+}
+
+/// A primitive with a kernel generator of its own (convolution, pooling).
 pub(crate) trait OwnKernel {
-    /// The kernel computing equation `e` of `g` (its operands bound in order, its result last).
-    fn kernel(&self, g: &Graph, e: &Eqn, max_wg: u32) -> Result<KernelSrc>;
+    /// Whether the kernel reads every operand from a stored buffer; `false`: it reads them
+    /// through the `Emitter`, fusing their elementwise producers into its loads.
+    fn stores_operands(&self) -> bool;
+    /// The kernel computing equation `e` (its result bound last).
+    fn kernel(&self, cx: &PlanCx<'_>, e: &Eqn) -> Result<KernelSrc>;
 }
 
 impl fmt::Debug for dyn OwnKernel + '_ {

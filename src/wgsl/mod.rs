@@ -5,6 +5,7 @@
 //! buffers. Kernels (elementwise, reduction, argreduce) wrap that body in a template.
 
 pub(crate) mod matmul;
+pub(crate) mod window;
 
 use std::collections::{HashMap, HashSet};
 
