@@ -1005,63 +1005,6 @@ fn kernel_src(
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn specs_parse_like_jax() {
-        let d = ConvDims::from_specs("NHWC", "HWIO", "NHWC").unwrap();
-        assert_eq!(d.lhs, vec![0, 3, 1, 2]);
-        assert_eq!(d.rhs, vec![3, 2, 0, 1]);
-        assert_eq!(d.out, vec![0, 3, 1, 2]);
-        let d = ConvDims::from_specs("NCHW", "OIHW", "NCHW").unwrap();
-        assert_eq!(d, ConvDims::channels_first(2));
-        assert!(ConvDims::from_specs("NCHW", "OIH", "NCHW").is_err());
-        assert!(ConvDims::from_specs("NCHH", "OIHW", "NCHW").is_err());
-    }
-
-    #[test]
-    fn same_padding_matches_jax() {
-        // in 5, window 3, stride 2: out 3, total pad (3-1)*2+3-5 = 2 -> (1, 1).
-        let p = Padding::Same.resolve(&[5], &[3], &[2], &[1]).unwrap();
-        assert_eq!(p, vec![(1, 1)]);
-        // in 6, window 3, stride 2: out 3, total 1 -> (0, 1).
-        let p = Padding::Same.resolve(&[6], &[3], &[2], &[1]).unwrap();
-        assert_eq!(p, vec![(0, 1)]);
-        // window 3 dilated by 2 spans 5: stride 1 -> total 4 -> (2, 2).
-        let p = Padding::Same.resolve(&[7], &[3], &[1], &[2]).unwrap();
-        assert_eq!(p, vec![(2, 2)]);
-    }
-
-    #[test]
-    fn kernels_are_naga_valid() {
-        let mut cases = vec![];
-        let mut p = ConvParams::plain(2);
-        cases.push((p.clone(), vec![2, 3, 5, 5], vec![4, 3, 3, 3]));
-        p.window_strides = vec![2, 1];
-        p.padding = vec![(1, -1), (2, 0)];
-        p.lhs_dilation = vec![2, 1];
-        p.rhs_dilation = vec![1, 2];
-        p.feature_group_count = 3;
-        cases.push((p, vec![1, 6, 4, 5], vec![3, 2, 2, 2]));
-        let mut q = ConvParams::plain(1);
-        q.dims = ConvDims::from_specs("NWC", "WIO", "NWC").unwrap();
-        cases.push((q, vec![2, 7, 3], vec![2, 3, 1]));
-        for (p, xs, ks) in cases {
-            let y = infer(
-                &p,
-                &Aval::new(xs.clone(), DType::F32),
-                &Aval::new(ks.clone(), DType::F32),
-            )
-            .unwrap();
-            let (label, wgsl, _) = kernel(&p, &xs, &ks, &y.shape, 65_535).unwrap();
-            crate::device::validate_wgsl(&label, &wgsl)
-                .unwrap_or_else(|e| panic!("{label}: {e}\n{wgsl}"));
-        }
-    }
-}
-
 // ---- the family -----------------------------------------------------------------------------------
 
 /// `conv_general_dilated` is the family's one primitive; [`ConvParams`] are its parameters.
@@ -1119,5 +1062,62 @@ impl OwnKernel for ConvParams {
 
     fn kernel(&self, cx: &PlanCx<'_>, e: &Eqn) -> Result<KernelSrc> {
         kernel_src(self, cx.g, e, cx.max_wg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_like_jax() {
+        let d = ConvDims::from_specs("NHWC", "HWIO", "NHWC").unwrap();
+        assert_eq!(d.lhs, vec![0, 3, 1, 2]);
+        assert_eq!(d.rhs, vec![3, 2, 0, 1]);
+        assert_eq!(d.out, vec![0, 3, 1, 2]);
+        let d = ConvDims::from_specs("NCHW", "OIHW", "NCHW").unwrap();
+        assert_eq!(d, ConvDims::channels_first(2));
+        assert!(ConvDims::from_specs("NCHW", "OIH", "NCHW").is_err());
+        assert!(ConvDims::from_specs("NCHH", "OIHW", "NCHW").is_err());
+    }
+
+    #[test]
+    fn same_padding_matches_jax() {
+        // in 5, window 3, stride 2: out 3, total pad (3-1)*2+3-5 = 2 -> (1, 1).
+        let p = Padding::Same.resolve(&[5], &[3], &[2], &[1]).unwrap();
+        assert_eq!(p, vec![(1, 1)]);
+        // in 6, window 3, stride 2: out 3, total 1 -> (0, 1).
+        let p = Padding::Same.resolve(&[6], &[3], &[2], &[1]).unwrap();
+        assert_eq!(p, vec![(0, 1)]);
+        // window 3 dilated by 2 spans 5: stride 1 -> total 4 -> (2, 2).
+        let p = Padding::Same.resolve(&[7], &[3], &[1], &[2]).unwrap();
+        assert_eq!(p, vec![(2, 2)]);
+    }
+
+    #[test]
+    fn kernels_are_naga_valid() {
+        let mut cases = vec![];
+        let mut p = ConvParams::plain(2);
+        cases.push((p.clone(), vec![2, 3, 5, 5], vec![4, 3, 3, 3]));
+        p.window_strides = vec![2, 1];
+        p.padding = vec![(1, -1), (2, 0)];
+        p.lhs_dilation = vec![2, 1];
+        p.rhs_dilation = vec![1, 2];
+        p.feature_group_count = 3;
+        cases.push((p, vec![1, 6, 4, 5], vec![3, 2, 2, 2]));
+        let mut q = ConvParams::plain(1);
+        q.dims = ConvDims::from_specs("NWC", "WIO", "NWC").unwrap();
+        cases.push((q, vec![2, 7, 3], vec![2, 3, 1]));
+        for (p, xs, ks) in cases {
+            let y = infer(
+                &p,
+                &Aval::new(xs.clone(), DType::F32),
+                &Aval::new(ks.clone(), DType::F32),
+            )
+            .unwrap();
+            let (label, wgsl, _) = kernel(&p, &xs, &ks, &y.shape, 65_535).unwrap();
+            crate::device::validate_wgsl(&label, &wgsl)
+                .unwrap_or_else(|e| panic!("{label}: {e}\n{wgsl}"));
+        }
     }
 }
