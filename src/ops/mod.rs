@@ -7,13 +7,13 @@
 //! scan, which hold sub-programs and have several results), [`collective`] (psum, all_gather,
 //! ppermute, …, run between the stages of a parallel program) and [`debug`] (debug_print).
 //!
-//! Each family is an enum of its primitives, and implements [`rules::Rules`]: name and parameters,
+//! Each family is an enum of its primitives, and implements `rules::Rules`: name and parameters,
 //! arity and result count, the shape/dtype rule, the CPU reference, how it lowers (fused body,
 //! reduction, matmul, loop, stage boundary, host only) and its WGSL, the batching (vmap) rule, the
-//! VJP rule and effects. [`Prim::rules`] is the one `match` mapping a primitive to its family;
+//! VJP rule and effects. `Prim::rules` is the one `match` mapping a primitive to its family;
 //! the shape checker, the reference interpreter, vmap, grad, the kernel planner and the WGSL
 //! generator all go through it. Adding a primitive touches its family module (and, for a new
-//! family, one arm of [`Prim::rules`]).
+//! family, one arm of `Prim::rules`).
 
 pub mod collective;
 pub mod control;
@@ -48,7 +48,7 @@ pub(crate) use rules::{Lowering, Rules};
 pub use window::{Window, WindowKind, WindowOp, WindowPrim};
 
 /// A primitive with its static parameters: one variant per family, each holding the family's own
-/// enum (see [`rules`] for what every family declares).
+/// enum (see `rules.rs` for what every family declares).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Prim {
     /// Unary and binary maps, select, fma, cast, and the constant leaves `full` / `iota`.
