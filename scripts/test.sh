@@ -26,6 +26,9 @@ MESA_FALLBACK_MARKER=/var/lib/brigade/mesa-backports-unavailable
 BPO_SOURCES=/etc/apt/sources.list.d/debian-backports.sources
 
 APT_PKGS=(mesa-vulkan-drivers libvulkan1 vulkan-tools libegl1 libegl-mesa0 libgl1-mesa-dri)
+# Data the tests and examples read (never downloaded at run time): Fashion-MNIST's gzipped IDX
+# files in /usr/share/datasets/fashion-mnist (tests/fashion_mnist.rs, examples/common/).
+DATA_APT_PKGS=(dataset-fashion-mnist)
 CROSS_TARGETS=(wasm32-unknown-unknown aarch64-apple-darwin x86_64-pc-windows-msvc)
 
 export DEBIAN_FRONTEND=noninteractive
@@ -186,6 +189,18 @@ EOF
     log "installed: mesa-vulkan-drivers $(pkg_version mesa-vulkan-drivers), libgl1-mesa-dri $(pkg_version libgl1-mesa-dri), libegl-mesa0 $(pkg_version libegl-mesa0)"
 }
 
+# 2b. Data sets from Debian (see DATA_APT_PKGS): installed once, then only checked.
+setup_data_packages() {
+    local missing=() p
+    for p in "${DATA_APT_PKGS[@]}"; do pkg_installed "$p" || missing+=("$p"); done
+    if (( ${#missing[@]} )); then
+        log "installing ${missing[*]}"
+        apt_get update -q
+        apt_get install -y -q "${missing[@]}"
+    fi
+    log "data packages present: ${DATA_APT_PKGS[*]}"
+}
+
 # 3. Rust targets for the cross-target checks, and clippy/rustfmt.
 setup_rust() {
     command -v rustup >/dev/null || die "rustup not found: the Rust toolchain is installed with rustup"
@@ -216,7 +231,7 @@ verify_adapters() {
 }
 
 # ---------------------------------------------------------------- wasm + browser
-# The demo page (web/) built from src/web.rs and tested in headless Chromium on WebGPU
+# The demo page (web/) built from src/web/ and tested in headless Chromium on WebGPU
 # (SwiftShader here). See shared/PLATFORM.md, "Browser" and "wasm build".
 WASM_BINDGEN_VERSION=0.2.130 # must match the wasm-bindgen crate pinned in Cargo.toml
 # Debian's Chromium (never a browser downloaded by a tool) and a CJK font, so that the
@@ -314,6 +329,7 @@ window_test() {
 log "brigade test command ($( ((QUICK)) && echo quick || echo full ) run; CI=${CI:-})"
 
 run_step "system packages (Mesa, Vulkan)" setup_system_packages
+run_step "data packages (Fashion-MNIST)" setup_data_packages
 
 # 2. EGL/GL (wgpu's GL backend) needs XDG_RUNTIME_DIR.
 if [[ -z "${XDG_RUNTIME_DIR:-}" ]]; then
