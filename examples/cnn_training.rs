@@ -266,8 +266,9 @@ where
         args.push(Array::from_vec(h[..per].to_vec(), &shape)?);
     }
     let mut correct = 0;
-    // In chunks, so the full test set does not need one huge buffer.
-    let chunk = 1000;
+    // In chunks, so that no forward pass needs one huge buffer (small ones in a quick run: large
+    // batches of the forward alone were measured slow on lavapipe).
+    let chunk = if test.len() <= 1000 { 40 } else { 500 };
     let px = 28 * 28;
     let mut start = 0;
     while start < test.len() {
