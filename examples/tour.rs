@@ -18,6 +18,9 @@ use brigade::{Array, Device, HostArray, Result, Runtime, Tensor, jit, reference}
 // The multi-device chapters are the standalone examples themselves: `run` is shared, their
 // `main` is unused here.
 #[allow(dead_code)]
+#[path = "cnn_training.rs"]
+mod cnn_training;
+#[allow(dead_code)]
 #[path = "data_parallel_training.rs"]
 mod data_parallel_training;
 #[allow(dead_code)]
@@ -185,6 +188,19 @@ fn main() -> Result<()> {
         "Data-parallel training: pmap(grad) + pmean on handwritten digits (examples/data_parallel_training.rs)",
     );
     all_ok &= data_parallel_training::run(quick)?;
+
+    chapter(
+        "A CNN trained data-parallel: convs, pooling, a residual add, shard_map + pmean on Fashion-MNIST (examples/cnn_training.rs)",
+    );
+    // The data set comes from a package: without it the chapter fails with the reader's message
+    // (how to install it) rather than ending the tour.
+    match cnn_training::run(quick) {
+        Ok(ok) => all_ok &= ok,
+        Err(e) => {
+            println!("{e}");
+            all_ok = false;
+        }
+    }
 
     chapter("How many chefs does the banquet need? Device planning (examples/device_planning.rs)");
     all_ok &= device_planning::run(quick)?;
