@@ -784,6 +784,19 @@ fn bench_readback(dev: &Device, cfg: &Config, t: &mut Table, memcpy: Option<f64>
     });
     let what = "readback into a reused slice (read_into)";
     t.row("readback_into", what, &size, &r, rate, vs);
+    // In place: the closure sees the mapped data (no copy on a device that maps reads) and,
+    // like Burn's readback row, looks at one element; the whole view is checked once after.
+    let r = cfg.timing.measure(|| {
+        on_dev.read_with(|v: &[f32]| {
+            std::hint::black_box(v[m / 3]);
+        })
+    })?;
+    let same = on_dev.read_with(|v: &[f32]| v == want.as_slice())?;
+    check(same, "readback", || {
+        "read_with differs from the uploaded data".into()
+    });
+    let what = "readback viewed in place (read_with, one element used)";
+    t.row("readback_view", what, &size, &r, rate, vs);
     Ok(())
 }
 

@@ -219,6 +219,7 @@ def table_of(a, burn_rounds, brig_rounds, failures):
         (f"upload {size}", "upload", "upload", 0, 4 * e, "GB/s"),
         (f"readback {size} (to_host / into_data)", "readback", "readback", 0, 4 * e, "GB/s"),
         (f"readback {size} (read_into / into_data)", "readback_into", "readback", 0, 4 * e, "GB/s"),
+        (f"readback {size} (read_with / into_data)", "readback_view", "readback", 0, 4 * e, "GB/s"),
         ("tiny op (1024 f32) + wait", "tiny_sync", "tiny_sync", 0, None, "ms"),
         ("idle wait", "idle_wait", "idle_wait", 0, None, "ms"),
     ]

@@ -486,6 +486,69 @@ impl Array {
         out.copy_from_slice(src);
         Ok(())
     }
+    /// Run `f` on the array's data where it lies, with no copy where the device allows it, and
+    /// return what `f` returns. On a device that [maps reads](Device::maps_reads) (a CPU or
+    /// integrated adapter with mappable storage buffers: lavapipe, Apple) `f` reads the array's
+    /// own buffer, mapped: no copy at all. Elsewhere it reads the mapped staging buffer of one
+    /// device copy, never a host copy. Bool arrays (4 bytes per element on the device) and
+    /// sharded arrays are converted or assembled first (one host copy).
+    ///
+    /// The buffer stays mapped while `f` runs, so keep `f` short and do not run brigade work on
+    /// this array inside it: such work (a kernel reading the array, another read of it) is
+    /// refused with [`Error::Transfer`] rather than left waiting for `f`. Copy out what you need
+    /// to keep, or use [`Array::read_into`].
+    ///
+    /// ```
+    /// use brigade::{Array, Tensor, jit};
+    /// let f = jit(|a: &[Tensor]| vec![&a[0] * 2.0]);
+    /// let y = &f.call(&[Array::from_vec(vec![1.0f32, -2.0, 0.5], &[3])?])?[0];
+    /// let (sum, last) = y.read_with(|v: &[f32]| (v.iter().sum::<f32>(), v[2]))?;
+    /// assert_eq!((sum, last), (-1.0, 1.0));
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    ///
+    /// Errors: [`Error::DTypeMismatch`] (element type and dtype differ) and those of
+    /// [`Array::to_host`]. On wasm use [`Array::read_with_async`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn read_with<T: Element, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        pollster::block_on(self.read_with_async(f))
+    }
+    /// [`Array::read_with`], awaiting the read (never blocks; the way on the web).
+    pub async fn read_with_async<T: Element, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        let a = &self.inner.aval;
+        let mismatch = |dtype: DType| Error::DTypeMismatch {
+            op: "read_with",
+            lhs: dtype,
+            rhs: T::DTYPE,
+            shapes: vec![a.shape.clone()],
+        };
+        if T::DTYPE != a.dtype {
+            return Err(mismatch(a.dtype));
+        }
+        let host = match &self.inner.storage {
+            Storage::Device { device, buffer } => {
+                let read = [(device.clone(), buffer.clone(), a.dtype, a.size())];
+                return crate::device::read_mapped(&read, |bytes| {
+                    match T::view_device_bytes(bytes[0]) {
+                        Some(v) => Ok(f(v)),
+                        // Not viewable in place (bool, or unaligned): convert into a copy.
+                        None => {
+                            let data = crate::host::HostData::from_bytes(a.dtype, bytes[0]);
+                            T::unwrap(&data)
+                                .map(f)
+                                .ok_or_else(|| mismatch(data.dtype()))
+                        }
+                    }
+                })
+                .await?;
+            }
+            Storage::Host(h) => std::borrow::Cow::Borrowed(h),
+            Storage::Sharded { .. } => std::borrow::Cow::Owned(self.to_host_async().await?),
+        };
+        T::unwrap(&host.data)
+            .map(f)
+            .ok_or_else(|| mismatch(host.dtype()))
+    }
     /// The single element of a size-1 array.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn item(&self) -> Result<Scalar> {

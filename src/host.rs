@@ -184,6 +184,10 @@ pub trait Element: Copy + Send + Sync + 'static {
     /// bool); `src` holds exactly `dst.len()` elements.
     #[doc(hidden)]
     fn read_device_bytes(dst: &mut [Self], src: &[u8]);
+    /// Device bytes (as for [`Element::read_device_bytes`]) viewed in place as elements, where
+    /// the storage layout is the host's and `src` is aligned for `Self`; `None` otherwise.
+    #[doc(hidden)]
+    fn view_device_bytes(src: &[u8]) -> Option<&[Self]>;
 }
 macro_rules! element {
     ($t:ty, $d:ident) => {
@@ -203,6 +207,9 @@ macro_rules! element {
                 // One memcpy (over threads when large): viewing `dst` as bytes needs no
                 // alignment, unlike viewing `src` (mapped memory) as elements.
                 crate::host_copy::copy_into(dst, src);
+            }
+            fn view_device_bytes(src: &[u8]) -> Option<&[Self]> {
+                bytemuck::try_cast_slice(src).ok()
             }
         }
     };
@@ -227,6 +234,9 @@ impl Element for bool {
         for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
             *d = c != [0, 0, 0, 0];
         }
+    }
+    fn view_device_bytes(_: &[u8]) -> Option<&[Self]> {
+        None // 4 bytes per bool on the device
     }
 }
 element!(f64, F64);

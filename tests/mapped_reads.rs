@@ -56,21 +56,41 @@ fn every_dtype_round_trips_at_odd_sizes() {
                         a.read_into(&mut out).unwrap();
                         assert!(out.iter().zip(v).all(|(x, y)| x.to_bits() == y.to_bits()));
                         assert_eq!(&a.to_vec::<f32>().unwrap(), v, "to_vec of {what}");
+                        let same = a.read_with(|s: &[f32]| {
+                            s.len() == n && s.iter().zip(v).all(|(x, y)| x.to_bits() == y.to_bits())
+                        });
+                        assert!(same.unwrap(), "read_with of {what}");
                     }
                     HostData::I32(v) => {
                         let mut out = vec![7i32; n];
                         a.read_into(&mut out).unwrap();
                         assert_eq!(&out, v, "read_into of {what}");
+                        assert_eq!(
+                            &a.read_with(|s: &[i32]| s.to_vec()).unwrap(),
+                            v,
+                            "read_with of {what}"
+                        );
                     }
                     HostData::U32(v) => {
                         let mut out = vec![7u32; n];
                         a.read_into(&mut out).unwrap();
                         assert_eq!(&out, v, "read_into of {what}");
+                        assert_eq!(
+                            &a.read_with(|s: &[u32]| s.to_vec()).unwrap(),
+                            v,
+                            "read_with of {what}"
+                        );
                     }
                     HostData::Bool(v) => {
                         let mut out: Vec<bool> = v.iter().map(|b| !b).collect();
                         a.read_into(&mut out).unwrap();
                         assert_eq!(&out, v, "read_into of {what}");
+                        // Not viewable in place (4 bytes per bool on the device): converted.
+                        assert_eq!(
+                            &a.read_with(|s: &[bool]| s.to_vec()).unwrap(),
+                            v,
+                            "read_with of {what}"
+                        );
                     }
                     HostData::F64(_) => unreachable!(),
                 }
@@ -365,4 +385,114 @@ fn child_with_mapped_reads_off() {
         .unwrap();
     let got = y[0].to_vec::<f32>().unwrap();
     assert!(got.iter().zip(&xs).all(|(g, v)| *g == v * 2.0));
+}
+
+/// `read_with` hands the closure the data in place: on lavapipe (mapped reads) the array's own
+/// buffer, elsewhere the staging copy. Work inside the closure that needs the mapped buffer (a
+/// kernel reading the array, a second read of it) is refused with a typed error naming
+/// `read_with`, never left waiting; work on other arrays goes through; after the closure the same
+/// work succeeds. Also: host and sharded arrays, and the element type checked against the dtype.
+#[test]
+fn read_with_views_in_place_and_refuses_work_that_would_wait_for_it() {
+    for dev in gpu_devices() {
+        let _g = device_guard(&dev);
+        let name = dev.name().to_string();
+        let n = 70_001;
+        let xs = f32s(n, 61, -5.0, 5.0);
+        let x = Array::from_vec(xs.clone(), &[n])
+            .unwrap()
+            .to_device(&dev)
+            .unwrap();
+        let other = Array::from_vec(f32s(n, 62, -1.0, 1.0), &[n])
+            .unwrap()
+            .to_device(&dev)
+            .unwrap();
+        let f = jit(|a: &[Tensor]| vec![&a[0] * 2.0 - 1.0]).on(&dev);
+        let (sum, inner_same, inner_other, inner_read) = x
+            .read_with(|s: &[f32]| {
+                let sum: f64 = s.iter().map(|&v| v as f64).sum();
+                // Touch the results inside the closure, so a lazily failing call shows too.
+                let same = f
+                    .call(std::slice::from_ref(&x))
+                    .and_then(|y| y[0].to_vec::<f32>());
+                let oth = f
+                    .call(std::slice::from_ref(&other))
+                    .and_then(|y| y[0].to_vec::<f32>());
+                let again = x.to_vec::<f32>();
+                (sum, same, oth, again)
+            })
+            .unwrap();
+        let want: f64 = xs.iter().map(|&v| v as f64).sum();
+        assert!(
+            (sum - want).abs() < 1e-6 * n as f64,
+            "sum on {name}: {sum} vs {want}"
+        );
+        let want_other: Vec<f32> = other
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v * 2.0 - 1.0)
+            .collect();
+        assert_eq!(
+            inner_other.unwrap(),
+            want_other,
+            "other array inside read_with on {name}"
+        );
+        let doubled: Vec<f32> = xs.iter().map(|v| v * 2.0 - 1.0).collect();
+        if dev.maps_reads() {
+            for (what, r) in [
+                ("a kernel reading it", inner_same.map(|_| ())),
+                ("a second read", inner_read.map(|_| ())),
+            ] {
+                match r {
+                    Err(brigade::Error::Transfer { detail, .. }) => {
+                        assert!(detail.contains("read_with"), "{what} on {name}: {detail}")
+                    }
+                    other => panic!(
+                        "{what} inside read_with on {name}: want a Transfer error, got {other:?}"
+                    ),
+                }
+            }
+        } else {
+            // Through a staging copy, the array itself is free to use meanwhile.
+            assert_eq!(
+                inner_same.unwrap(),
+                doubled,
+                "kernel inside read_with on {name}"
+            );
+            assert_eq!(
+                inner_read.unwrap(),
+                xs,
+                "second read inside read_with on {name}"
+            );
+        }
+        // Afterwards everything works again.
+        let y = f.call(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(
+            y[0].to_vec::<f32>().unwrap(),
+            doubled,
+            "after read_with on {name}"
+        );
+        // The element type must be the dtype's.
+        match x.read_with(|s: &[i32]| s.len()) {
+            Err(brigade::Error::DTypeMismatch {
+                op: "read_with", ..
+            }) => {}
+            other => panic!("i32 view of an f32 array on {name}: {other:?}"),
+        }
+    }
+    // Host arrays and sharded ones.
+    let h = Array::from_vec(vec![3i32, -4, 5], &[3]).unwrap();
+    assert_eq!(h.read_with(|s: &[i32]| s.iter().sum::<i32>()).unwrap(), 4);
+    let devs = devices_with("vulkan:2");
+    let xs = f32s(2 * 513, 63, -2.0, 2.0);
+    let y = brigade::pmap(|a: &[Tensor]| vec![&a[0] + 1.0])
+        .devices(&devs)
+        .call(&[Array::from_vec(xs.clone(), &[2, 513]).unwrap()])
+        .unwrap();
+    let got = y[0].read_with(|s: &[f32]| s.to_vec()).unwrap();
+    assert!(
+        got.iter().zip(&xs).all(|(g, v)| *g == v + 1.0),
+        "sharded read_with"
+    );
 }

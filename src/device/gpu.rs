@@ -1654,6 +1654,7 @@ impl<'a> Recorder<'_, 'a> {
                 format!("running {} dispatches ({})", names.len(), names.join(", "))
             }));
         }
+        let idx = idx.map_err(|m| m.error(self.dev, "running a kernel"))?;
         let n = pending
             .iter()
             .filter(|c| matches!(c, Command::Dispatch(_)))
@@ -1782,7 +1783,7 @@ impl Device {
                     Command::Dispatch(_) => false,
                 })
         };
-        let ((), err) = gpu.capture(|| {
+        let (res, err) = gpu.capture(|| {
             gpu.unmapped(uses, || {
                 let groups = bind_groups(gpu, dispatches, &rec.live_of);
                 record(enc, dispatches, &rec.live_of, &groups, &live);
@@ -1793,6 +1794,7 @@ impl Device {
                 format!("recording {} commands into the app's encoder", live.len())
             }));
         }
+        res.map_err(|m| m.error(self, "recording into the app's encoder"))?;
         let n = live
             .iter()
             .filter(|c| matches!(c, Command::Dispatch(_)))

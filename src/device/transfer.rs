@@ -84,25 +84,39 @@ impl MapGate {
 
     /// Run `f` (a submit, a `write_buffer`) once no buffer for which `uses` is true is mapped,
     /// holding the gate during it so that no map request comes in between. With nothing mapped
-    /// (the usual case) this costs one uncontended lock and `uses` is never called.
-    pub(crate) fn unmapped<T>(&self, uses: impl Fn(usize) -> bool, f: impl FnOnce() -> T) -> T {
+    /// (the usual case) this costs one uncontended lock and `uses` is never called. Refused
+    /// (instead of waiting forever) when this thread is inside a read closure that holds one
+    /// of those buffers mapped.
+    pub(crate) fn unmapped<T>(
+        &self,
+        uses: impl Fn(usize) -> bool,
+        f: impl FnOnce() -> T,
+    ) -> std::result::Result<T, MappedHere> {
         let mut g = super::gpu::lock(&self.mapped);
+        if g.iter().any(|&k| uses(k)) && held_here(&uses) {
+            return Err(MappedHere);
+        }
         while g.iter().any(|&k| uses(k)) {
             g = self.wait(g);
         }
         let out = f();
         drop(g);
-        out
+        Ok(out)
     }
 
     /// Mark `keys` mapped, waiting while another read holds any of them. All at once, so two
-    /// reads of overlapping buffers never hold one each while waiting for the other.
-    fn hold(&self, keys: &[usize]) {
+    /// reads of overlapping buffers never hold one each while waiting for the other. Refused
+    /// when this thread's read closure holds one of them already.
+    fn hold(&self, keys: &[usize]) -> std::result::Result<(), MappedHere> {
         let mut g = super::gpu::lock(&self.mapped);
+        if held_here(|k| keys.contains(&k)) {
+            return Err(MappedHere);
+        }
         while g.iter().any(|k| keys.contains(k)) {
             g = self.wait(g);
         }
         g.extend_from_slice(keys);
+        Ok(())
     }
 
     /// Undo [`MapGate::hold`] (after the buffers were unmapped) and wake the waiters.
@@ -115,6 +129,56 @@ impl MapGate {
         }
         drop(g);
         self.unmapped.notify_all();
+    }
+}
+
+/// Work that would wait for a mapping the waiting thread itself holds (inside the closure of
+/// [`crate::Array::read_with`]): refused with [`MappedHere::error`] instead of a hang.
+#[derive(Debug)]
+pub(crate) struct MappedHere;
+
+impl MappedHere {
+    /// The typed error for `what` on `device`.
+    pub(crate) fn error(self, device: &Device, what: &str) -> Error {
+        Error::Transfer {
+            device: device.name().to_string(),
+            detail: format!(
+                "{what} needs a buffer that this thread holds mapped inside `Array::read_with`; \
+                 finish the closure first (copy what it needs out with `read_into`, or run the \
+                 work after `read_with` returns)"
+            ),
+        }
+    }
+}
+
+thread_local! {
+    /// The buffers mapped in place for the read closure this thread is running now (a
+    /// closure runs synchronously, so no other task can be on this thread meanwhile).
+    static CLOSURE_HOLDS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// True when the running read closure of this thread holds a buffer for which `uses` is true.
+fn held_here(uses: impl Fn(usize) -> bool) -> bool {
+    CLOSURE_HOLDS.with(|h| h.borrow().iter().any(|&k| uses(k)))
+}
+
+/// Marks `keys` as held by this thread's read closure until dropped (also on a panic in it).
+struct ClosureHolds(usize);
+
+impl ClosureHolds {
+    fn enter(keys: &[usize]) -> ClosureHolds {
+        CLOSURE_HOLDS.with(|h| h.borrow_mut().extend_from_slice(keys));
+        ClosureHolds(keys.len())
+    }
+}
+
+impl Drop for ClosureHolds {
+    fn drop(&mut self) {
+        CLOSURE_HOLDS.with(|h| {
+            let mut h = h.borrow_mut();
+            let keep = h.len().saturating_sub(self.0);
+            h.truncate(keep);
+        });
     }
 }
 
@@ -270,7 +334,7 @@ impl Device {
         };
         if !staged {
             let key = gate_key(buf);
-            let ((), err) = gpu.capture(|| {
+            let (res, err) = gpu.capture(|| {
                 gpu.unmapped(
                     |k| k == key,
                     || gpu.queue.write_buffer(&buf.buffer, buf.offset, bytes),
@@ -279,6 +343,7 @@ impl Device {
             if let Some(e) = err {
                 return Err(self.wgpu_error(e, || format!("writing {} bytes", bytes.len())));
             }
+            res.map_err(|m| m.error(self, "writing to an array"))?;
         }
         bump(|c| c.bytes_uploaded += n);
         Ok(())
@@ -331,6 +396,7 @@ impl Device {
                 }
             }
         };
+        let mut held = false;
         let (res, err) = gpu.capture(|| {
             let staging = ready.unwrap_or_else(|| {
                 gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -357,7 +423,9 @@ impl Device {
                 enc.copy_buffer_to_buffer(&staging, 0, &buf.buffer, buf.offset, n);
                 let cmd = enc.finish();
                 let key = gate_key(buf);
-                gpu.unmapped(|k| k == key, || gpu.queue.submit([cmd]));
+                held = gpu
+                    .unmapped(|k| k == key, || gpu.queue.submit([cmd]))
+                    .is_err();
             }
             // Map again right away: it completes once the copy has run, ready for the next write.
             let (tx, rx) = oneshot::channel();
@@ -369,6 +437,9 @@ impl Device {
         });
         if let Some(e) = err {
             return Err(self.wgpu_error(e, || format!("writing {}", human_bytes(n))));
+        }
+        if held {
+            return Err(MappedHere.error(self, "writing to an array"));
         }
         if res {
             bump(|c| c.submits += 1);
@@ -636,8 +707,8 @@ impl Device {
             gpu.unmapped(
                 |k| copies.iter().any(|c| gate_key(c.0) == k),
                 || gpu.queue.submit([cmd]),
-            );
-            buffers
+            )?;
+            Ok(buffers
                 .into_iter()
                 .zip(&groups)
                 .map(|(b, &used)| {
@@ -647,11 +718,12 @@ impl Device {
                     });
                     (b, used, Some(rx))
                 })
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>())
         });
         if let Some(e) = err {
             return Err(self.wgpu_error(e, || format!("downloading {}", human_bytes(total))));
         }
+        let staging = staging.map_err(|m: MappedHere| m.error(self, "reading an array"))?;
         bump(|c| {
             c.submits += 1;
             c.bytes_downloaded += total;
@@ -668,10 +740,14 @@ impl Device {
 impl super::gpu::Gpu {
     /// Run `f` (work that submits or writes buffers) under the device's [`MapGate`], once no
     /// buffer for which `uses` is true is mapped by a read; just `f` on devices without one.
-    pub(crate) fn unmapped<T>(&self, uses: impl Fn(usize) -> bool, f: impl FnOnce() -> T) -> T {
+    pub(crate) fn unmapped<T>(
+        &self,
+        uses: impl Fn(usize) -> bool,
+        f: impl FnOnce() -> T,
+    ) -> std::result::Result<T, MappedHere> {
         match &self.map_gate {
             Some(gate) => gate.unmapped(uses, f),
-            None => f(),
+            None => Ok(f()),
         }
     }
 }
@@ -688,7 +764,8 @@ impl PendingRead {
                     detail: "a mapped read on a device that does not map reads".into(),
                 });
             };
-            gate.hold(&self.direct.keys());
+            gate.hold(&self.direct.keys())
+                .map_err(|m| m.error(&self.device, "reading an array"))?;
             self.direct.held = true;
             let (rxs, err) = gpu.capture(|| {
                 self.direct
@@ -860,6 +937,9 @@ pub(crate) async fn read_mapped<R>(
                 slices[i] = b;
             }
         }
+        // Work inside `f` that needs one of these buffers is refused, not left waiting.
+        let keys: Vec<usize> = pending.iter().flat_map(|(p, _)| p.direct.keys()).collect();
+        let _holds = ClosureHolds::enter(&keys);
         f(&slices)
     };
     for (p, _) in pending {
