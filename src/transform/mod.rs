@@ -1,4 +1,5 @@
-//! Transforms of traced programs, one file each: [`pmap`] (and split mode, [`pmap::shard_map`]),
+//! Transforms of traced programs, one module each: [`pmap`] (and split mode, [`pmap::shard_map`];
+//! its builder, planning and executor in three files),
 //! [`vmap`], reverse-mode [`grad`], and structured [`control`] flow (`cond`, `switch`, `scan`,
 //! `fori_loop`).
 
