@@ -629,69 +629,16 @@ fn pow_f32(x: f32, y: f32) -> f32 {
 // Integer division and remainder with XLA's (and so JAX's) answers where C leaves them undefined:
 // x / 0 = -1 (all bits set), x % 0 = x, i32::MIN / -1 = i32::MIN, i32::MIN % -1 = 0. Written out
 // so every backend agrees with the CPU reference (WGSL's own rule is x / 0 = x, x % 0 = 0).
-const INT_DIV_I32: &str = "fn bdiv_i32(a: i32, b: i32) -> i32 { if (b == 0i) { return -1i; } if (a == i32(-2147483647 - 1) && b == -1i) { return a; } return a / b; }
-fn brem_i32(a: i32, b: i32) -> i32 { if (b == 0i) { return a; } if (a == i32(-2147483647 - 1) && b == -1i) { return 0i; } return a - b * (a / b); }";
-const INT_DIV_U32: &str =
-    "fn bdiv_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return 4294967295u; } return a / b; }
-fn brem_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return a; } return a % b; }";
+const INT_DIV_I32: &str = include_str!("../../shaders/lib/int_div_i32.wgsl").trim_ascii_end();
+const INT_DIV_U32: &str = include_str!("../../shaders/lib/int_div_u32.wgsl").trim_ascii_end();
 // Exact C fmod: subtract y·2^k for k from the exponent gap down to 0. Each subtraction is exact
 // (t <= r < 2t, Sterbenz), unlike a - b*trunc(a/b), which loses the result when a/b rounds.
-const FMOD_F32: &str =
-    "// ldexp in three steps: llvmpipe's ldexp overflows for exponents above 127 even when the
-// result is finite (a subnormal y times 2^260).
-fn bldexp3(y: f32, k: i32) -> f32 { let a = k / 3; return ldexp(ldexp(ldexp(y, a), a), k - 2 * a); }
-fn bfmod(a: f32, b: f32) -> f32 {
-    // Special cases by bits (compares cannot see NaN on every backend): fmod(x, 0), fmod(±inf, y)
-    // and NaN operands give NaN; fmod(finite x, ±inf) is x.
-    let ux = bitcast<u32>(a) & 0x7fffffffu;
-    let uy = bitcast<u32>(b) & 0x7fffffffu;
-    if (uy == 0u || ux >= 0x7f800000u || uy > 0x7f800000u) { return bf32_bits(0x7fc00000u); }
-    if (uy == 0x7f800000u) { return a; }
-    let x = bitcast<f32>(ux);
-    let y = bitcast<f32>(uy);
-    if (x < y) { return a; }
-    var k: i32 = max(i32((ux >> 23u) & 0xffu) - i32((uy >> 23u) & 0xffu), 0);
-    while (k > 0 && bldexp3(y, k) > x) { k = k - 1; }
-    // No cap at 254: a subnormal y needs shifts up to 277; an overflowing shift (inf) stops it.
-    while (k < 300 && bldexp3(y, k + 1) <= x) { k = k + 1; }
-    var r = x;
-    for (var j: i32 = k; j >= 0; j = j - 1) {
-        let t = bldexp3(y, j);
-        if (r >= t) { r = r - t; }
-    }
-    return select(r, -r, (bitcast<u32>(a) >> 31u) == 1u);
-}";
+const FMOD_F32: &str = include_str!("../../shaders/lib/fmod.wgsl").trim_ascii_end();
 // WGSL's pow is only defined for x >= 0; this one follows C/IEEE pow (as Rust's `powf` and
 // `jnp.power`) in every special case: zeros and infinities by sign, NaN operands by bits
 // (pow(x, ±0) = 1 and pow(1, y) = 1 even for NaN), pow(-1, ±inf) = 1, odd integer exponents
 // keep the sign of a negative base.
-const POW_F32: &str = "fn bpow(x: f32, y: f32) -> f32 {
-    let ux = bitcast<u32>(x);
-    let uax = ux & 0x7fffffffu;
-    let uay = bitcast<u32>(y) & 0x7fffffffu;
-    if (uay == 0u || ux == 0x3f800000u) { return 1.0; }
-    if (uax > 0x7f800000u || uay > 0x7f800000u) { return bf32_bits(0x7fc00000u); }
-    let ax = bitcast<f32>(uax);
-    let neg = (ux >> 31u) == 1u;
-    if (uay == 0x7f800000u) {
-        if (uax == 0x3f800000u) { return 1.0; }
-        return select(0.0, bf32_bits(0x7f800000u), (ax > 1.0) == (y > 0.0));
-    }
-    let yint = floor(y) == y;
-    let yodd = yint && abs(y) < 16777216.0 && abs(y) % 2.0 == 1.0;
-    var r: f32;
-    if (uax == 0u || uax == 0x7f800000u) {
-        r = select(0.0, bf32_bits(0x7f800000u), (ax > 1.0) == (y > 0.0));
-    } else {
-        if (neg && !yint) { return bf32_bits(0x7fc00000u); }
-        // log2 of a subnormal, scaled first (llvmpipe's log2 does not reduce their range).
-        var l = log2(ax);
-        if (uax < 0x00800000u) { l = log2(ax * 18446744073709551616.0) - 64.0; }
-        r = exp2(y * l);
-    }
-    if (neg && yodd) { r = -r; }
-    return r;
-}";
+const POW_F32: &str = include_str!("../../shaders/lib/pow.wgsl").trim_ascii_end();
 
 // ---- fused multiply-add and erf_inv --------------------------------------------------------------
 
@@ -701,165 +648,15 @@ const POW_F32: &str = "fn bpow(x: f32, y: f32) -> f32 {
 /// The 48-bit product and the addend are aligned in 64-bit integers (two u32 words, `x` high),
 /// the smaller operand shifted right with a sticky bit, and the sum rounded once. Checked against
 /// Rust's `f32::mul_add` on 2·10^8 random triples (normal, subnormal, cancelling, inf/NaN).
-pub(crate) const FMA_F32: &str = "fn b64_clz(a: vec2<u32>) -> u32 { if (a.x != 0u) { return countLeadingZeros(a.x); } return 32u + countLeadingZeros(a.y); }
-fn b64_shl(a: vec2<u32>, s: u32) -> vec2<u32> {
-    if (s == 0u) { return a; }
-    if (s >= 64u) { return vec2<u32>(0u, 0u); }
-    if (s >= 32u) { return vec2<u32>(a.y << (s - 32u), 0u); }
-    return vec2<u32>((a.x << s) | (a.y >> (32u - s)), a.y << s);
-}
-fn b64_shr(a: vec2<u32>, s: u32) -> vec2<u32> {
-    if (s == 0u) { return a; }
-    if (s >= 64u) { return vec2<u32>(0u, 0u); }
-    if (s >= 32u) { return vec2<u32>(0u, a.x >> (s - 32u)); }
-    return vec2<u32>(a.x >> s, (a.y >> s) | (a.x << (32u - s)));
-}
-fn b64_low(a: vec2<u32>, s: u32) -> vec2<u32> {
-    if (s >= 64u) { return a; }
-    if (s >= 32u) { return vec2<u32>(a.x & ((1u << (s - 32u)) - 1u), a.y); }
-    return vec2<u32>(0u, a.y & ((1u << s) - 1u));
-}
-fn b64_shr_sticky(a: vec2<u32>, s: u32) -> vec2<u32> {
-    if (s == 0u) { return a; }
-    if (s >= 64u) { return vec2<u32>(0u, select(0u, 1u, (a.x | a.y) != 0u)); }
-    let r = b64_shr(a, s);
-    let l = b64_low(a, s);
-    return vec2<u32>(r.x, r.y | select(0u, 1u, (l.x | l.y) != 0u));
-}
-fn b64_add(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> { let lo = a.y + b.y; return vec2<u32>(a.x + b.x + select(0u, 1u, lo < a.y), lo); }
-fn b64_sub(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> { return vec2<u32>(a.x - b.x - select(0u, 1u, a.y < b.y), a.y - b.y); }
-fn b64_ge(a: vec2<u32>, b: vec2<u32>) -> bool { return a.x > b.x || (a.x == b.x && a.y >= b.y); }
-fn bfma(a: f32, b: f32, c: f32) -> f32 {
-    let ua = bitcast<u32>(a);
-    let ub = bitcast<u32>(b);
-    let uc = bitcast<u32>(c);
-    var ea = (ua >> 23u) & 0xffu;
-    var eb = (ub >> 23u) & 0xffu;
-    var ec = (uc >> 23u) & 0xffu;
-    if (ea == 255u || eb == 255u) { return a * b + c; }
-    if (ec == 255u) { return c; }
-    var ma = ua & 0x7fffffu;
-    var mb = ub & 0x7fffffu;
-    var mc = uc & 0x7fffffu;
-    if (ea == 0u) { ea = 1u; } else { ma = ma | 0x800000u; }
-    if (eb == 0u) { eb = 1u; } else { mb = mb | 0x800000u; }
-    if (ec == 0u) { ec = 1u; } else { mc = mc | 0x800000u; }
-    if (ma == 0u || mb == 0u) { if (mc == 0u) { return a * b + c; } return c; }
-    let sp = (ua ^ ub) & 0x80000000u;
-    let sc = uc & 0x80000000u;
-    let a1 = ma >> 16u;
-    let a0 = ma & 0xffffu;
-    let b1 = mb >> 16u;
-    let b0 = mb & 0xffffu;
-    let mid = a0 * b1 + a1 * b0;
-    let p00 = a0 * b0;
-    let lo = p00 + (mid << 16u);
-    var p = vec2<u32>(a1 * b1 + (mid >> 16u) + select(0u, 1u, lo < p00), lo);
-    let sh = b64_clz(p) - 2u;
-    p = b64_shl(p, sh);
-    var e = i32(ea) + i32(eb) - 300 - i32(sh);
-    var s = p;
-    var sign = sp;
-    if (mc != 0u) {
-        let shc = countLeadingZeros(mc) + 30u;
-        var cc = b64_shl(vec2<u32>(0u, mc), shc);
-        let ecc = i32(ec) - 150 - i32(shc);
-        if (e >= ecc) { cc = b64_shr_sticky(cc, u32(e - ecc)); } else { p = b64_shr_sticky(p, u32(ecc - e)); e = ecc; }
-        if (sp == sc) { s = b64_add(p, cc); } else if (b64_ge(p, cc)) { s = b64_sub(p, cc); } else { s = b64_sub(cc, p); sign = sc; }
-        if (s.x == 0u && s.y == 0u) { return 0.0; }
-    }
-    let k = 63 - i32(b64_clz(s));
-    var be = k + e + 127;
-    var q = -149;
-    if (be >= 1) { q = k + e - 23; }
-    let r = q - e;
-    var m: u32;
-    if (r <= 0) {
-        m = b64_shl(s, u32(-r)).y;
-    } else {
-        m = b64_shr(s, u32(r)).y;
-        if (r <= 64) {
-            let rem = b64_low(s, u32(r));
-            let half = b64_shl(vec2<u32>(0u, 1u), u32(r - 1));
-            if ((rem.x == half.x && rem.y == half.y && (m & 1u) == 1u) || !b64_ge(half, rem)) { m = m + 1u; }
-        }
-    }
-    if (be >= 1) {
-        if (m == 0x1000000u) { m = 0x800000u; be = be + 1; }
-        if (be >= 255) { return bitcast<f32>(sign | 0x7f800000u); }
-        return bitcast<f32>(sign | (u32(be) << 23u) | (m & 0x7fffffu));
-    }
-    return bitcast<f32>(sign | m);
-}";
+pub(crate) const FMA_F32: &str = include_str!("../../shaders/lib/fma.wgsl").trim_ascii_end();
 
 /// WGSL `bdiv(a, b)` and `bsqrt(x)`: f32 division and square root rounded correctly (to nearest
 /// even) with integer arithmetic. WGSL allows 2.5 ULP for both and GPUs commonly approximate
 /// division (llvmpipe happens to round both correctly). Long division / digit-by-digit square root
 /// to 26 bits, then one rounding. Checked against Rust's `/` (3·10^8 random pairs) and `sqrt`
 /// (every 7th positive f32).
-pub(crate) const DIV_SQRT_F32: &str = "fn bround_q(q: u32, sticky: bool, r: u32) -> u32 {
-    if (r == 0u) { return q; }
-    if (r > 31u) { return 0u; }
-    let m = q >> r;
-    let guard = (q >> (r - 1u)) & 1u;
-    let low = (q & ((1u << (r - 1u)) - 1u)) != 0u || sticky;
-    return m + select(0u, 1u, guard == 1u && (low || (m & 1u) == 1u));
-}
-fn bdiv(a: f32, b: f32) -> f32 {
-    let ua = bitcast<u32>(a);
-    let ub = bitcast<u32>(b);
-    var ea = i32((ua >> 23u) & 0xffu);
-    var eb = i32((ub >> 23u) & 0xffu);
-    var ma = ua & 0x7fffffu;
-    var mb = ub & 0x7fffffu;
-    if (ea == 255 || eb == 255 || (ea == 0 && ma == 0u) || (eb == 0 && mb == 0u)) { return a / b; }
-    if (ea == 0) { let s = countLeadingZeros(ma) - 8u; ma = ma << s; ea = 1 - i32(s); } else { ma = ma | 0x800000u; }
-    if (eb == 0) { let s = countLeadingZeros(mb) - 8u; mb = mb << s; eb = 1 - i32(s); } else { mb = mb | 0x800000u; }
-    let sign = (ua ^ ub) & 0x80000000u;
-    var e = ea - eb + 127;
-    if (ma < mb) { ma = ma << 1u; e = e - 1; }
-    var rem = ma;
-    var q = 0u;
-    for (var i = 0u; i < 26u; i = i + 1u) {
-        q = q << 1u;
-        if (rem >= mb) { rem = rem - mb; q = q | 1u; }
-        rem = rem << 1u;
-    }
-    var r = 2u;
-    if (e < 1) { r = u32(3 - e); }
-    var m = bround_q(q, rem != 0u, r);
-    if (e >= 1) {
-        if (m == 0x1000000u) { m = 0x800000u; e = e + 1; }
-        if (e >= 255) { return bitcast<f32>(sign | 0x7f800000u); }
-        return bitcast<f32>(sign | (u32(e) << 23u) | (m & 0x7fffffu));
-    }
-    return bitcast<f32>(sign | m);
-}
-fn bsqrt(x: f32) -> f32 {
-    let ux = bitcast<u32>(x);
-    var e = i32((ux >> 23u) & 0xffu);
-    var m = ux & 0x7fffffu;
-    if (e == 255 || (ux >> 31u) == 1u || (e == 0 && m == 0u)) { return sqrt(x); }
-    if (e == 0) { let s = countLeadingZeros(m) - 8u; m = m << s; e = 1 - i32(s); } else { m = m | 0x800000u; }
-    var ue = e - 127;
-    if ((ue & 1) != 0) { m = m << 1u; ue = ue - 1; }
-    let hi = m >> 5u;
-    let lo = m << 27u;
-    var res = 0u;
-    var rem = 0u;
-    for (var i = 0u; i < 26u; i = i + 1u) {
-        let sh = 50u - 2u * i;
-        var pair = (lo >> (sh & 31u)) & 3u;
-        if (sh >= 32u) { pair = (hi >> (sh - 32u)) & 3u; }
-        rem = (rem << 2u) | pair;
-        let trial = (res << 2u) | 1u;
-        if (rem >= trial) { rem = rem - trial; res = (res << 1u) | 1u; } else { res = res << 1u; }
-    }
-    var mm = bround_q(res, rem != 0u, 2u);
-    var be = ue / 2 + 127;
-    if (mm == 0x1000000u) { mm = 0x800000u; be = be + 1; }
-    return bitcast<f32>((u32(be) << 23u) | (mm & 0x7fffffu));
-}";
+pub(crate) const DIV_SQRT_F32: &str =
+    include_str!("../../shaders/lib/div_sqrt.wgsl").trim_ascii_end();
 
 // XLA's single-precision erf_inv (Giles' polynomial, as `chlo.erf_inv` decomposes it) and the log1p
 // and log it calls, reproduced operation by operation as XLA's CPU backend runs them, including
@@ -1075,6 +872,10 @@ pub fn erf_inv_f64(y: f64) -> f64 {
     x.copysign(y)
 }
 
+/// `shaders/lib/erf_inv.wgsl`: the template of [`ERF_INV_WGSL`], its constants `{{P0}}`..
+/// filled from the CPU code's.
+const ERF_INV_TEMPLATE: &str = include_str!("../../shaders/lib/erf_inv.wgsl").trim_ascii_end();
+
 /// WGSL of [`erf_inv_f32`] (`berfinv`), with `bfma` where the CPU code has `mul_add` and the
 /// correctly rounded `bdiv`/`bsqrt` for `/` and `sqrt`: the same bits on every device.
 static ERF_INV_WGSL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -1101,61 +902,19 @@ static ERF_INV_WGSL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
             k(ERF_INV_LT5[i])
         );
     }
-    format!(
-        "fn bxla_log(v: f32) -> f32 {{
-    if (v == 0.0) {{ return bf32_bits(0xff800000u); }}
-    // NaN and negative numbers (sign bit set) by bits: no compare can be trusted with NaN.
-    if (bitcast<u32>(v) > 0x7f800000u) {{ return bf32_bits(0xffffffffu); }}
-    if (v > 3.40282347e38) {{ return v; }}
-    let bits = bitcast<u32>(max(v, 1.17549435e-38));
-    let m = bitcast<f32>((bits & 0x807fffffu) | 0x3f000000u);
-    let below = m < {sqh};
-    let e = (f32(i32(bits >> 23u) - 127) + 1.0) - select(0.0, 1.0, below);
-    var x = (m - 1.0) + select(0.0, m, below);
-    let x2 = x * x;
-    let x3 = x2 * x;
-    var y = bfma(bfma(x, {p0}, {p1}), x, {p2});
-    let y1 = bfma(bfma(x, {p3}, {p4}), x, {p5});
-    let y2 = bfma(bfma(x, {p6}, {p7}), x, {p8});
-    y = bfma(bfma(y, x3, y1), x3, y2);
-    y = bfma(y, x3, e * {lo});
-    x = bfma(x2, -0.5, x) + y;
-    return bfma(e, {hi}, x);
-}}
-fn bxla_log1p(x: f32) -> f32 {{
-    if (abs(x) < {small}) {{
-        let x2 = x * x;
-        let z = x * 0.0;
-        let t = (x * x2) * bdiv({num}, {den});
-        return x + bfma(x2, -0.5, t);
-    }}
-    return bxla_log(x + 1.0);
-}}
-fn berfinv(x: f32) -> f32 {{
-    let l = bxla_log1p(x * -x);
-    let lt = l > -5.0;
-    let w = select(bsqrt(-l) - 3.0, -2.5 - l, lt);
-    let p = {poly};
-    // x * p as a fused multiply-add with -0: the same rounding, but opaque to compilers that
-    // would reassociate it with a constant factor applied later (normal's sqrt(2)).
-    return bfma(x, select(p, bf32_bits(0x7f800000u), abs(x) == 1.0), bitcast<f32>(0x80000000u));
-}}",
-        sqh = k(LOG_SQRT_HALF),
-        p0 = p[0],
-        p1 = p[1],
-        p2 = p[2],
-        p3 = p[3],
-        p4 = p[4],
-        p5 = p[5],
-        p6 = p[6],
-        p7 = p[7],
-        p8 = p[8],
-        lo = k(LOG_LN2_LO),
-        hi = k(LOG_LN2_HI),
-        small = k(LOG1P_SMALL),
-        num = horner(&LOG1P_NUM),
-        den = horner(&LOG1P_DEN),
-    )
+    let names: Vec<String> = (0..LOG_P.len()).map(|i| format!("P{i}")).collect();
+    let mut pairs: Vec<(&str, String)> = names.iter().map(String::as_str).zip(p).collect();
+    pairs.extend([
+        ("SQH", k(LOG_SQRT_HALF)),
+        ("LO", k(LOG_LN2_LO)),
+        ("HI", k(LOG_LN2_HI)),
+        ("SMALL", k(LOG1P_SMALL)),
+        ("NUM", horner(&LOG1P_NUM)),
+        ("DEN", horner(&LOG1P_DEN)),
+        ("POLY", poly),
+    ]);
+    let pairs: Vec<(&str, &str)> = pairs.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    crate::wgsl::fill(ERF_INV_TEMPLATE, &pairs)
 });
 
 /// `fma(a, b, c)`: `a * b + c` with one rounding (float operands of one shape and dtype: f32, or
@@ -1573,6 +1332,20 @@ impl Rules for ElementwiseOp {
 #[cfg(test)]
 mod table_tests {
     use super::*;
+
+    /// Every WGSL library of the family (`shaders/lib/`) parses and validates with naga, with the
+    /// libraries it calls.
+    #[test]
+    fn shader_libraries_are_naga_valid() {
+        use crate::wgsl::assert_library_valid as check;
+        check("fma", &[FMA_F32]);
+        check("div_sqrt", &[DIV_SQRT_F32]);
+        check("int_div_i32", &[INT_DIV_I32]);
+        check("int_div_u32", &[INT_DIV_U32]);
+        check("fmod", &[FMOD_F32]);
+        check("pow", &[POW_F32]);
+        check("erf_inv", &[FMA_F32, DIV_SQRT_F32, ERF_INV_WGSL.as_str()]);
+    }
 
     /// The rows are the registry: names are unique, and every op's class agrees with its dtype
     /// rule on f32 and bool.

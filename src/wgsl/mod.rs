@@ -395,7 +395,21 @@ fn bindings_vec(g: &Graph, inputs: &[Var], vec: &[bool], out_elem: &str) -> Stri
 /// `bitcast<f32>` of a constant is evaluated when the shader is created, and Chrome's WGSL compiler
 /// (Tint) rejects one that gives inf or NaN; a call to a function of ours is never constant. Every
 /// generated shader has it ([`crate::Scalar::wgsl_literal`] writes non-finite floats with it).
-pub(crate) const F32_BITS: &str = "fn bf32_bits(b: u32) -> f32 { return bitcast<f32>(b); }";
+pub(crate) const F32_BITS: &str = include_str!("../../shaders/lib/f32_bits.wgsl").trim_ascii_end();
+
+/// Panics unless the shader library functions `parts` (dependencies first, `bf32_bits` implied)
+/// parse and validate with naga inside a minimal compute module: the unit test of each file of
+/// `shaders/lib/`.
+#[cfg(test)]
+pub(crate) fn assert_library_valid(name: &str, parts: &[&str]) {
+    let src = format!(
+        "{F32_BITS}\n{}\n@compute @workgroup_size(1)\nfn main() {{}}\n",
+        parts.join("\n")
+    );
+    if let Err(e) = crate::device::validate_wgsl(name, &src) {
+        panic!("shaders/lib/{name}.wgsl: {e}");
+    }
+}
 
 fn helpers_src(h: &[&'static str]) -> String {
     let mut seen: Vec<&str> = vec![F32_BITS];
@@ -1123,5 +1137,15 @@ pub(crate) fn argreduce_kernel(
         wgsl,
         inputs: em.inputs,
         workgroups: balanced_grid(n.div_ceil(WG as usize), max_wg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `bf32_bits` (in every shader) and the counter-based generator of `random` are valid WGSL.
+    #[test]
+    fn shader_libraries_are_naga_valid() {
+        super::assert_library_valid("f32_bits", &[]);
+        super::assert_library_valid("threefry", &[crate::ops::random::THREEFRY_WGSL]);
     }
 }
