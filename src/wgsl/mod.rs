@@ -5,7 +5,6 @@
 //! buffers. Kernels (elementwise, reduction, argreduce) wrap that body in a template.
 
 pub(crate) mod matmul;
-pub(crate) mod window;
 
 use std::collections::{HashMap, HashSet};
 
@@ -144,6 +143,11 @@ impl<'a> Emitter<'a> {
         }
         self.body.push_str(s);
         self.body.push('\n');
+    }
+    /// The statements emitted so far, leaving the body empty (kernels that place operand reads
+    /// at several points of their template take each part in turn).
+    pub(crate) fn take_body(&mut self) -> String {
+        std::mem::take(&mut self.body)
     }
     /// `let NAME = expr;` with a new name. In lane mode an expression that does not depend on the
     /// lane and was already bound at the top level reuses that name: the lanes share it.
@@ -367,7 +371,7 @@ pub(crate) fn const_wgsl(v: Scalar) -> String {
 }
 
 /// Binding declarations: inputs then the output.
-fn bindings(g: &Graph, inputs: &[Var], out_elem: &str) -> String {
+pub(crate) fn bindings(g: &Graph, inputs: &[Var], out_elem: &str) -> String {
     bindings_vec(g, inputs, &[], out_elem)
 }
 
@@ -422,7 +426,12 @@ fn helpers_src(h: &[&'static str]) -> String {
 }
 
 /// Per-axis index names `i0, i1, ...` of linear index `lin` in `shape`, as `let` lines.
-fn index_lets(shape: &[usize], lin: &str, prefix: &str, indent: usize) -> (String, Vec<String>) {
+pub(crate) fn index_lets(
+    shape: &[usize],
+    lin: &str,
+    prefix: &str,
+    indent: usize,
+) -> (String, Vec<String>) {
     let exprs = layout::unravel_wgsl(shape, lin);
     let mut s = String::new();
     let mut names = Vec::new();
@@ -462,6 +471,25 @@ fn store_expr(dt: DType, val: &str) -> String {
     } else {
         val.to_string()
     }
+}
+
+/// `shaders/prologue.wgsl`: the start of the kernels with one invocation `gi` per output element
+/// (reductions, argreductions, window kernels). No comment of its own: it lands in the middle of
+/// each kernel.
+const PROLOGUE: &str = include_str!("../../shaders/prologue.wgsl").trim_ascii_end();
+
+/// The filled [`PROLOGUE`]: declarations `bindings`, library functions `helpers`, the invocation
+/// `gi` (returning past `n`) and the `let` lines `index` of its output index.
+pub(crate) fn prologue(bindings: &str, helpers: &[&'static str], n: usize, index: &str) -> String {
+    fill(
+        PROLOGUE,
+        &[
+            ("BINDINGS", bindings),
+            ("HELPERS", &helpers_src(helpers)),
+            ("N", &n.to_string()),
+            ("INDEX", index.trim_end()),
+        ],
+    )
 }
 
 /// Fills every `{{NAME}}` of a kernel template (the one filler of every template in `shaders/`).
@@ -898,14 +926,16 @@ pub(crate) fn reduce_kernels(
         REDUCE,
         &[
             (
-                "BINDINGS",
-                &bindings_vec(g, &rl.em.inputs, &rl.em.vec_inputs, dt.wgsl_storage()),
+                "PROLOGUE",
+                &prologue(
+                    &bindings_vec(g, &rl.em.inputs, &rl.em.vec_inputs, dt.wgsl_storage()),
+                    &rl.em.helpers,
+                    n,
+                    &index,
+                ),
             ),
-            ("HELPERS", &helpers_src(&rl.em.helpers)),
-            ("N", &n.to_string()),
             ("RV", &(r / rl.lanes).to_string()),
             ("LANES", &rl.lanes.to_string()),
-            ("INDEX", index.trim_end()),
             ("ACCS", &rl.accs),
             ("BODY", rl.em.body.trim_end()),
             ("COMBINE", &rl.combine),
@@ -1078,16 +1108,18 @@ fn parts_kernel(
         REDUCE,
         &[
             (
-                "BINDINGS",
-                &format!(
-                    "@group(0) @binding(0) var<storage, read> in0: array<{t}>;\n@group(0) @binding(1) var<storage, read_write> out0: array<{t}>;\n"
+                "PROLOGUE",
+                &prologue(
+                    &format!(
+                        "@group(0) @binding(0) var<storage, read> in0: array<{t}>;\n@group(0) @binding(1) var<storage, read_write> out0: array<{t}>;\n"
+                    ),
+                    &[],
+                    n,
+                    "",
                 ),
             ),
-            ("HELPERS", &helpers_src(&[])),
-            ("N", &n.to_string()),
             ("RV", &parts.to_string()),
             ("LANES", "1"),
-            ("INDEX", ""),
             ("ACCS", &format!("    var acc: {t} = {ident};")),
             ("BODY", &format!("        let x = in0[gi * {parts}u + r];")),
             ("COMBINE", &format!("        acc = {combine};")),
@@ -1122,12 +1154,12 @@ pub(crate) fn argreduce_kernel(
     let wgsl = fill(
         ARGREDUCE,
         &[
-            ("BINDINGS", &bindings(g, &em.inputs, "i32")),
-            ("HELPERS", &helpers_src(&em.helpers)),
+            (
+                "PROLOGUE",
+                &prologue(&bindings(g, &em.inputs, "i32"), &em.helpers, n, &index),
+            ),
             ("T", in_aval.dtype.wgsl()),
-            ("N", &n.to_string()),
             ("R", &r.to_string()),
-            ("INDEX", index.trim_end()),
             ("BODY", &body),
             ("BETTER", &op.wgsl_better(in_aval.dtype, "x", "best")),
         ],
