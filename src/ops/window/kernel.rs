@@ -120,6 +120,14 @@ impl<'a> Invocation<'a> {
         }
     }
 
+    /// The window at this invocation's index (cell counter `r`, at indentation 2) and `operand`
+    /// read at its cell: the cell's lines, the read's statements and the value read.
+    fn read_cell(&mut self, w: &Window, operand: Var) -> (String, String, String) {
+        let (cell, q) = cell_lines(w, &self.cx.g.aval(operand).shape, &self.idx, "r", "", 2);
+        let v = self.em.value(operand, &q);
+        (cell, self.em.take_body(), v)
+    }
+
     /// The kernel: `template` filled with the prologue, the element type `T` (`dt`), the window's
     /// cell count `W` and the kernel's own `pairs`.
     fn finish(
@@ -164,10 +172,8 @@ fn reduce_window_kernel(
     let in_aval = cx.g.aval(input);
     let dt = in_aval.dtype;
     let mut inv = Invocation::new(cx, &cx.g.aval(out).shape, 3);
-    let (cell, q) = cell_lines(w, &in_aval.shape, &inv.idx, "r", "", 2);
-    let v = inv.em.value(input, &q);
+    let (cell, body, v) = inv.read_cell(w, input);
     let rop = op.reduce_op();
-    let body = inv.em.take_body();
     inv.finish(
         REDUCE_WINDOW,
         format!("{}_{}", op.name(), in_aval),
@@ -260,9 +266,7 @@ fn select_gather_kernel(
     let x_aval = cx.g.aval(operand);
     let dt = x_aval.dtype;
     let mut inv = Invocation::new(cx, &cx.g.aval(out).shape, 3);
-    let (cell, q) = cell_lines(w, &x_aval.shape, &inv.idx, "r", "", 2);
-    let x = inv.em.value(operand, &q);
-    let mut body = inv.em.take_body();
+    let (cell, mut body, x) = inv.read_cell(w, operand);
     body.push_str(&format!("{}let x = {x};\n", pad(3)));
     // The selected cell's indices again (a real cell: no check needed), and the tangent there.
     let (mut sel, qs) = cell_lines(w, &x_aval.shape, &inv.idx, "best_r", "s", 2);
