@@ -1,10 +1,12 @@
-//! Elementwise primitives on typed slices. Every value comes from the op's typed rule in
-//! `crate::ops::elementwise` (`UnaryOp::eval_f32`, `BinaryOp::eval_i32`, ...), the functions the
-//! reference interpreter calls through `Scalar`: the results are the same bits.
+//! Elementwise primitives on typed slices. Every value comes from the op's row in
+//! `crate::ops::elementwise` (`UnaryOp::eval_f32`, `BinaryOp::eval_i32`, ... are generated from
+//! the rows), the functions the reference interpreter calls through `Scalar`: the results are the
+//! same bits. `per_unary!`/`per_binary!` (also generated from the rows) compile a loop per op.
 
 use super::par_fill;
 use crate::dtype::{DType, Scalar};
 use crate::host::HostData;
+use crate::ops::elementwise::{per_binary, per_unary};
 use crate::ops::{BinaryOp, UnaryOp};
 
 /// `out[i] = f(a[i])`, on several threads when large.
@@ -51,46 +53,6 @@ fn map3<A: Copy + Sync, B: Copy + Sync, C: Copy + Sync, R: Copy + Default + Send
         }
     });
     out
-}
-
-/// Run `$body` with `$o` bound to the constant `$op`, one arm per op, so that each loop is compiled
-/// for one op (its `match` folds away) instead of matching per element.
-macro_rules! per_op {
-    ($ty:ident, $op:expr, |$o:ident| $body:expr, [$($v:ident),* $(,)?]) => {
-        match $op {
-            $($ty::$v => {
-                let $o = $ty::$v;
-                $body
-            })*
-        }
-    };
-}
-
-macro_rules! per_unary {
-    ($op:expr, |$o:ident| $body:expr) => {
-        per_op!(
-            UnaryOp,
-            $op,
-            |$o| $body,
-            [
-                Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Relu, Square, Sign,
-                Floor, Ceil, Round, Not, ErfInv, IsNan, IsInf, IsFinite,
-            ]
-        )
-    };
-}
-
-macro_rules! per_binary {
-    ($op:expr, |$o:ident| $body:expr) => {
-        per_op!(
-            BinaryOp,
-            $op,
-            |$o| $body,
-            [
-                Add, Sub, Mul, Div, Pow, Max, Min, Rem, Eq, Ne, Lt, Le, Gt, Ge, And, Or,
-            ]
-        )
-    };
 }
 
 /// A unary op (`None`: a dtype the op has no rule for, left to the interpreter).

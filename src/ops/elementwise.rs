@@ -1,11 +1,13 @@
 //! Elementwise primitives: unary and binary maps, select, fused multiply-add, cast, and the constant
 //! leaves `full`/`iota`.
 //!
-//! Every op here declares, in one place, its dtype rule, its CPU reference (scalar functions, exact
-//! in f32 like the device, except where noted) and its WGSL lowering (an expression over operand
-//! expressions). Shapes are equal for all operands: broadcasting is made explicit by the tracer with
-//! `broadcast_in_dim`, as in JAX. Batching (vmap) of an elementwise op is trivially elementwise; its VJP
-//! rules arrive with the `grad` transform.
+//! Each unary and binary op is one row of `unary_ops!`/`binary_ops!`: its name, dtype class, CPU
+//! rule per dtype (scalar functions, exact in f32 like the device, except where noted; the
+//! reference interpreter and the `cpu` device's loops both call them), WGSL expression and VJP.
+//! Every piece is mandatory, so a new op that lacks one does not compile. The WGSL libraries the
+//! expressions call live in `shaders/lib/`. Shapes are equal for all operands: broadcasting is made
+//! explicit by the tracer with `broadcast_in_dim`, as in JAX. Batching (vmap) of an elementwise op
+//! is trivially elementwise.
 
 use std::fmt;
 
@@ -13,7 +15,7 @@ use crate::dtype::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData};
 use crate::ops::rules::{Emitted, Lowering, Rules, single_batch, single_vjp};
-use crate::ops::{BatchCtx, Batched, Cotangents};
+use crate::ops::{BatchCtx, Batched, Cotangents, zeros_like};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Var};
 use crate::wgsl::Emitter;
@@ -31,10 +33,50 @@ pub enum OpClass {
     Predicate,
 }
 
-/// One row per op: the variant (with its doc), its JAX name and its [`OpClass`]. Generates the
-/// enum, `name`, `class` and `ALL` (every op, in order: what the tests iterate).
-macro_rules! elementwise_ops {
-    ($(#[$em:meta])* pub enum $E:ident { $( $(#[$m:meta])* $V:ident = $name:literal, $class:ident; )* }) => {
+/// One rule of a row: `_` where the op's class refuses the dtype (the dtype rule rejects such
+/// programs before any rule runs), which expands to `$none`; otherwise the rule itself.
+macro_rules! rule {
+    (_, $none:expr) => {
+        $none
+    };
+    ($rule:tt, $none:expr) => {
+        $rule
+    };
+}
+
+/// One scalar rule function of a row macro: `fn $name(self, args) -> $r`, an arm per row
+/// (`$none` for the rows that write `_`).
+macro_rules! rule_fn {
+    (
+        $(#[$doc:meta])* $vis:vis fn $name:ident $(<$T:ident: $bound:path>)? ($($x:ident: $t:ty),*) -> $r:ty,
+        $none:expr, [$($E:ident::$V:ident => $rule:tt),*]
+    ) => {
+        $(#[$doc])*
+        #[inline(always)]
+        $vis fn $name $(<$T: $bound>)? (self, $($x: $t),*) -> $r {
+            match self {
+                $($E::$V => rule!($rule, $none),)*
+            }
+        }
+    };
+}
+
+/// A row's VJP rule: `_` (not differentiable) gives no cotangent.
+macro_rules! grad {
+    (_) => {
+        None
+    };
+    ($g:tt) => {{
+        let g = $g;
+        Some(g)
+    }};
+}
+
+/// The parts every row macro generates: the enum, `ALL`, `name`, `class`, and a macro
+/// (`$per`) that runs a body once per op with the op bound to a constant, for loops that must be
+/// compiled per op (the `cpu` device's).
+macro_rules! op_enum {
+    ($d:tt $per:ident, $(#[$em:meta])* $E:ident { $( $(#[$m:meta])* $V:ident = $name:literal, $class:ident; )* }) => {
         $(#[$em])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum $E {
@@ -57,114 +99,468 @@ macro_rules! elementwise_ops {
                 }
             }
         }
+
+        /// `(op, |o| body)`: `body` with `o` bound to the constant op, one arm per op, so that a
+        /// loop in `body` is compiled for one op (the rule's `match` folds away).
+        macro_rules! $per {
+            ($d op:expr, |$d o:ident| $d body:expr) => {
+                match $d op {
+                    $($d crate::ops::elementwise::$E::$V => {
+                        let $d o = $d crate::ops::elementwise::$E::$V;
+                        $d body
+                    })*
+                }
+            };
+        }
+        pub(crate) use $per;
     };
 }
 
-elementwise_ops! {
+/// The unary ops, one row each: variant (with its doc), JAX name, [`OpClass`], then every rule of
+/// the op, each one mandatory (`_`: the class refuses that dtype), so that a new row without a
+/// rule does not compile:
+/// - `float`: the f32 and f64 rule (one body, instantiated for both widths: they follow the same
+///   rules; exact in f32 like the device);
+/// - `i32`, `u32`, `bool`: the integer (wrapping, as XLA) and bool rules;
+/// - `pred`: for the IEEE class tests, the result from `nan` and `inf` (the operand's class);
+/// - `wgsl`: the WGSL expression for the operand expression `x` of dtype `dt`, pushing onto
+///   `helpers` the library functions it calls (emitted once per shader);
+/// - `vjp`: the operand's cotangent from the operand `x`, the result `out` and the result's
+///   cotangent `ct` (float operands; `_`: not differentiable, no cotangent).
+///
+/// The reference interpreter and the `cpu` device's loops both call the generated functions, so
+/// both paths agree bit for bit.
+macro_rules! unary_ops {
+    (
+        $d:tt $per:ident, $(#[$em:meta])*
+        pub enum $E:ident |$x:ident, $nan:ident, $inf:ident, $dt:ident, $h:ident, $out:ident, $ct:ident| {
+            $(
+                $(#[$m:meta])*
+                $V:ident = $name:literal, $class:ident {
+                    float: $f:tt, i32: $i:tt, u32: $u:tt, bool: $b:tt, pred: $p:tt,
+                    wgsl: $w:expr,
+                    vjp: $g:tt $(,)?
+                }
+            )*
+        }
+    ) => {
+        op_enum!($d $per, $(#[$em])* $E { $( $(#[$m])* $V = $name, $class; )* });
+
+        impl $E {
+            rule_fn!(
+                /// The f32 rule of a non-predicate op (exact in f32, like the device).
+                pub fn eval_f32($x: f32) -> f32,
+                $x, [$($E::$V => $f),*]
+            );
+            rule_fn!(
+                /// The f64 rule of a non-predicate op (Rust's f64 functions).
+                pub fn eval_f64($x: f64) -> f64,
+                $x, [$($E::$V => $f),*]
+            );
+            rule_fn!(
+                /// The i32 rule (wrapping, as XLA).
+                pub fn eval_i32($x: i32) -> i32,
+                $x, [$($E::$V => $i),*]
+            );
+            rule_fn!(
+                /// The u32 rule (wrapping).
+                pub fn eval_u32($x: u32) -> u32,
+                $x, [$($E::$V => $u),*]
+            );
+            rule_fn!(
+                /// The bool rule.
+                pub fn eval_bool($x: bool) -> bool,
+                $x, [$($E::$V => $b),*]
+            );
+            rule_fn!(
+                /// A predicate (`is_nan`, `is_inf`, `is_finite`) of an operand of class `nan`/`inf`.
+                fn pred_class($nan: bool, $inf: bool) -> bool,
+                false, [$($E::$V => $p),*]
+            );
+            /// WGSL expression for operand expression `x` of dtype `dt`. `helpers` collects helper
+            /// functions the expression needs (emitted once per shader).
+            pub fn wgsl(self, $dt: DType, $x: &str, $h: &mut Vec<&'static str>) -> String {
+                match self {
+                    $($E::$V => $w,)*
+                }
+            }
+            /// The operand's cotangent (`None`: not differentiable).
+            fn vjp_rule(self, $x: &Tensor, $out: &Tensor, $ct: &Tensor) -> Option<Tensor> {
+                match self {
+                    $($E::$V => grad!($g),)*
+                }
+            }
+        }
+    };
+}
+
+/// The binary ops, one row each, like [`unary_ops!`]: `float`, `i32`, `u32`, `bool` (rules of the
+/// operands `a`, `b`), `cmp` (the comparisons, on any ordered dtype: IEEE, false with a NaN but
+/// for `ne`), `wgsl` (of operand expressions `a`, `b` of dtype `dt`), `vjp` (both operands'
+/// cotangents from `a`, `b`, `out`, `ct`).
+macro_rules! binary_ops {
+    (
+        $d:tt $per:ident, $(#[$em:meta])*
+        pub enum $E:ident |$a:ident, $b:ident, $dt:ident, $h:ident, $out:ident, $ct:ident| {
+            $(
+                $(#[$m:meta])*
+                $V:ident = $name:literal, $class:ident {
+                    float: $f:tt, i32: $i:tt, u32: $u:tt, bool: $bo:tt, cmp: $c:tt,
+                    wgsl: $w:expr,
+                    vjp: $g:tt $(,)?
+                }
+            )*
+        }
+    ) => {
+        op_enum!($d $per, $(#[$em])* $E { $( $(#[$m])* $V = $name, $class; )* });
+
+        impl $E {
+            rule_fn!(
+                /// The f32 rule of a non-comparison op.
+                pub fn eval_f32($a: f32, $b: f32) -> f32,
+                $a, [$($E::$V => $f),*]
+            );
+            rule_fn!(
+                /// The f64 rule of a non-comparison op.
+                pub fn eval_f64($a: f64, $b: f64) -> f64,
+                $a, [$($E::$V => $f),*]
+            );
+            rule_fn!(
+                /// The i32 rule: wrapping, with XLA's answers for division by zero and `i32::MIN / -1`.
+                pub fn eval_i32($a: i32, $b: i32) -> i32,
+                $a, [$($E::$V => $i),*]
+            );
+            rule_fn!(
+                /// The u32 rule: wrapping, x / 0 = `u32::MAX`, x % 0 = x.
+                pub fn eval_u32($a: u32, $b: u32) -> u32,
+                $a, [$($E::$V => $u),*]
+            );
+            rule_fn!(
+                /// The bool rule (logical and/or).
+                pub fn eval_bool($a: bool, $b: bool) -> bool,
+                $a, [$($E::$V => $bo),*]
+            );
+            rule_fn!(
+                /// A comparison (`eq` .. `ge`) of two values of one dtype (IEEE: false with a NaN, but
+                /// `ne`).
+                pub fn compare<T: PartialOrd>($a: T, $b: T) -> bool,
+                false, [$($E::$V => $c),*]
+            );
+            /// WGSL expression. `helpers` collects helper functions the expression needs (emitted
+            /// once per shader).
+            pub fn wgsl(self, $dt: DType, $a: &str, $b: &str, $h: &mut Vec<&'static str>) -> String {
+                match self {
+                    $($E::$V => $w,)*
+                }
+            }
+            /// Both operands' cotangents (`None`: not differentiable).
+            fn vjp_rule(
+                self,
+                $a: &Tensor,
+                $b: &Tensor,
+                $out: &Tensor,
+                $ct: &Tensor,
+            ) -> Option<(Tensor, Tensor)> {
+                match self {
+                    $($E::$V => grad!($g),)*
+                }
+            }
+        }
+    };
+}
+
+unary_ops! {
+    $ per_unary,
     /// Unary elementwise operations.
-    pub enum UnaryOp {
-        Neg = "neg", Numeric;
-        Abs = "abs", Numeric;
-        Exp = "exp", Float;
-        Log = "log", Float;
-        Sqrt = "sqrt", Float;
-        Rsqrt = "rsqrt", Float;
-        Sin = "sin", Float;
-        Cos = "cos", Float;
-        Tanh = "tanh", Float;
-        Sigmoid = "sigmoid", Float;
-        Relu = "relu", Numeric;
-        Square = "square", Numeric;
-        Sign = "sign", Numeric;
-        Floor = "floor", Float;
-        Ceil = "ceil", Float;
+    pub enum UnaryOp |x, nan, inf, dt, helpers, out, ct| {
+        Neg = "neg", Numeric {
+            float: { -x }, i32: { x.wrapping_neg() }, u32: { x.wrapping_neg() }, bool: _, pred: _,
+            wgsl: match dt {
+                DType::U32 => format!("(0u - {x})"),
+                _ => format!("(-{x})"),
+            },
+            vjp: { -ct },
+        }
+        Abs = "abs", Numeric {
+            float: { x.abs() }, i32: { x.wrapping_abs() }, u32: x, bool: _, pred: _,
+            wgsl: match dt {
+                DType::U32 => x.to_string(),
+                _ => format!("abs({x})"),
+            },
+            vjp: { ct * &x.sign() },
+        }
+        Exp = "exp", Float {
+            float: { x.exp() }, i32: _, u32: _, bool: _, pred: _,
+            wgsl: format!("exp({x})"),
+            vjp: { ct * out },
+        }
+        Log = "log", Float {
+            float: { x.ln() }, i32: _, u32: _, bool: _, pred: _,
+            // llvmpipe's log has no range reduction for subnormals (log(1e-40) gives -88.0, not
+            // -92.1): scale them by 2^64 first and subtract 64 ln 2.
+            wgsl: format!(
+                "(log(select({x}, {x} * 18446744073709551616.0, abs({x}) < 1.17549435e-38)) - select(0.0, 44.361419555836500, abs({x}) < 1.17549435e-38))"
+            ),
+            vjp: { ct / x },
+        }
+        Sqrt = "sqrt", Float {
+            float: { x.sqrt() }, i32: _, u32: _, bool: _, pred: _,
+            wgsl: format!("sqrt({x})"),
+            vjp: { ct / &(out * 2.0) },
+        }
+        Rsqrt = "rsqrt", Float {
+            float: { 1.0 / x.sqrt() }, i32: _, u32: _, bool: _, pred: _,
+            wgsl: format!("(1.0 / sqrt({x}))"),
+            // d/dx x^-1/2 = -1/2 · x^-1/2 / x
+            vjp: { &(ct * out) * -0.5 / x },
+        }
+        Sin = "sin", Float {
+            float: { x.sin() }, i32: _, u32: _, bool: _, pred: _,
+            wgsl: format!("sin({x})"),
+            vjp: { ct * &x.cos() },
+        }
+        Cos = "cos", Float {
+            float: { x.cos() }, i32: _, u32: _, bool: _, pred: _,
+            wgsl: format!("cos({x})"),
+            vjp: { -(ct * &x.sin()) },
+        }
+        Tanh = "tanh", Float {
+            float: { x.tanh() }, i32: _, u32: _, bool: _, pred: _,
+            // tanh in WGSL overflows to NaN for large |x| on some drivers; clamp the argument
+            // (tanh(±9) is ±1 in f32). clamp(NaN) is ±9 there, so NaN passes around the clamp.
+            wgsl: format!("select(tanh(clamp({x}, -9.0, 9.0)), {x}, {})", isnan_wgsl(x)),
+            vjp: { ct * &(1.0 - out * out) },
+        }
+        Sigmoid = "sigmoid", Float {
+            float: { 1.0 / (1.0 + (-x).exp()) }, i32: _, u32: _, bool: _, pred: _,
+            wgsl: format!("(1.0 / (1.0 + exp(-{x})))"),
+            vjp: { ct * &(out * &(1.0 - out)) },
+        }
+        Relu = "relu", Numeric {
+            // max(NaN, 0) is NaN, as jax.nn.relu.
+            float: { if x.is_nan() { x } else { x.max(0.0) } },
+            i32: { x.max(0) }, u32: x, bool: _, pred: _,
+            wgsl: match dt {
+                DType::F32 => format!("select(max({x}, 0.0), {x}, {})", isnan_wgsl(x)),
+                DType::I32 => format!("max({x}, 0i)"),
+                _ => x.to_string(),
+            },
+            vjp: { x.gt(&zero(x)).where_(ct, &zero(x)) },
+        }
+        Square = "square", Numeric {
+            float: { x * x }, i32: { x.wrapping_mul(x) }, u32: { x.wrapping_mul(x) }, bool: _,
+            pred: _,
+            wgsl: format!("({x} * {x})"),
+            vjp: { ct * &(x * 2.0) },
+        }
+        Sign = "sign", Numeric {
+            float: { if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x } },
+            i32: { x.signum() }, u32: { (x > 0) as u32 }, bool: _, pred: _,
+            wgsl: match dt {
+                DType::U32 => format!("select(0u, 1u, {x} > 0u)"),
+                DType::F32 => format!("select(sign({x}), {x}, {})", isnan_wgsl(x)),
+                _ => format!("sign({x})"),
+            },
+            vjp: { zeros_like(x) },
+        }
+        Floor = "floor", Float {
+            float: { x.floor() }, i32: _, u32: _, bool: _, pred: _,
+            wgsl: format!("floor({x})"),
+            vjp: { zeros_like(x) },
+        }
+        Ceil = "ceil", Float {
+            float: { x.ceil() }, i32: _, u32: _, bool: _, pred: _,
+            wgsl: format!("ceil({x})"),
+            vjp: { zeros_like(x) },
+        }
         /// Round half to even, like `jnp.round` and WGSL `round`.
-        Round = "round", Float;
+        Round = "round", Float {
+            float: { x.round_ties_even() }, i32: _, u32: _, bool: _, pred: _,
+            wgsl: format!("round({x})"),
+            vjp: { zeros_like(x) },
+        }
         /// Logical not for bool, bitwise not for integers.
-        Not = "not", Logical;
+        Not = "not", Logical {
+            float: _, i32: { !x }, u32: { !x }, bool: { !x }, pred: _,
+            wgsl: match dt {
+                DType::Bool => format!("(!{x})"),
+                _ => format!("(~{x})"),
+            },
+            vjp: _,
+        }
         /// Inverse error function (`lax.erf_inv`), computed exactly as XLA's CPU backend does: the
         /// bits match JAX on the CPU (see [`erf_inv_f32`]). In f64 (host only): [`erf_inv_f64`].
-        ErfInv = "erf_inv", Float;
+        ErfInv = "erf_inv", Float {
+            float: { ErfInvWidth::erf_inv(x) }, i32: _, u32: _, bool: _, pred: _,
+            wgsl: {
+                helpers.push(FMA_F32);
+                helpers.push(DIV_SQRT_F32);
+                helpers.push(ERF_INV_WGSL.as_str());
+                format!("berfinv({x})")
+            },
+            // d/dx erf_inv(x) = sqrt(pi)/2 · exp(erf_inv(x)^2)
+            vjp: { ct * &out.square().exp().mul_literal(std::f64::consts::PI.sqrt() / 2.0) },
+        }
         /// `jnp.isnan`: a bool result, false for integers and bools. Tested by bits on devices.
-        IsNan = "is_nan", Predicate;
+        IsNan = "is_nan", Predicate {
+            float: _, i32: _, u32: _, bool: _, pred: nan,
+            wgsl: match dt {
+                DType::F32 => isnan_wgsl(x),
+                _ => "false".to_string(),
+            },
+            vjp: _,
+        }
         /// `jnp.isinf`: ±inf; false for integers and bools.
-        IsInf = "is_inf", Predicate;
+        IsInf = "is_inf", Predicate {
+            float: _, i32: _, u32: _, bool: _, pred: inf,
+            wgsl: match dt {
+                DType::F32 => format!("((bitcast<u32>({x}) & 0x7fffffffu) == 0x7f800000u)"),
+                _ => "false".to_string(),
+            },
+            vjp: _,
+        }
         /// `lax.is_finite`: neither NaN nor ±inf; true for integers and bools.
-        IsFinite = "is_finite", Predicate;
+        IsFinite = "is_finite", Predicate {
+            float: _, i32: _, u32: _, bool: _, pred: { !nan && !inf },
+            wgsl: match dt {
+                DType::F32 => format!("((bitcast<u32>({x}) & 0x7fffffffu) < 0x7f800000u)"),
+                _ => "true".to_string(),
+            },
+            vjp: _,
+        }
     }
 }
 
-elementwise_ops! {
+binary_ops! {
+    $ per_binary,
     /// Binary elementwise operations on operands of equal shape and dtype.
-    pub enum BinaryOp {
-        Add = "add", Numeric;
-        Sub = "sub", Numeric;
-        Mul = "mul", Numeric;
+    pub enum BinaryOp |a, b, dt, helpers, out, ct| {
+        Add = "add", Numeric {
+            float: { a + b }, i32: { a.wrapping_add(b) }, u32: { a.wrapping_add(b) }, bool: _,
+            cmp: _,
+            wgsl: add_sub_wgsl('+', dt, a, b),
+            vjp: { (ct.clone(), ct.clone()) },
+        }
+        Sub = "sub", Numeric {
+            float: { a - b }, i32: { a.wrapping_sub(b) }, u32: { a.wrapping_sub(b) }, bool: _,
+            cmp: _,
+            wgsl: add_sub_wgsl('-', dt, a, b),
+            vjp: { (ct.clone(), -ct) },
+        }
+        Mul = "mul", Numeric {
+            float: { a * b }, i32: { a.wrapping_mul(b) }, u32: { a.wrapping_mul(b) }, bool: _,
+            cmp: _,
+            wgsl: format!("({a} * {b})"),
+            vjp: { (ct * b, ct * a) },
+        }
         /// Float division; integer division truncates toward zero (`lax.div`). Integer x / 0 gives -1
         /// (all bits set: `u32::MAX` for u32) and `i32::MIN / -1` gives `i32::MIN`, as XLA defines them.
-        Div = "div", Numeric;
+        Div = "div", Numeric {
+            float: { a / b },
+            i32: { if b == 0 { -1 } else { a.wrapping_div(b) } },
+            u32: { a.checked_div(b).unwrap_or(u32::MAX) },
+            bool: _, cmp: _,
+            wgsl: if dt.is_int() {
+                int_div_wgsl("bdiv", dt, a, b, helpers)
+            } else {
+                format!("({a} / {b})")
+            },
+            vjp: { (ct / b, -(ct * out) / b) },
+        }
         /// Float only. `pow(x, y)` for negative `x` is defined when `y` is an integer, NaN otherwise.
-        Pow = "pow", Float;
-        Max = "max", Numeric;
-        Min = "min", Numeric;
+        Pow = "pow", Float {
+            float: { a.powf(b) }, i32: _, u32: _, bool: _, cmp: _,
+            wgsl: {
+                helpers.push(POW_F32);
+                format!("bpow({a}, {b})")
+            },
+            // d/da = b · a^(b-1); d/db = out · log a (0 where a == 0, as JAX)
+            vjp: {
+                let da = b * &a.pow(&(b - 1.0));
+                let loga = a.eq(&zero(a)).where_(&zero(a), &a.log());
+                (ct * &da, ct * &(out * &loga))
+            },
+        }
+        Max = "max", Numeric {
+            float: { nan_max(a, b) }, i32: { a.max(b) }, u32: { a.max(b) }, bool: _, cmp: _,
+            wgsl: max_min_wgsl(BinaryOp::Max, dt, a, b),
+            vjp: { max_min_vjp(&a.gt(b), a, b, ct) },
+        }
+        Min = "min", Numeric {
+            float: { nan_min(a, b) }, i32: { a.min(b) }, u32: { a.min(b) }, bool: _, cmp: _,
+            wgsl: max_min_wgsl(BinaryOp::Min, dt, a, b),
+            vjp: { max_min_vjp(&a.lt(b), a, b, ct) },
+        }
         /// Remainder with the sign of the dividend (C `fmod`, `lax.rem`). Integer x % 0 gives x and
         /// `i32::MIN % -1` gives 0, as XLA defines them.
-        Rem = "rem", Numeric;
-        Eq = "eq", Predicate;
-        Ne = "ne", Predicate;
-        Lt = "lt", Predicate;
-        Le = "le", Predicate;
-        Gt = "gt", Predicate;
-        Ge = "ge", Predicate;
-        /// Logical and for bool, bitwise and for integers.
-        And = "and", Logical;
-        /// Logical or for bool, bitwise or for integers.
-        Or = "or", Logical;
-    }
-}
-
-/// The float rule of every non-predicate unary op, one body for both widths so that f32 and f64
-/// follow the same rules (`$erf_inv`: the width's erf_inv).
-macro_rules! unary_float {
-    ($op:expr, $v:expr, $erf_inv:ident) => {{
-        use UnaryOp::*;
-        let v = $v;
-        match $op {
-            Neg => -v,
-            Abs => v.abs(),
-            Exp => v.exp(),
-            Log => v.ln(),
-            Sqrt => v.sqrt(),
-            Rsqrt => 1.0 / v.sqrt(),
-            Sin => v.sin(),
-            Cos => v.cos(),
-            Tanh => v.tanh(),
-            Sigmoid => 1.0 / (1.0 + (-v).exp()),
-            // max(NaN, 0) is NaN, as jax.nn.relu.
-            Relu => {
-                if v.is_nan() {
-                    v
-                } else {
-                    v.max(0.0)
-                }
-            }
-            Square => v * v,
-            Sign => {
-                if v > 0.0 {
-                    1.0
-                } else if v < 0.0 {
-                    -1.0
-                } else {
-                    v
-                }
-            }
-            Floor => v.floor(),
-            Ceil => v.ceil(),
-            Round => v.round_ties_even(),
-            Not | IsNan | IsInf | IsFinite => v,
-            ErfInv => $erf_inv(v),
+        Rem = "rem", Numeric {
+            float: { a % b },
+            i32: { if b == 0 { a } else { a.wrapping_rem(b) } },
+            u32: { a.checked_rem(b).unwrap_or(a) },
+            bool: _, cmp: _,
+            wgsl: if dt.is_int() {
+                int_div_wgsl("brem", dt, a, b, helpers)
+            } else {
+                helpers.push(FMOD_F32);
+                format!("bfmod({a}, {b})")
+            },
+            // a - b·trunc(a/b): d/da = 1, d/db = -trunc(a/b)
+            vjp: {
+                let q = a / b;
+                let trunc = &q.sign() * &q.abs().floor();
+                (ct.clone(), -(ct * &trunc))
+            },
         }
-    }};
+        Eq = "eq", Predicate {
+            float: _, i32: _, u32: _, bool: _, cmp: { a == b },
+            wgsl: format!("({a} == {b})"),
+            vjp: _,
+        }
+        Ne = "ne", Predicate {
+            float: _, i32: _, u32: _, bool: _, cmp: { a != b },
+            // Not `!=`: naga writes it as an ordered compare (false for NaN on Vulkan).
+            wgsl: format!("(!({a} == {b}))"),
+            vjp: _,
+        }
+        Lt = "lt", Predicate {
+            float: _, i32: _, u32: _, bool: _, cmp: { a < b },
+            wgsl: order_wgsl("<", dt, a, b),
+            vjp: _,
+        }
+        Le = "le", Predicate {
+            float: _, i32: _, u32: _, bool: _, cmp: { a <= b },
+            wgsl: order_wgsl("<=", dt, a, b),
+            vjp: _,
+        }
+        Gt = "gt", Predicate {
+            float: _, i32: _, u32: _, bool: _, cmp: { a > b },
+            wgsl: order_wgsl(">", dt, a, b),
+            vjp: _,
+        }
+        Ge = "ge", Predicate {
+            float: _, i32: _, u32: _, bool: _, cmp: { a >= b },
+            wgsl: order_wgsl(">=", dt, a, b),
+            vjp: _,
+        }
+        /// Logical and for bool, bitwise and for integers.
+        And = "and", Logical {
+            float: _, i32: { a & b }, u32: { a & b }, bool: { a && b }, cmp: _,
+            wgsl: match dt {
+                DType::Bool => format!("({a} && {b})"),
+                _ => format!("({a} & {b})"),
+            },
+            vjp: _,
+        }
+        /// Logical or for bool, bitwise or for integers.
+        Or = "or", Logical {
+            float: _, i32: { a | b }, u32: { a | b }, bool: { a || b }, cmp: _,
+            wgsl: match dt {
+                DType::Bool => format!("({a} || {b})"),
+                _ => format!("({a} | {b})"),
+            },
+            vjp: _,
+        }
+    }
 }
 
 impl UnaryOp {
@@ -222,47 +618,6 @@ impl UnaryOp {
             Scalar::Bool(v) => Scalar::Bool(self.eval_bool(v)),
         }
     }
-    /// The f32 rule of a non-predicate op (exact in f32, like the device).
-    #[inline(always)]
-    pub fn eval_f32(self, v: f32) -> f32 {
-        unary_float!(self, v, erf_inv_f32)
-    }
-    /// The f64 rule of a non-predicate op (Rust's f64 functions).
-    #[inline(always)]
-    pub fn eval_f64(self, v: f64) -> f64 {
-        unary_float!(self, v, erf_inv_f64)
-    }
-    /// The i32 rule (wrapping, as XLA); float-only ops leave the value as it is.
-    #[inline(always)]
-    pub fn eval_i32(self, v: i32) -> i32 {
-        use UnaryOp::*;
-        match self {
-            Neg => v.wrapping_neg(),
-            Abs => v.wrapping_abs(),
-            Relu => v.max(0),
-            Square => v.wrapping_mul(v),
-            Sign => v.signum(),
-            Not => !v,
-            _ => v,
-        }
-    }
-    /// The u32 rule (wrapping).
-    #[inline(always)]
-    pub fn eval_u32(self, v: u32) -> u32 {
-        use UnaryOp::*;
-        match self {
-            Neg => v.wrapping_neg(),
-            Square => v.wrapping_mul(v),
-            Sign => (v > 0) as u32,
-            Not => !v,
-            _ => v,
-        }
-    }
-    /// The bool rule (only `not` changes a bool).
-    #[inline(always)]
-    pub fn eval_bool(self, v: bool) -> bool {
-        if self == UnaryOp::Not { !v } else { v }
-    }
     /// A predicate (`is_nan`, `is_inf`, `is_finite`) of an f32.
     #[inline(always)]
     pub fn pred_f32(self, v: f32) -> bool {
@@ -278,68 +633,10 @@ impl UnaryOp {
     pub fn pred_other(self) -> bool {
         self.pred_class(false, false)
     }
-    #[inline(always)]
-    fn pred_class(self, nan: bool, inf: bool) -> bool {
-        match self {
-            UnaryOp::IsNan => nan,
-            UnaryOp::IsInf => inf,
-            _ => !nan && !inf,
-        }
-    }
-    /// WGSL expression for operand expression `x` of dtype `dt`. `helpers` collects helper
-    /// functions the expression needs (emitted once per shader).
-    pub fn wgsl(self, dt: DType, x: &str, helpers: &mut Vec<&'static str>) -> String {
-        use UnaryOp::*;
-        match (self, dt) {
-            (Neg, DType::U32) => format!("(0u - {x})"),
-            (Neg, _) => format!("(-{x})"),
-            (Abs, DType::U32) => x.to_string(),
-            (Abs, _) => format!("abs({x})"),
-            (Exp, _) => format!("exp({x})"),
-            // llvmpipe's log has no range reduction for subnormals (log(1e-40) gives -88.0, not
-            // -92.1): scale them by 2^64 first and subtract 64 ln 2.
-            (Log, _) => format!(
-                "(log(select({x}, {x} * 18446744073709551616.0, abs({x}) < 1.17549435e-38)) - select(0.0, 44.361419555836500, abs({x}) < 1.17549435e-38))"
-            ),
-            (Sqrt, _) => format!("sqrt({x})"),
-            (Rsqrt, _) => format!("(1.0 / sqrt({x}))"),
-            (Sin, _) => format!("sin({x})"),
-            (Cos, _) => format!("cos({x})"),
-            // tanh in WGSL overflows to NaN for large |x| on some drivers; clamp the argument
-            // (tanh(±9) is ±1 in f32). clamp(NaN) is ±9 there, so NaN passes around the clamp.
-            (Tanh, _) => format!(
-                "select(tanh(clamp({x}, -9.0, 9.0)), {x}, {})",
-                isnan_wgsl(x)
-            ),
-            (Sigmoid, _) => format!("(1.0 / (1.0 + exp(-{x})))"),
-            (Relu, DType::F32) => format!("select(max({x}, 0.0), {x}, {})", isnan_wgsl(x)),
-            (Relu, DType::I32) => format!("max({x}, 0i)"),
-            (Relu, _) => x.to_string(),
-            (Square, _) => format!("({x} * {x})"),
-            (Sign, DType::U32) => format!("select(0u, 1u, {x} > 0u)"),
-            (Sign, DType::F32) => format!("select(sign({x}), {x}, {})", isnan_wgsl(x)),
-            (Sign, _) => format!("sign({x})"),
-            (Floor, _) => format!("floor({x})"),
-            (Ceil, _) => format!("ceil({x})"),
-            (Round, _) => format!("round({x})"),
-            (Not, DType::Bool) => format!("(!{x})"),
-            (Not, _) => format!("(~{x})"),
-            (IsNan, DType::F32) => isnan_wgsl(x),
-            (IsInf, DType::F32) => format!("((bitcast<u32>({x}) & 0x7fffffffu) == 0x7f800000u)"),
-            (IsFinite, DType::F32) => format!("((bitcast<u32>({x}) & 0x7fffffffu) < 0x7f800000u)"),
-            (IsNan | IsInf, _) => "false".to_string(),
-            (IsFinite, _) => "true".to_string(),
-            (ErfInv, _) => {
-                helpers.push(FMA_F32);
-                helpers.push(DIV_SQRT_F32);
-                helpers.push(ERF_INV_WGSL.as_str());
-                format!("berfinv({x})")
-            }
-        }
-    }
 }
 
 impl BinaryOp {
+    /// True for the comparisons (`eq` .. `ge`): bool out.
     pub fn is_comparison(self) -> bool {
         self.class() == OpClass::Predicate
     }
@@ -396,146 +693,6 @@ impl BinaryOp {
             (Scalar::U32(x), Scalar::U32(y)) => Scalar::U32(self.eval_u32(x, y)),
             (Scalar::Bool(x), Scalar::Bool(y)) => Scalar::Bool(self.eval_bool(x, y)),
             _ => a,
-        }
-    }
-    /// A comparison (`eq` .. `ge`) of two values of one dtype (IEEE: false with a NaN, but `ne`).
-    #[inline(always)]
-    pub fn compare<T: PartialOrd>(self, x: T, y: T) -> bool {
-        cmp(self, x, y)
-    }
-    /// The f32 rule of a non-comparison op.
-    #[inline(always)]
-    pub fn eval_f32(self, x: f32, y: f32) -> f32 {
-        use BinaryOp::*;
-        match self {
-            Add => x + y,
-            Sub => x - y,
-            Mul => x * y,
-            Div => x / y,
-            Pow => pow_f32(x, y),
-            Max => nan_max(x, y),
-            Min => nan_min(x, y),
-            Rem => x % y,
-            _ => x,
-        }
-    }
-    /// The f64 rule of a non-comparison op.
-    #[inline(always)]
-    pub fn eval_f64(self, x: f64, y: f64) -> f64 {
-        use BinaryOp::*;
-        match self {
-            Add => x + y,
-            Sub => x - y,
-            Mul => x * y,
-            Div => x / y,
-            Pow => x.powf(y),
-            Max => nan_max(x, y),
-            Min => nan_min(x, y),
-            Rem => x % y,
-            _ => x,
-        }
-    }
-    /// The i32 rule: wrapping, with XLA's answers for division by zero and `i32::MIN / -1`.
-    #[inline(always)]
-    pub fn eval_i32(self, x: i32, y: i32) -> i32 {
-        use BinaryOp::*;
-        match self {
-            Add => x.wrapping_add(y),
-            Sub => x.wrapping_sub(y),
-            Mul => x.wrapping_mul(y),
-            Div => match y {
-                0 => -1,
-                _ => x.wrapping_div(y),
-            },
-            Rem => match y {
-                0 => x,
-                _ => x.wrapping_rem(y),
-            },
-            Max => x.max(y),
-            Min => x.min(y),
-            And => x & y,
-            Or => x | y,
-            _ => x,
-        }
-    }
-    /// The u32 rule: wrapping, x / 0 = `u32::MAX`, x % 0 = x.
-    #[inline(always)]
-    pub fn eval_u32(self, x: u32, y: u32) -> u32 {
-        use BinaryOp::*;
-        match self {
-            Add => x.wrapping_add(y),
-            Sub => x.wrapping_sub(y),
-            Mul => x.wrapping_mul(y),
-            Div => x.checked_div(y).unwrap_or(u32::MAX),
-            Rem => x.checked_rem(y).unwrap_or(x),
-            Max => x.max(y),
-            Min => x.min(y),
-            And => x & y,
-            Or => x | y,
-            _ => x,
-        }
-    }
-    /// The bool rule (logical and/or).
-    #[inline(always)]
-    pub fn eval_bool(self, x: bool, y: bool) -> bool {
-        match self {
-            BinaryOp::And => x && y,
-            BinaryOp::Or => x || y,
-            _ => x,
-        }
-    }
-    /// WGSL expression. `helpers` collects helper functions the expression needs (emitted once per shader).
-    pub fn wgsl(self, dt: DType, a: &str, b: &str, helpers: &mut Vec<&'static str>) -> String {
-        use BinaryOp::*;
-        match self {
-            // Mesa applies inexact algebraic rules (naga never asks for IEEE inf/NaN preservation):
-            // `x - x` and `-x + x` become 0, wrong for inf and NaN. The right operand goes through
-            // the kernel's run-time zero (`bzero`) so no compiler can prove it equals the left one.
-            Add | Sub if dt == DType::F32 => {
-                let op = if self == Add { '+' } else { '-' };
-                format!("({a} {op} bitcast<f32>(bitcast<u32>({b}) | bzero))")
-            }
-            Add => format!("({a} + {b})"),
-            Sub => format!("({a} - {b})"),
-            Mul => format!("({a} * {b})"),
-            Div | Rem if dt.is_int() => {
-                helpers.push(if dt == DType::I32 {
-                    INT_DIV_I32
-                } else {
-                    INT_DIV_U32
-                });
-                let f = if self == Div { "bdiv" } else { "brem" };
-                format!("{f}_{}({a}, {b})", dt.wgsl())
-            }
-            Div => format!("({a} / {b})"),
-            Rem => {
-                helpers.push(FMOD_F32);
-                format!("bfmod({a}, {b})")
-            }
-            Pow => {
-                helpers.push(POW_F32);
-                format!("bpow({a}, {b})")
-            }
-            Max | Min => max_min_wgsl(self, dt, a, b),
-            Lt | Le | Gt | Ge if dt == DType::Bool => {
-                // WGSL orders only numbers: compare bools as 0/1.
-                let (a, b) = (
-                    format!("select(0u, 1u, {a})"),
-                    format!("select(0u, 1u, {b})"),
-                );
-                BinaryOp::wgsl(self, DType::U32, &a, &b, helpers)
-            }
-            Eq => format!("({a} == {b})"),
-            // Not `!=`: naga writes it as an ordered compare (false for NaN on Vulkan).
-            Ne => format!("(!({a} == {b}))"),
-            Lt => format!("({a} < {b})"),
-            Le => format!("({a} <= {b})"),
-            Gt => format!("({a} > {b})"),
-            Ge => format!("({a} >= {b})"),
-            And if dt == DType::Bool => format!("({a} && {b})"),
-            Or if dt == DType::Bool => format!("({a} || {b})"),
-            And => format!("({a} & {b})"),
-            Or => format!("({a} | {b})"),
         }
     }
 }
@@ -609,89 +766,69 @@ pub(crate) mod num_like {
     float!(f32, f64);
 }
 
-#[inline(always)]
-fn cmp<T: PartialOrd>(op: BinaryOp, x: T, y: T) -> bool {
-    match op {
-        BinaryOp::Eq => x == y,
-        BinaryOp::Ne => x != y,
-        BinaryOp::Lt => x < y,
-        BinaryOp::Le => x <= y,
-        BinaryOp::Gt => x > y,
-        _ => x >= y,
+/// `a + b` or `a - b` (`op`) in WGSL. Mesa applies inexact algebraic rules (naga never asks for
+/// IEEE inf/NaN preservation): `x - x` and `-x + x` become 0, wrong for inf and NaN. For f32 the
+/// right operand goes through the kernel's run-time zero (`bzero`) so no compiler can prove it
+/// equals the left one.
+fn add_sub_wgsl(op: char, dt: DType, a: &str, b: &str) -> String {
+    if dt == DType::F32 {
+        format!("({a} {op} bitcast<f32>(bitcast<u32>({b}) | bzero))")
+    } else {
+        format!("({a} {op} {b})")
     }
 }
 
-/// `pow` with the sign rules of `jnp.power` for negative bases and integer exponents.
-fn pow_f32(x: f32, y: f32) -> f32 {
-    x.powf(y)
+/// Integer `div` or `rem` (`f`: `bdiv` or `brem`) in WGSL, through the library with XLA's answers.
+fn int_div_wgsl(f: &str, dt: DType, a: &str, b: &str, helpers: &mut Vec<&'static str>) -> String {
+    helpers.push(if dt == DType::I32 {
+        INT_DIV_I32
+    } else {
+        INT_DIV_U32
+    });
+    format!("{f}_{}({a}, {b})", dt.wgsl())
 }
 
+/// An ordering comparison (`op`: `<`, `<=`, `>`, `>=`) in WGSL. WGSL orders only numbers: bools
+/// are compared as 0/1.
+fn order_wgsl(op: &str, dt: DType, a: &str, b: &str) -> String {
+    if dt == DType::Bool {
+        format!("(select(0u, 1u, {a}) {op} select(0u, 1u, {b}))")
+    } else {
+        format!("({a} {op} {b})")
+    }
+}
+
+/// The erf_inv of each float width, so that one row body serves both.
+trait ErfInvWidth {
+    fn erf_inv(self) -> Self;
+}
+
+impl ErfInvWidth for f32 {
+    #[inline(always)]
+    fn erf_inv(self) -> f32 {
+        erf_inv_f32(self)
+    }
+}
+
+impl ErfInvWidth for f64 {
+    #[inline(always)]
+    fn erf_inv(self) -> f64 {
+        erf_inv_f64(self)
+    }
+}
 // Integer division and remainder with XLA's (and so JAX's) answers where C leaves them undefined:
 // x / 0 = -1 (all bits set), x % 0 = x, i32::MIN / -1 = i32::MIN, i32::MIN % -1 = 0. Written out
 // so every backend agrees with the CPU reference (WGSL's own rule is x / 0 = x, x % 0 = 0).
-const INT_DIV_I32: &str = "fn bdiv_i32(a: i32, b: i32) -> i32 { if (b == 0i) { return -1i; } if (a == i32(-2147483647 - 1) && b == -1i) { return a; } return a / b; }
-fn brem_i32(a: i32, b: i32) -> i32 { if (b == 0i) { return a; } if (a == i32(-2147483647 - 1) && b == -1i) { return 0i; } return a - b * (a / b); }";
-const INT_DIV_U32: &str =
-    "fn bdiv_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return 4294967295u; } return a / b; }
-fn brem_u32(a: u32, b: u32) -> u32 { if (b == 0u) { return a; } return a % b; }";
+const INT_DIV_I32: &str = include_str!("../../shaders/lib/int_div_i32.wgsl").trim_ascii_end();
+const INT_DIV_U32: &str = include_str!("../../shaders/lib/int_div_u32.wgsl").trim_ascii_end();
 // Exact C fmod: subtract y·2^k for k from the exponent gap down to 0. Each subtraction is exact
 // (t <= r < 2t, Sterbenz), unlike a - b*trunc(a/b), which loses the result when a/b rounds.
-const FMOD_F32: &str =
-    "// ldexp in three steps: llvmpipe's ldexp overflows for exponents above 127 even when the
-// result is finite (a subnormal y times 2^260).
-fn bldexp3(y: f32, k: i32) -> f32 { let a = k / 3; return ldexp(ldexp(ldexp(y, a), a), k - 2 * a); }
-fn bfmod(a: f32, b: f32) -> f32 {
-    // Special cases by bits (compares cannot see NaN on every backend): fmod(x, 0), fmod(±inf, y)
-    // and NaN operands give NaN; fmod(finite x, ±inf) is x.
-    let ux = bitcast<u32>(a) & 0x7fffffffu;
-    let uy = bitcast<u32>(b) & 0x7fffffffu;
-    if (uy == 0u || ux >= 0x7f800000u || uy > 0x7f800000u) { return bf32_bits(0x7fc00000u); }
-    if (uy == 0x7f800000u) { return a; }
-    let x = bitcast<f32>(ux);
-    let y = bitcast<f32>(uy);
-    if (x < y) { return a; }
-    var k: i32 = max(i32((ux >> 23u) & 0xffu) - i32((uy >> 23u) & 0xffu), 0);
-    while (k > 0 && bldexp3(y, k) > x) { k = k - 1; }
-    // No cap at 254: a subnormal y needs shifts up to 277; an overflowing shift (inf) stops it.
-    while (k < 300 && bldexp3(y, k + 1) <= x) { k = k + 1; }
-    var r = x;
-    for (var j: i32 = k; j >= 0; j = j - 1) {
-        let t = bldexp3(y, j);
-        if (r >= t) { r = r - t; }
-    }
-    return select(r, -r, (bitcast<u32>(a) >> 31u) == 1u);
-}";
+const FMOD_F32: &str = include_str!("../../shaders/lib/fmod.wgsl").trim_ascii_end();
 // WGSL's pow is only defined for x >= 0; this one follows C/IEEE pow (as Rust's `powf` and
 // `jnp.power`) in every special case: zeros and infinities by sign, NaN operands by bits
 // (pow(x, ±0) = 1 and pow(1, y) = 1 even for NaN), pow(-1, ±inf) = 1, odd integer exponents
 // keep the sign of a negative base.
-const POW_F32: &str = "fn bpow(x: f32, y: f32) -> f32 {
-    let ux = bitcast<u32>(x);
-    let uax = ux & 0x7fffffffu;
-    let uay = bitcast<u32>(y) & 0x7fffffffu;
-    if (uay == 0u || ux == 0x3f800000u) { return 1.0; }
-    if (uax > 0x7f800000u || uay > 0x7f800000u) { return bf32_bits(0x7fc00000u); }
-    let ax = bitcast<f32>(uax);
-    let neg = (ux >> 31u) == 1u;
-    if (uay == 0x7f800000u) {
-        if (uax == 0x3f800000u) { return 1.0; }
-        return select(0.0, bf32_bits(0x7f800000u), (ax > 1.0) == (y > 0.0));
-    }
-    let yint = floor(y) == y;
-    let yodd = yint && abs(y) < 16777216.0 && abs(y) % 2.0 == 1.0;
-    var r: f32;
-    if (uax == 0u || uax == 0x7f800000u) {
-        r = select(0.0, bf32_bits(0x7f800000u), (ax > 1.0) == (y > 0.0));
-    } else {
-        if (neg && !yint) { return bf32_bits(0x7fc00000u); }
-        // log2 of a subnormal, scaled first (llvmpipe's log2 does not reduce their range).
-        var l = log2(ax);
-        if (uax < 0x00800000u) { l = log2(ax * 18446744073709551616.0) - 64.0; }
-        r = exp2(y * l);
-    }
-    if (neg && yodd) { r = -r; }
-    return r;
-}";
+const POW_F32: &str = include_str!("../../shaders/lib/pow.wgsl").trim_ascii_end();
 
 // ---- fused multiply-add and erf_inv --------------------------------------------------------------
 
@@ -701,165 +838,15 @@ const POW_F32: &str = "fn bpow(x: f32, y: f32) -> f32 {
 /// The 48-bit product and the addend are aligned in 64-bit integers (two u32 words, `x` high),
 /// the smaller operand shifted right with a sticky bit, and the sum rounded once. Checked against
 /// Rust's `f32::mul_add` on 2·10^8 random triples (normal, subnormal, cancelling, inf/NaN).
-pub(crate) const FMA_F32: &str = "fn b64_clz(a: vec2<u32>) -> u32 { if (a.x != 0u) { return countLeadingZeros(a.x); } return 32u + countLeadingZeros(a.y); }
-fn b64_shl(a: vec2<u32>, s: u32) -> vec2<u32> {
-    if (s == 0u) { return a; }
-    if (s >= 64u) { return vec2<u32>(0u, 0u); }
-    if (s >= 32u) { return vec2<u32>(a.y << (s - 32u), 0u); }
-    return vec2<u32>((a.x << s) | (a.y >> (32u - s)), a.y << s);
-}
-fn b64_shr(a: vec2<u32>, s: u32) -> vec2<u32> {
-    if (s == 0u) { return a; }
-    if (s >= 64u) { return vec2<u32>(0u, 0u); }
-    if (s >= 32u) { return vec2<u32>(0u, a.x >> (s - 32u)); }
-    return vec2<u32>(a.x >> s, (a.y >> s) | (a.x << (32u - s)));
-}
-fn b64_low(a: vec2<u32>, s: u32) -> vec2<u32> {
-    if (s >= 64u) { return a; }
-    if (s >= 32u) { return vec2<u32>(a.x & ((1u << (s - 32u)) - 1u), a.y); }
-    return vec2<u32>(0u, a.y & ((1u << s) - 1u));
-}
-fn b64_shr_sticky(a: vec2<u32>, s: u32) -> vec2<u32> {
-    if (s == 0u) { return a; }
-    if (s >= 64u) { return vec2<u32>(0u, select(0u, 1u, (a.x | a.y) != 0u)); }
-    let r = b64_shr(a, s);
-    let l = b64_low(a, s);
-    return vec2<u32>(r.x, r.y | select(0u, 1u, (l.x | l.y) != 0u));
-}
-fn b64_add(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> { let lo = a.y + b.y; return vec2<u32>(a.x + b.x + select(0u, 1u, lo < a.y), lo); }
-fn b64_sub(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> { return vec2<u32>(a.x - b.x - select(0u, 1u, a.y < b.y), a.y - b.y); }
-fn b64_ge(a: vec2<u32>, b: vec2<u32>) -> bool { return a.x > b.x || (a.x == b.x && a.y >= b.y); }
-fn bfma(a: f32, b: f32, c: f32) -> f32 {
-    let ua = bitcast<u32>(a);
-    let ub = bitcast<u32>(b);
-    let uc = bitcast<u32>(c);
-    var ea = (ua >> 23u) & 0xffu;
-    var eb = (ub >> 23u) & 0xffu;
-    var ec = (uc >> 23u) & 0xffu;
-    if (ea == 255u || eb == 255u) { return a * b + c; }
-    if (ec == 255u) { return c; }
-    var ma = ua & 0x7fffffu;
-    var mb = ub & 0x7fffffu;
-    var mc = uc & 0x7fffffu;
-    if (ea == 0u) { ea = 1u; } else { ma = ma | 0x800000u; }
-    if (eb == 0u) { eb = 1u; } else { mb = mb | 0x800000u; }
-    if (ec == 0u) { ec = 1u; } else { mc = mc | 0x800000u; }
-    if (ma == 0u || mb == 0u) { if (mc == 0u) { return a * b + c; } return c; }
-    let sp = (ua ^ ub) & 0x80000000u;
-    let sc = uc & 0x80000000u;
-    let a1 = ma >> 16u;
-    let a0 = ma & 0xffffu;
-    let b1 = mb >> 16u;
-    let b0 = mb & 0xffffu;
-    let mid = a0 * b1 + a1 * b0;
-    let p00 = a0 * b0;
-    let lo = p00 + (mid << 16u);
-    var p = vec2<u32>(a1 * b1 + (mid >> 16u) + select(0u, 1u, lo < p00), lo);
-    let sh = b64_clz(p) - 2u;
-    p = b64_shl(p, sh);
-    var e = i32(ea) + i32(eb) - 300 - i32(sh);
-    var s = p;
-    var sign = sp;
-    if (mc != 0u) {
-        let shc = countLeadingZeros(mc) + 30u;
-        var cc = b64_shl(vec2<u32>(0u, mc), shc);
-        let ecc = i32(ec) - 150 - i32(shc);
-        if (e >= ecc) { cc = b64_shr_sticky(cc, u32(e - ecc)); } else { p = b64_shr_sticky(p, u32(ecc - e)); e = ecc; }
-        if (sp == sc) { s = b64_add(p, cc); } else if (b64_ge(p, cc)) { s = b64_sub(p, cc); } else { s = b64_sub(cc, p); sign = sc; }
-        if (s.x == 0u && s.y == 0u) { return 0.0; }
-    }
-    let k = 63 - i32(b64_clz(s));
-    var be = k + e + 127;
-    var q = -149;
-    if (be >= 1) { q = k + e - 23; }
-    let r = q - e;
-    var m: u32;
-    if (r <= 0) {
-        m = b64_shl(s, u32(-r)).y;
-    } else {
-        m = b64_shr(s, u32(r)).y;
-        if (r <= 64) {
-            let rem = b64_low(s, u32(r));
-            let half = b64_shl(vec2<u32>(0u, 1u), u32(r - 1));
-            if ((rem.x == half.x && rem.y == half.y && (m & 1u) == 1u) || !b64_ge(half, rem)) { m = m + 1u; }
-        }
-    }
-    if (be >= 1) {
-        if (m == 0x1000000u) { m = 0x800000u; be = be + 1; }
-        if (be >= 255) { return bitcast<f32>(sign | 0x7f800000u); }
-        return bitcast<f32>(sign | (u32(be) << 23u) | (m & 0x7fffffu));
-    }
-    return bitcast<f32>(sign | m);
-}";
+pub(crate) const FMA_F32: &str = include_str!("../../shaders/lib/fma.wgsl").trim_ascii_end();
 
 /// WGSL `bdiv(a, b)` and `bsqrt(x)`: f32 division and square root rounded correctly (to nearest
 /// even) with integer arithmetic. WGSL allows 2.5 ULP for both and GPUs commonly approximate
 /// division (llvmpipe happens to round both correctly). Long division / digit-by-digit square root
 /// to 26 bits, then one rounding. Checked against Rust's `/` (3·10^8 random pairs) and `sqrt`
 /// (every 7th positive f32).
-pub(crate) const DIV_SQRT_F32: &str = "fn bround_q(q: u32, sticky: bool, r: u32) -> u32 {
-    if (r == 0u) { return q; }
-    if (r > 31u) { return 0u; }
-    let m = q >> r;
-    let guard = (q >> (r - 1u)) & 1u;
-    let low = (q & ((1u << (r - 1u)) - 1u)) != 0u || sticky;
-    return m + select(0u, 1u, guard == 1u && (low || (m & 1u) == 1u));
-}
-fn bdiv(a: f32, b: f32) -> f32 {
-    let ua = bitcast<u32>(a);
-    let ub = bitcast<u32>(b);
-    var ea = i32((ua >> 23u) & 0xffu);
-    var eb = i32((ub >> 23u) & 0xffu);
-    var ma = ua & 0x7fffffu;
-    var mb = ub & 0x7fffffu;
-    if (ea == 255 || eb == 255 || (ea == 0 && ma == 0u) || (eb == 0 && mb == 0u)) { return a / b; }
-    if (ea == 0) { let s = countLeadingZeros(ma) - 8u; ma = ma << s; ea = 1 - i32(s); } else { ma = ma | 0x800000u; }
-    if (eb == 0) { let s = countLeadingZeros(mb) - 8u; mb = mb << s; eb = 1 - i32(s); } else { mb = mb | 0x800000u; }
-    let sign = (ua ^ ub) & 0x80000000u;
-    var e = ea - eb + 127;
-    if (ma < mb) { ma = ma << 1u; e = e - 1; }
-    var rem = ma;
-    var q = 0u;
-    for (var i = 0u; i < 26u; i = i + 1u) {
-        q = q << 1u;
-        if (rem >= mb) { rem = rem - mb; q = q | 1u; }
-        rem = rem << 1u;
-    }
-    var r = 2u;
-    if (e < 1) { r = u32(3 - e); }
-    var m = bround_q(q, rem != 0u, r);
-    if (e >= 1) {
-        if (m == 0x1000000u) { m = 0x800000u; e = e + 1; }
-        if (e >= 255) { return bitcast<f32>(sign | 0x7f800000u); }
-        return bitcast<f32>(sign | (u32(e) << 23u) | (m & 0x7fffffu));
-    }
-    return bitcast<f32>(sign | m);
-}
-fn bsqrt(x: f32) -> f32 {
-    let ux = bitcast<u32>(x);
-    var e = i32((ux >> 23u) & 0xffu);
-    var m = ux & 0x7fffffu;
-    if (e == 255 || (ux >> 31u) == 1u || (e == 0 && m == 0u)) { return sqrt(x); }
-    if (e == 0) { let s = countLeadingZeros(m) - 8u; m = m << s; e = 1 - i32(s); } else { m = m | 0x800000u; }
-    var ue = e - 127;
-    if ((ue & 1) != 0) { m = m << 1u; ue = ue - 1; }
-    let hi = m >> 5u;
-    let lo = m << 27u;
-    var res = 0u;
-    var rem = 0u;
-    for (var i = 0u; i < 26u; i = i + 1u) {
-        let sh = 50u - 2u * i;
-        var pair = (lo >> (sh & 31u)) & 3u;
-        if (sh >= 32u) { pair = (hi >> (sh - 32u)) & 3u; }
-        rem = (rem << 2u) | pair;
-        let trial = (res << 2u) | 1u;
-        if (rem >= trial) { rem = rem - trial; res = (res << 1u) | 1u; } else { res = res << 1u; }
-    }
-    var mm = bround_q(res, rem != 0u, 2u);
-    var be = ue / 2 + 127;
-    if (mm == 0x1000000u) { mm = 0x800000u; be = be + 1; }
-    return bitcast<f32>((u32(be) << 23u) | (mm & 0x7fffffu));
-}";
+pub(crate) const DIV_SQRT_F32: &str =
+    include_str!("../../shaders/lib/div_sqrt.wgsl").trim_ascii_end();
 
 // XLA's single-precision erf_inv (Giles' polynomial, as `chlo.erf_inv` decomposes it) and the log1p
 // and log it calls, reproduced operation by operation as XLA's CPU backend runs them, including
@@ -1075,6 +1062,10 @@ pub fn erf_inv_f64(y: f64) -> f64 {
     x.copysign(y)
 }
 
+/// `shaders/lib/erf_inv.wgsl`: the template of [`ERF_INV_WGSL`], its constants `{{P0}}`..
+/// filled from the CPU code's.
+const ERF_INV_TEMPLATE: &str = include_str!("../../shaders/lib/erf_inv.wgsl").trim_ascii_end();
+
 /// WGSL of [`erf_inv_f32`] (`berfinv`), with `bfma` where the CPU code has `mul_add` and the
 /// correctly rounded `bdiv`/`bsqrt` for `/` and `sqrt`: the same bits on every device.
 static ERF_INV_WGSL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -1101,61 +1092,19 @@ static ERF_INV_WGSL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
             k(ERF_INV_LT5[i])
         );
     }
-    format!(
-        "fn bxla_log(v: f32) -> f32 {{
-    if (v == 0.0) {{ return bf32_bits(0xff800000u); }}
-    // NaN and negative numbers (sign bit set) by bits: no compare can be trusted with NaN.
-    if (bitcast<u32>(v) > 0x7f800000u) {{ return bf32_bits(0xffffffffu); }}
-    if (v > 3.40282347e38) {{ return v; }}
-    let bits = bitcast<u32>(max(v, 1.17549435e-38));
-    let m = bitcast<f32>((bits & 0x807fffffu) | 0x3f000000u);
-    let below = m < {sqh};
-    let e = (f32(i32(bits >> 23u) - 127) + 1.0) - select(0.0, 1.0, below);
-    var x = (m - 1.0) + select(0.0, m, below);
-    let x2 = x * x;
-    let x3 = x2 * x;
-    var y = bfma(bfma(x, {p0}, {p1}), x, {p2});
-    let y1 = bfma(bfma(x, {p3}, {p4}), x, {p5});
-    let y2 = bfma(bfma(x, {p6}, {p7}), x, {p8});
-    y = bfma(bfma(y, x3, y1), x3, y2);
-    y = bfma(y, x3, e * {lo});
-    x = bfma(x2, -0.5, x) + y;
-    return bfma(e, {hi}, x);
-}}
-fn bxla_log1p(x: f32) -> f32 {{
-    if (abs(x) < {small}) {{
-        let x2 = x * x;
-        let z = x * 0.0;
-        let t = (x * x2) * bdiv({num}, {den});
-        return x + bfma(x2, -0.5, t);
-    }}
-    return bxla_log(x + 1.0);
-}}
-fn berfinv(x: f32) -> f32 {{
-    let l = bxla_log1p(x * -x);
-    let lt = l > -5.0;
-    let w = select(bsqrt(-l) - 3.0, -2.5 - l, lt);
-    let p = {poly};
-    // x * p as a fused multiply-add with -0: the same rounding, but opaque to compilers that
-    // would reassociate it with a constant factor applied later (normal's sqrt(2)).
-    return bfma(x, select(p, bf32_bits(0x7f800000u), abs(x) == 1.0), bitcast<f32>(0x80000000u));
-}}",
-        sqh = k(LOG_SQRT_HALF),
-        p0 = p[0],
-        p1 = p[1],
-        p2 = p[2],
-        p3 = p[3],
-        p4 = p[4],
-        p5 = p[5],
-        p6 = p[6],
-        p7 = p[7],
-        p8 = p[8],
-        lo = k(LOG_LN2_LO),
-        hi = k(LOG_LN2_HI),
-        small = k(LOG1P_SMALL),
-        num = horner(&LOG1P_NUM),
-        den = horner(&LOG1P_DEN),
-    )
+    let names: Vec<String> = (0..LOG_P.len()).map(|i| format!("P{i}")).collect();
+    let mut pairs: Vec<(&str, String)> = names.iter().map(String::as_str).zip(p).collect();
+    pairs.extend([
+        ("SQH", k(LOG_SQRT_HALF)),
+        ("LO", k(LOG_LN2_LO)),
+        ("HI", k(LOG_LN2_HI)),
+        ("SMALL", k(LOG1P_SMALL)),
+        ("NUM", horner(&LOG1P_NUM)),
+        ("DEN", horner(&LOG1P_DEN)),
+        ("POLY", poly),
+    ]);
+    let pairs: Vec<(&str, &str)> = pairs.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    crate::wgsl::fill(ERF_INV_TEMPLATE, &pairs)
 });
 
 /// `fma(a, b, c)`: `a * b + c` with one rounding (float operands of one shape and dtype: f32, or
@@ -1247,79 +1196,42 @@ fn batch(op: &ElementwiseOp, ins: &[Batched], ctx: &BatchCtx<'_>) -> Batched {
 
 // ---- VJP rule -----------------------------------------------------------------------------------
 
+/// Zeros of `t`'s shape and dtype.
+fn zero(t: &Tensor) -> Tensor {
+    Tensor::zeros(t.shape(), t.dtype())
+}
+
+/// The cotangents of `max`/`min`: the winner (`wins`: where `a` wins) takes the gradient; ties
+/// split it evenly (JAX's balanced rule).
+fn max_min_vjp(wins: &Tensor, a: &Tensor, b: &Tensor, ct: &Tensor) -> (Tensor, Tensor) {
+    let half = Tensor::full(Scalar::F32(0.5).cast(a.dtype()), a.shape());
+    let ones = Tensor::ones(a.shape(), a.dtype());
+    let share = wins.where_(&ones, &a.eq(b).where_(&half, &zero(a)));
+    (ct * &share, ct * &(1.0 - &share))
+}
+
 /// Derivatives of the elementwise primitives (float operands, f32 or f64; integer and bool ones get
 /// none). Constants take the operand's dtype.
 fn vjp(op: &ElementwiseOp, ins: &[Tensor], out: &Tensor, ct: &Tensor) -> Cotangents {
-    use super::zeros_like;
     let float = |t: &Tensor| t.dtype().is_float();
-    let zero = |t: &Tensor| Tensor::zeros(t.shape(), t.dtype());
     match op {
         ElementwiseOp::Unary(op) => {
             let x = &ins[0];
-            if !float(x) {
-                return vec![None];
-            }
-            use UnaryOp::*;
-            let g = match op {
-                Neg => -ct,
-                Abs => ct * &x.sign(),
-                Exp => ct * out,
-                Log => ct / x,
-                Sqrt => ct / &(out * 2.0),
-                // d/dx x^-1/2 = -1/2 · x^-1/2 / x
-                Rsqrt => &(ct * out) * -0.5 / x,
-                Sin => ct * &x.cos(),
-                Cos => -(ct * &x.sin()),
-                Tanh => ct * &(1.0 - out * out),
-                Sigmoid => ct * &(out * &(1.0 - out)),
-                Relu => x.gt(&zero(x)).where_(ct, &zero(x)),
-                Square => ct * &(x * 2.0),
-                Sign | Floor | Ceil | Round => zeros_like(x),
-                // d/dx erf_inv(x) = sqrt(pi)/2 · exp(erf_inv(x)^2)
-                ErfInv => {
-                    ct * &out
-                        .square()
-                        .exp()
-                        .mul_literal(std::f64::consts::PI.sqrt() / 2.0)
-                }
-                Not | IsNan | IsInf | IsFinite => return vec![None],
-            };
-            vec![Some(g)]
+            vec![if float(x) {
+                op.vjp_rule(x, out, ct)
+            } else {
+                None
+            }]
         }
         ElementwiseOp::Binary(op) => {
             let (a, b) = (&ins[0], &ins[1]);
             if !float(a) {
                 return vec![None, None];
             }
-            use BinaryOp::*;
-            let (ga, gb) = match op {
-                Add => (ct.clone(), ct.clone()),
-                Sub => (ct.clone(), -ct),
-                Mul => (ct * b, ct * a),
-                Div => (ct / b, -(ct * out) / b),
-                Pow => {
-                    // d/da = b · a^(b-1); d/db = out · log a (0 where a == 0, as JAX)
-                    let da = b * &a.pow(&(b - 1.0));
-                    let loga = a.eq(&zero(a)).where_(&zero(a), &a.log());
-                    (ct * &da, ct * &(out * &loga))
-                }
-                Max | Min => {
-                    // The winner takes the gradient; ties split it evenly (JAX's balanced rule).
-                    let wins = if *op == Max { a.gt(b) } else { a.lt(b) };
-                    let half = Tensor::full(Scalar::F32(0.5).cast(a.dtype()), a.shape());
-                    let ones = Tensor::ones(a.shape(), a.dtype());
-                    let share = wins.where_(&ones, &a.eq(b).where_(&half, &zero(a)));
-                    (ct * &share, ct * &(1.0 - &share))
-                }
-                Rem => {
-                    // a - b·trunc(a/b): d/da = 1, d/db = -trunc(a/b)
-                    let q = a / b;
-                    let trunc = &q.sign() * &q.abs().floor();
-                    (ct.clone(), -(ct * &trunc))
-                }
-                Eq | Ne | Lt | Le | Gt | Ge | And | Or => return vec![None, None],
-            };
-            vec![Some(ga), Some(gb)]
+            match op.vjp_rule(a, b, out, ct) {
+                Some((ga, gb)) => vec![Some(ga), Some(gb)],
+                None => vec![None, None],
+            }
         }
         ElementwiseOp::Select => {
             let (p, t) = (&ins[0], &ins[1]);
@@ -1573,6 +1485,20 @@ impl Rules for ElementwiseOp {
 #[cfg(test)]
 mod table_tests {
     use super::*;
+
+    /// Every WGSL library of the family (`shaders/lib/`) parses and validates with naga, with the
+    /// libraries it calls.
+    #[test]
+    fn shader_libraries_are_naga_valid() {
+        use crate::wgsl::assert_library_valid as check;
+        check("fma", &[FMA_F32]);
+        check("div_sqrt", &[DIV_SQRT_F32]);
+        check("int_div_i32", &[INT_DIV_I32]);
+        check("int_div_u32", &[INT_DIV_U32]);
+        check("fmod", &[FMOD_F32]);
+        check("pow", &[POW_F32]);
+        check("erf_inv", &[FMA_F32, DIV_SQRT_F32, ERF_INV_WGSL.as_str()]);
+    }
 
     /// The rows are the registry: names are unique, and every op's class agrees with its dtype
     /// rule on f32 and bool.

@@ -5,7 +5,6 @@
 //! buffers. Kernels (elementwise, reduction, argreduce) wrap that body in a template.
 
 pub(crate) mod matmul;
-pub(crate) mod window;
 
 use std::collections::{HashMap, HashSet};
 
@@ -144,6 +143,11 @@ impl<'a> Emitter<'a> {
         }
         self.body.push_str(s);
         self.body.push('\n');
+    }
+    /// The statements emitted so far, leaving the body empty (kernels that place operand reads
+    /// at several points of their template take each part in turn).
+    pub(crate) fn take_body(&mut self) -> String {
+        std::mem::take(&mut self.body)
     }
     /// `let NAME = expr;` with a new name. In lane mode an expression that does not depend on the
     /// lane and was already bound at the top level reuses that name: the lanes share it.
@@ -367,7 +371,7 @@ pub(crate) fn const_wgsl(v: Scalar) -> String {
 }
 
 /// Binding declarations: inputs then the output.
-fn bindings(g: &Graph, inputs: &[Var], out_elem: &str) -> String {
+pub(crate) fn bindings(g: &Graph, inputs: &[Var], out_elem: &str) -> String {
     bindings_vec(g, inputs, &[], out_elem)
 }
 
@@ -395,7 +399,21 @@ fn bindings_vec(g: &Graph, inputs: &[Var], vec: &[bool], out_elem: &str) -> Stri
 /// `bitcast<f32>` of a constant is evaluated when the shader is created, and Chrome's WGSL compiler
 /// (Tint) rejects one that gives inf or NaN; a call to a function of ours is never constant. Every
 /// generated shader has it ([`crate::Scalar::wgsl_literal`] writes non-finite floats with it).
-pub(crate) const F32_BITS: &str = "fn bf32_bits(b: u32) -> f32 { return bitcast<f32>(b); }";
+pub(crate) const F32_BITS: &str = include_str!("../../shaders/lib/f32_bits.wgsl").trim_ascii_end();
+
+/// Panics unless the shader library functions `parts` (dependencies first, `bf32_bits` implied)
+/// parse and validate with naga inside a minimal compute module: the unit test of each file of
+/// `shaders/lib/`.
+#[cfg(test)]
+pub(crate) fn assert_library_valid(name: &str, parts: &[&str]) {
+    let src = format!(
+        "{F32_BITS}\n{}\n@compute @workgroup_size(1)\nfn main() {{}}\n",
+        parts.join("\n")
+    );
+    if let Err(e) = crate::device::validate_wgsl(name, &src) {
+        panic!("shaders/lib/{name}.wgsl: {e}");
+    }
+}
 
 fn helpers_src(h: &[&'static str]) -> String {
     let mut seen: Vec<&str> = vec![F32_BITS];
@@ -408,7 +426,12 @@ fn helpers_src(h: &[&'static str]) -> String {
 }
 
 /// Per-axis index names `i0, i1, ...` of linear index `lin` in `shape`, as `let` lines.
-fn index_lets(shape: &[usize], lin: &str, prefix: &str, indent: usize) -> (String, Vec<String>) {
+pub(crate) fn index_lets(
+    shape: &[usize],
+    lin: &str,
+    prefix: &str,
+    indent: usize,
+) -> (String, Vec<String>) {
     let exprs = layout::unravel_wgsl(shape, lin);
     let mut s = String::new();
     let mut names = Vec::new();
@@ -448,6 +471,25 @@ fn store_expr(dt: DType, val: &str) -> String {
     } else {
         val.to_string()
     }
+}
+
+/// `shaders/prologue.wgsl`: the start of the kernels with one invocation `gi` per output element
+/// (reductions, argreductions, window kernels). No comment of its own: it lands in the middle of
+/// each kernel.
+const PROLOGUE: &str = include_str!("../../shaders/prologue.wgsl").trim_ascii_end();
+
+/// The filled [`PROLOGUE`]: declarations `bindings`, library functions `helpers`, the invocation
+/// `gi` (returning past `n`) and the `let` lines `index` of its output index.
+pub(crate) fn prologue(bindings: &str, helpers: &[&'static str], n: usize, index: &str) -> String {
+    fill(
+        PROLOGUE,
+        &[
+            ("BINDINGS", bindings),
+            ("HELPERS", &helpers_src(helpers)),
+            ("N", &n.to_string()),
+            ("INDEX", index.trim_end()),
+        ],
+    )
 }
 
 /// Fills every `{{NAME}}` of a kernel template (the one filler of every template in `shaders/`).
@@ -884,14 +926,16 @@ pub(crate) fn reduce_kernels(
         REDUCE,
         &[
             (
-                "BINDINGS",
-                &bindings_vec(g, &rl.em.inputs, &rl.em.vec_inputs, dt.wgsl_storage()),
+                "PROLOGUE",
+                &prologue(
+                    &bindings_vec(g, &rl.em.inputs, &rl.em.vec_inputs, dt.wgsl_storage()),
+                    &rl.em.helpers,
+                    n,
+                    &index,
+                ),
             ),
-            ("HELPERS", &helpers_src(&rl.em.helpers)),
-            ("N", &n.to_string()),
             ("RV", &(r / rl.lanes).to_string()),
             ("LANES", &rl.lanes.to_string()),
-            ("INDEX", index.trim_end()),
             ("ACCS", &rl.accs),
             ("BODY", rl.em.body.trim_end()),
             ("COMBINE", &rl.combine),
@@ -1064,16 +1108,18 @@ fn parts_kernel(
         REDUCE,
         &[
             (
-                "BINDINGS",
-                &format!(
-                    "@group(0) @binding(0) var<storage, read> in0: array<{t}>;\n@group(0) @binding(1) var<storage, read_write> out0: array<{t}>;\n"
+                "PROLOGUE",
+                &prologue(
+                    &format!(
+                        "@group(0) @binding(0) var<storage, read> in0: array<{t}>;\n@group(0) @binding(1) var<storage, read_write> out0: array<{t}>;\n"
+                    ),
+                    &[],
+                    n,
+                    "",
                 ),
             ),
-            ("HELPERS", &helpers_src(&[])),
-            ("N", &n.to_string()),
             ("RV", &parts.to_string()),
             ("LANES", "1"),
-            ("INDEX", ""),
             ("ACCS", &format!("    var acc: {t} = {ident};")),
             ("BODY", &format!("        let x = in0[gi * {parts}u + r];")),
             ("COMBINE", &format!("        acc = {combine};")),
@@ -1108,12 +1154,12 @@ pub(crate) fn argreduce_kernel(
     let wgsl = fill(
         ARGREDUCE,
         &[
-            ("BINDINGS", &bindings(g, &em.inputs, "i32")),
-            ("HELPERS", &helpers_src(&em.helpers)),
+            (
+                "PROLOGUE",
+                &prologue(&bindings(g, &em.inputs, "i32"), &em.helpers, n, &index),
+            ),
             ("T", in_aval.dtype.wgsl()),
-            ("N", &n.to_string()),
             ("R", &r.to_string()),
-            ("INDEX", index.trim_end()),
             ("BODY", &body),
             ("BETTER", &op.wgsl_better(in_aval.dtype, "x", "best")),
         ],
@@ -1123,5 +1169,15 @@ pub(crate) fn argreduce_kernel(
         wgsl,
         inputs: em.inputs,
         workgroups: balanced_grid(n.div_ceil(WG as usize), max_wg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `bf32_bits` (in every shader) and the counter-based generator of `random` are valid WGSL.
+    #[test]
+    fn shader_libraries_are_naga_valid() {
+        super::assert_library_valid("f32_bits", &[]);
+        super::assert_library_valid("threefry", &[crate::ops::random::THREEFRY_WGSL]);
     }
 }
