@@ -326,9 +326,12 @@ unary_ops! {
         }
         Tanh = "tanh", Float {
             float: { x.tanh() }, i32: _, u32: _, bool: _, pred: _,
-            // tanh in WGSL overflows to NaN for large |x| on some drivers; clamp the argument
-            // (tanh(±9) is ±1 in f32). clamp(NaN) is ±9 there, so NaN passes around the clamp.
-            wgsl: format!("select(tanh(clamp({x}, -9.0, 9.0)), {x}, {})", isnan_wgsl(x)),
+            // WGSL's tanh overflows to NaN for large |x| on some drivers and costs two exps on
+            // Mesa; btanh needs neither a clamp nor a second exp.
+            wgsl: {
+                helpers.push(TANH_F32);
+                format!("btanh({x})")
+            },
             vjp: { ct * &(1.0 - out * out) },
         }
         Sigmoid = "sigmoid", Float {
@@ -829,6 +832,8 @@ const FMOD_F32: &str = include_str!("../../shaders/lib/fmod.wgsl").trim_ascii_en
 // (pow(x, ±0) = 1 and pow(1, y) = 1 even for NaN), pow(-1, ±inf) = 1, odd integer exponents
 // keep the sign of a negative base.
 const POW_F32: &str = include_str!("../../shaders/lib/pow.wgsl").trim_ascii_end();
+// tanh with one exp and no clamp (see the file).
+const TANH_F32: &str = include_str!("../../shaders/lib/tanh.wgsl").trim_ascii_end();
 
 // ---- fused multiply-add and erf_inv --------------------------------------------------------------
 
@@ -1497,6 +1502,7 @@ mod table_tests {
         check("int_div_u32", &[INT_DIV_U32]);
         check("fmod", &[FMOD_F32]);
         check("pow", &[POW_F32]);
+        check("tanh", &[TANH_F32]);
         check("erf_inv", &[FMA_F32, DIV_SQRT_F32, ERF_INV_WGSL.as_str()]);
     }
 
