@@ -61,6 +61,16 @@ pub enum Error {
         detail: String,
     },
 
+    /// `einsum` subscripts that are malformed or do not fit the operands (rank, sizes, output).
+    #[error("{op}: subscripts {subscripts:?} do not fit{}: {detail}", shapes_note(.shapes))]
+    BadSubscripts {
+        op: &'static str,
+        subscripts: String,
+        /// Shapes of the operands.
+        shapes: Vec<Vec<usize>>,
+        detail: String,
+    },
+
     /// A shape whose element count (or size in bytes) overflows 64-bit arithmetic: no memory can
     /// ever hold it, so it is refused before anything is allocated or computed.
     #[error(
@@ -329,6 +339,7 @@ impl Error {
                 | Error::BadAxis { .. }
                 | Error::BadReshape { .. }
                 | Error::BadShapeArg { .. }
+                | Error::BadSubscripts { .. }
                 | Error::DataLength { .. }
                 | Error::ShapeTooLarge { .. }
                 | Error::DTypeMismatch { .. }

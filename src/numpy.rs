@@ -1,8 +1,17 @@
 //! `jax.numpy` functions built from brigade's existing primitives.
 //!
 //! Every function here is a composite: it calls [`Tensor`] ops (elementwise, reductions, pad,
-//! slice, take, ...), so `jit`, `grad` and `vmap` handle it through its parts and no backend needs
-//! anything new. Errors surface like every op's: a failed tensor carrying a typed [`Error`].
+//! slice, take, dot_general, ...), so `jit`, `grad` and `vmap` handle it through its parts and no
+//! backend needs anything new. Errors surface like every op's: a failed tensor carrying a typed
+//! [`Error`].
+//!
+//! - [`einsum`]: Einstein summation, lowered to `dot_general` and layout ops.
+//! - JAX's type promotion: [`result_type`] (the lattice, with `jax_enable_x64` off), and the
+//!   binary functions that apply it to arrays and weakly typed literals ([`add`], [`subtract`],
+//!   [`multiply`], [`true_divide`], [`floor_divide`], [`remainder`], [`maximum`], [`minimum`],
+//!   [`where_`], and [`clip`]'s bounds).
+//! - [`clip`], [`any`], [`all`], [`cumsum`], [`cumprod`] (`axis = None` too),
+//!   [`take_along_axis`] and [`take_along_axis_mode`].
 //!
 //! ```
 //! use brigade::{Tensor, numpy as jnp};
@@ -13,7 +22,16 @@
 
 use crate::dtype::{DType, Scalar};
 use crate::error::Error;
-use crate::tensor::{Axes, Tensor, broadcast_shapes, norm_axis};
+use crate::tensor::{Axes, TakeMode, Tensor, broadcast_shapes, norm_axis};
+
+mod einsum;
+mod promote;
+
+pub use einsum::einsum;
+pub use promote::{
+    JaxType, Operand, add, divide, floor_divide, maximum, minimum, multiply, promote_dtype,
+    remainder, result_type, subtract, true_divide, where_,
+};
 
 /// The first error among `ts`, as a failed tensor.
 fn first_error(ts: &[&Tensor]) -> Option<Tensor> {
@@ -22,35 +40,72 @@ fn first_error(ts: &[&Tensor]) -> Option<Tensor> {
         .map(|e| Tensor::failed(e.clone()))
 }
 
+/// A bound of [`clip`]: absent (`None`), an array (`&tensor` or `Some(&tensor)`, strongly
+/// typed), or a Rust literal standing for a Python scalar (`0.5`, `3`: weakly typed, see
+/// [`Operand`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ClipBound<'a>(Option<Operand<'a>>);
+
+impl<'a> From<Option<&'a Tensor>> for ClipBound<'a> {
+    fn from(t: Option<&'a Tensor>) -> Self {
+        ClipBound(t.map(Operand::Tensor))
+    }
+}
+impl<'a> From<&'a Tensor> for ClipBound<'a> {
+    fn from(t: &'a Tensor) -> Self {
+        ClipBound(Some(Operand::Tensor(t)))
+    }
+}
+macro_rules! clip_bound_from_literal {
+    ($($t:ty),*) => {$(
+        impl From<$t> for ClipBound<'_> {
+            fn from(v: $t) -> Self {
+                ClipBound(Some(Operand::from(v)))
+            }
+        }
+    )*};
+}
+clip_bound_from_literal!(i32, i64, u32, f32, f64, bool);
+
 /// `jnp.clip(x, lo, hi)`: `minimum(maximum(x, lo), hi)`, broadcasting all three. Either bound may be
 /// `None` (no bound on that side). A NaN in `x` stays NaN (and a NaN bound gives NaN), and where
-/// `lo > hi` the result is `hi`, as in `jnp.clip`. The bounds are cast to `x`'s dtype first, so a
-/// scalar bound behaves like JAX's weakly typed Python scalar (pass `Tensor::scalar(v)`); integer
-/// and unsigned dtypes clip too.
+/// `lo > hi` the result is `hi`, as in `jnp.clip`. Integer and unsigned dtypes clip too.
+///
+/// The three promote together as in JAX ([`result_type`]): a bound given as a literal is weakly
+/// typed, so `clip(&x_i32, -5, 7)` stays i32 while `clip(&x_i32, 0.5, None)` is f32 (the bound is
+/// not truncated to 0); a bound given as a tensor is strongly typed (`Tensor::scalar(0.5f32)` makes
+/// an i32 `x` f32 as well).
 ///
 /// ```
-/// use brigade::{Tensor, numpy as jnp};
+/// use brigade::{DType, Tensor, numpy as jnp};
 /// let x = Tensor::from_vec(vec![-2.0f32, 0.5, 3.0, f32::NAN], &[4]);
-/// let y = jnp::clip(&x, Some(&Tensor::scalar(0.0f32)), Some(&Tensor::scalar(1.0f32)));
+/// let y = jnp::clip(&x, Some(&Tensor::scalar(0.0f32)), 1.0);
 /// let y = y.to_vec::<f32>()?;
 /// assert_eq!(&y[..3], &[0.0, 0.5, 1.0]);
 /// assert!(y[3].is_nan());
+/// let i = Tensor::from_vec(vec![-3i32, 0, 3], &[3]);
+/// assert_eq!(jnp::clip(&i, -1, 1).to_vec::<i32>()?, vec![-1, 0, 1]);
+/// let f = jnp::clip(&i, 0.5, None);
+/// assert_eq!(f.dtype(), DType::F32);
+/// assert_eq!(f.to_vec::<f32>()?, vec![0.5, 0.5, 3.0]);
 /// # Ok::<(), brigade::Error>(())
 /// ```
-pub fn clip(x: &Tensor, lo: Option<&Tensor>, hi: Option<&Tensor>) -> Tensor {
-    let bounds: Vec<&Tensor> = lo.into_iter().chain(hi).collect();
-    let mut all = vec![x];
-    all.extend(&bounds);
-    if let Some(f) = first_error(&all) {
-        return f;
-    }
-    let dt = x.dtype();
-    let mut y = x.clone();
+pub fn clip<'a, 'b>(
+    x: &Tensor,
+    lo: impl Into<ClipBound<'a>>,
+    hi: impl Into<ClipBound<'b>>,
+) -> Tensor {
+    let (lo, hi) = (lo.into().0, hi.into().0);
+    let mut all = vec![Operand::Tensor(x)];
+    all.extend(lo);
+    all.extend(hi);
+    let dt = promote_dtype(&all);
+    let mut y = x.cast(dt);
     if let Some(lo) = lo {
-        y = y.maximum(&lo.cast(dt));
+        y = maximum(&y, lo);
     }
     if let Some(hi) = hi {
-        y = y.minimum(&hi.cast(dt));
+        y = minimum(&y, hi);
     }
     y
 }
@@ -147,26 +202,48 @@ fn scan_axis(
     y
 }
 
-/// `jnp.cumsum(x, axis)`: running sums along `axis` (negative counts from the end). Integer dtypes
-/// wrap as in JAX; bools are counted in i32. For f32 the log-step scan adds in a different order
-/// from a sequential loop, so results agree with JAX to rounding (about `log2(n)` ulps), not bit
-/// for bit. A scalar or an axis out of range is [`Error::BadAxis`].
+/// The scan of `x` along `axis`, or along `x` flattened when `axis` is `None` (`axis=None`).
+fn scan(
+    op: &'static str,
+    x: &Tensor,
+    axis: Option<i64>,
+    ident: Scalar,
+    combine: fn(&Tensor, &Tensor) -> Tensor,
+) -> Tensor {
+    match axis {
+        Some(a) => scan_axis(op, x, a, ident, combine),
+        None => scan_axis(op, &x.reshape(&[-1]), 0, ident, combine),
+    }
+}
+
+/// `jnp.cumsum(x, axis)`: running sums along `axis` (negative counts from the end), or over `x`
+/// flattened in row-major order when `axis` is `None` (`jnp.cumsum`'s default `axis=None`; the
+/// result is 1-D, a scalar becomes a 1-element array). The axis is `impl Into<Option<i64>>`
+/// so that `cumsum(&x, 1)` reads as before and `cumsum(&x, None)` is JAX's spelling.
+/// Integer dtypes wrap as in JAX; bools are counted in i32. For f32 the log-step scan adds in a
+/// different order from a sequential loop, so results agree with JAX to rounding (about
+/// `log2(n)` ulps), not bit for bit. A scalar with an axis, or an axis out of range, is
+/// [`Error::BadAxis`].
 ///
 /// ```
 /// use brigade::{Tensor, numpy as jnp};
 /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
 /// assert_eq!(jnp::cumsum(&x, -1).to_vec::<f32>()?, vec![1.0, 3.0, 6.0, 4.0, 9.0, 15.0]);
 /// assert_eq!(jnp::cumprod(&x, 0).to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 4.0, 10.0, 18.0]);
+/// let flat = jnp::cumsum(&x, None);
+/// assert_eq!(flat.shape(), &[6]);
+/// assert_eq!(flat.to_vec::<f32>()?, vec![1.0, 3.0, 6.0, 10.0, 15.0, 21.0]);
 /// # Ok::<(), brigade::Error>(())
 /// ```
-pub fn cumsum(x: &Tensor, axis: i64) -> Tensor {
-    scan_axis("cumsum", x, axis, Scalar::F32(0.0), |a, b| a.add(b))
+pub fn cumsum(x: &Tensor, axis: impl Into<Option<i64>>) -> Tensor {
+    scan("cumsum", x, axis.into(), Scalar::F32(0.0), |a, b| a.add(b))
 }
 
-/// `jnp.cumprod(x, axis)`: running products along `axis` (see [`cumsum`]). The gradient comes from
-/// the multiplications, so it is right at zeros too (no division).
-pub fn cumprod(x: &Tensor, axis: i64) -> Tensor {
-    scan_axis("cumprod", x, axis, Scalar::F32(1.0), |a, b| a.mul(b))
+/// `jnp.cumprod(x, axis)`: running products along `axis`, or over `x` flattened when `axis` is
+/// `None` (see [`cumsum`]). The gradient comes from the multiplications, so it is right at zeros
+/// too (no division).
+pub fn cumprod(x: &Tensor, axis: impl Into<Option<i64>>) -> Tensor {
+    scan("cumprod", x, axis.into(), Scalar::F32(1.0), |a, b| a.mul(b))
 }
 
 /// `jnp.take_along_axis(x, indices, axis)`: `out[..., j, ...] = x[..., indices[..., j, ...], ...]`
@@ -177,7 +254,8 @@ pub fn cumprod(x: &Tensor, axis: i64) -> Tensor {
 /// [`TakeMode::Fill`](crate::TakeMode::Fill) (NaN for floats, `i32::MIN`, `u32::MAX`, `true`).
 ///
 /// Built from `iota`, arithmetic and a flat [`Tensor::take`], so its gradient (a scatter-add into
-/// `x`) and batching come from those.
+/// `x`) and batching come from those. [`take_along_axis_mode`] offers JAX's other modes and a
+/// fill value.
 ///
 /// ```
 /// use brigade::{Tensor, numpy as jnp};
@@ -188,6 +266,38 @@ pub fn cumprod(x: &Tensor, axis: i64) -> Tensor {
 /// # Ok::<(), brigade::Error>(())
 /// ```
 pub fn take_along_axis(x: &Tensor, indices: &Tensor, axis: i64) -> Tensor {
+    take_along_axis_mode(x, indices, axis, TakeMode::Fill, None)
+}
+
+/// [`take_along_axis`] with `jnp.take_along_axis`'s `mode` and `fill_value`. A negative index in
+/// `[-n, 0)` first counts from the end (as in JAX, for every mode); then an index still outside
+/// `[0, n)` is treated by `mode`:
+/// - [`TakeMode::Fill`] (JAX's default): gives `fill_value` (cast to `x`'s dtype), or without one
+///   the dtype's default fill (NaN, `i32::MIN`, `u32::MAX`, `true`);
+/// - [`TakeMode::Clip`]: clamped into `[0, n)` (`-n - 2` → `-2` → 0);
+/// - [`TakeMode::Wrap`]: taken modulo `n`, as `jnp.take`'s `mode="wrap"` (`jnp.take_along_axis`
+///   itself has no wrap mode).
+///
+/// `fill_value` is ignored by the other modes. JAX's `promise_in_bounds` (out-of-range indices
+/// are undefined) is not offered: `Clip` is a safe choice with the same cost.
+///
+/// ```
+/// use brigade::{TakeMode, Tensor, numpy as jnp};
+/// let x = Tensor::from_vec(vec![10.0f32, 20.0, 30.0], &[3]);
+/// let i = Tensor::from_vec(vec![-5i32, -1, 1, 4], &[4]);
+/// let clip = jnp::take_along_axis_mode(&x, &i, 0, TakeMode::Clip, None).to_vec::<f32>()?;
+/// assert_eq!(clip, vec![10.0, 30.0, 20.0, 30.0]);
+/// let fill = jnp::take_along_axis_mode(&x, &i, 0, TakeMode::Fill, Some((-1.0f32).into()));
+/// assert_eq!(fill.to_vec::<f32>()?, vec![-1.0, 30.0, 20.0, -1.0]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn take_along_axis_mode(
+    x: &Tensor,
+    indices: &Tensor,
+    axis: i64,
+    mode: TakeMode,
+    fill_value: Option<Scalar>,
+) -> Tensor {
     const OP: &str = "take_along_axis";
     if let Some(f) = first_error(&[x, indices]) {
         return f;
@@ -244,19 +354,26 @@ pub fn take_along_axis(x: &Tensor, indices: &Tensor, axis: i64) -> Tensor {
     let mut xfull = out.clone();
     xfull[a] = n;
     let idx = indices.broadcast_to(&out);
-    // Normalized index in i32, and whether it is inside [-n, n).
+    // The index as a position in [0, n) (i32), and whether it was inside [-n, n).
     let n_i = Tensor::scalar(n as i32);
+    let last = Tensor::scalar(n as i32 - 1);
     let (valid, pos) = if it == DType::I32 {
         let valid = idx.ge(&Tensor::scalar(-(n as i32))).and(&idx.lt(&n_i));
-        let wrapped = idx.lt(&Tensor::scalar(0i32)).where_(&(&idx + &n_i), &idx);
-        let pos = wrapped
-            .maximum(&Tensor::scalar(0i32))
-            .minimum(&Tensor::scalar(n as i32 - 1));
+        let pos = match mode {
+            TakeMode::Wrap => idx.remainder(&n_i),
+            TakeMode::Fill | TakeMode::Clip => {
+                let wrapped = idx.lt(&Tensor::scalar(0i32)).where_(&(&idx + &n_i), &idx);
+                wrapped.maximum(&Tensor::scalar(0i32)).minimum(&last)
+            }
+        };
         (valid, pos)
     } else {
         let valid = idx.lt(&Tensor::scalar(n as u32));
-        let pos = idx.minimum(&Tensor::scalar(n as u32 - 1)).cast(DType::I32);
-        (valid, pos)
+        let pos = match mode {
+            TakeMode::Wrap => idx.rem(&Tensor::scalar(n as u32)),
+            TakeMode::Fill | TakeMode::Clip => idx.minimum(&Tensor::scalar(n as u32 - 1)),
+        };
+        (valid, pos.cast(DType::I32))
     };
     // Flat index into x broadcast to `xfull` (row-major strides).
     let mut flat = Tensor::zeros(&out, DType::I32);
@@ -281,12 +398,16 @@ pub fn take_along_axis(x: &Tensor, indices: &Tensor, axis: i64) -> Tensor {
     }
     let src = x.broadcast_to(&xfull).reshape(&[-1]);
     let got = src.take(&flat, 0);
-    let fill = match x.dtype() {
-        DType::F32 => Scalar::F32(f32::NAN),
-        DType::F64 => Scalar::F64(f64::NAN),
-        DType::I32 => Scalar::I32(i32::MIN),
-        DType::U32 => Scalar::U32(u32::MAX),
-        DType::Bool => Scalar::Bool(true),
+    if mode != TakeMode::Fill {
+        return got;
+    }
+    let fill = match (fill_value, x.dtype()) {
+        (Some(v), dt) => v.cast(dt),
+        (None, DType::F32) => Scalar::F32(f32::NAN),
+        (None, DType::F64) => Scalar::F64(f64::NAN),
+        (None, DType::I32) => Scalar::I32(i32::MIN),
+        (None, DType::U32) => Scalar::U32(u32::MAX),
+        (None, DType::Bool) => Scalar::Bool(true),
     };
     valid.where_(&got, &Tensor::full(fill, &[]))
 }
