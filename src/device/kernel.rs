@@ -783,6 +783,48 @@ mod tests {
         assert_eq!(r.bindings.len(), 2);
         assert!(r.bindings[0].read_only && r.bindings[0].name.as_deref() == Some("x"));
         assert!(!r.bindings[1].read_only);
+        assert!(r.bindings.iter().all(|b| b.texture.is_none()));
+    }
+
+    /// A texture binding's size comes from its two constants; without them, with a width whose
+    /// rows are not a multiple of 256 bytes, or of another texture type, it is refused.
+    #[test]
+    fn reflects_texture_bindings_and_their_sizes() {
+        let kernel = |decls: &str, ty: &str| {
+            format!(
+                "@group(0) @binding(0) var T: {ty};
+                 @group(0) @binding(1) var<storage, read_write> y: array<vec4<f32>>;
+                 {decls}
+                 @compute @workgroup_size(1) fn main() {{ y[0] = vec4<f32>(textureLoad(T, vec2<u32>(0u, 0u), 0)); }}"
+            )
+        };
+        let sizes = "const T_TEXTURE_WIDTH: u32 = 32u; const T_TEXTURE_HEIGHT: u32 = 5u;";
+        let r = reflect("tex", &kernel(sizes, "texture_2d<f32>")).unwrap();
+        assert_eq!(r.bindings[0].texture, Some([32, 5]));
+        assert!(r.bindings[0].read_only && r.bindings[1].texture.is_none());
+        for (decls, ty, needle) in [
+            ("", "texture_2d<f32>", "T_TEXTURE_WIDTH"),
+            (
+                "const T_TEXTURE_WIDTH: u32 = 32u;",
+                "texture_2d<f32>",
+                "T_TEXTURE_HEIGHT",
+            ),
+            (
+                "const T_TEXTURE_WIDTH: u32 = 8u; const T_TEXTURE_HEIGHT: u32 = 5u;",
+                "texture_2d<f32>",
+                "multiple of 16",
+            ),
+            (sizes, "texture_2d<i32>", "texture_2d<f32>"),
+        ] {
+            let src = kernel(decls, ty);
+            match reflect("tex", &src) {
+                Err(Error::Compile { message, .. }) => {
+                    assert!(message.contains(needle), "{needle:?} not in {message}")
+                }
+                Err(other) => panic!("{src}: {other:?}"),
+                Ok(_) => panic!("{src}: accepted"),
+            }
+        }
     }
 
     #[test]
