@@ -500,6 +500,7 @@ mod tests {
                 (1usize, 37usize, 24usize, 44usize),
                 (2, 16, 8, 12),
                 (1, 130, 64, 68),
+                (2, 19, 64, 128), // the texture member's shapes: k and n multiples of 64
             ] {
                 let vals = |len: usize, seed: usize| -> Vec<f32> {
                     (0..len)
@@ -562,7 +563,11 @@ mod tests {
                 }
                 for (ta, tb) in [(false, false), (false, true), (true, false)] {
                     let p = MatmulProblem { ta, tb, ..plain };
-                    let members = device_candidates(dev, &p);
+                    let mut members = device_candidates(dev, &p);
+                    // Not a candidate of the search, but it must round alike too.
+                    if MatmulConfig::Texture.supports(&p) {
+                        members.push(MatmulConfig::Texture);
+                    }
                     for cfg in members {
                         checked_subgroup |= matches!(cfg, MatmulConfig::Subgroup { .. });
                         let got = run(&p, cfg);
