@@ -164,6 +164,6 @@ fn textures_over_the_device_limit_keep_the_buffer_kernel() {
             "on {}: {batch} x 256 rows of B over {max}: {labels:?}",
             dev.name()
         );
-        common::check_on(&[dev.clone()], matmul, &args, TOL);
+        common::check_on(std::slice::from_ref(&dev), matmul, &args, TOL);
     }
 }
