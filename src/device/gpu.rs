@@ -69,6 +69,8 @@ pub(crate) struct Gpu {
     pub(crate) pool: Mutex<Pool>,
     /// Compiled kernels by WGSL text, least recently used evicted first.
     pub(crate) kernels: Mutex<crate::cache::Lru<String, Arc<Kernel>>>,
+    /// Textures that texture-reading kernels' operands are copied into (see `texture.rs`).
+    pub(crate) textures: super::texture::TextureCache,
     /// Idle `MAP_READ` staging buffers kept for the next download (see `transfer.rs`).
     pub(crate) staging: Mutex<Vec<wgpu::Buffer>>,
     /// `MAP_WRITE` staging buffers of large uploads, each with its pending re-map.
@@ -581,6 +583,7 @@ impl Device {
             kernels: Mutex::new(crate::cache::Lru::new(
                 super::caches::CacheSettings::default().kernel_capacity(),
             )),
+            textures: super::texture::new_cache(),
             is_gl: adapter.backend == wgpu::Backend::Gl,
             deferred: Mutex::new(Deferred::default()),
             // The app holds its device from the start and may destroy it at any time.
@@ -1248,6 +1251,16 @@ impl Device {
                         ),
                     });
                 }
+                let binding = &k.bindings()[j];
+                if let Some(why) = binding
+                    .texture
+                    .and_then(|t| super::texture::check_buffer(binding, t, b.offset, b.size))
+                {
+                    return Err(Error::Wgpu {
+                        device: self.inner.label.clone(),
+                        message: format!("dispatch {i} of kernel `{}`: {why}", k.label()),
+                    });
+                }
             }
             if let Some(&w) = d.workgroups.iter().find(|&&w| w > max_wg) {
                 return Err(Error::OverLimit {
@@ -1541,8 +1554,8 @@ pub(crate) struct Recorder<'r, 'a> {
     dispatches: &'r [Dispatch<'a>],
     /// Position of each dispatch among the live ones (None: a zero workgroup count, skipped).
     live_of: Vec<Option<usize>>,
-    /// One bind group per live dispatch.
-    groups: Option<Vec<wgpu::BindGroup>>,
+    /// One bind group (and its texture operands) per live dispatch.
+    groups: Option<BindGroups>,
     /// Commands of the next chunk (only ones that do something).
     pending: Vec<Command<'a>>,
     /// Commands pushed so far (for messages).
@@ -1582,8 +1595,14 @@ impl<'a> Recorder<'_, 'a> {
             Command::Copy(c) => c.size > 0,
         };
         if runs {
-            if let Command::Dispatch(_) = c {
-                if !matches!(self.pending.last(), Some(Command::Dispatch(_))) {
+            if let Command::Dispatch(d) = c {
+                // A dispatch that reads textures starts a pass of its own (after its copies).
+                let own_pass = self.dispatches[d]
+                    .kernel
+                    .bindings()
+                    .iter()
+                    .any(|b| b.texture.is_some());
+                if own_pass || !matches!(self.pending.last(), Some(Command::Dispatch(_))) {
                     if self.passes == CHUNK_PASSES {
                         self.flush()?;
                     }
@@ -1670,28 +1689,37 @@ impl<'a> Recorder<'_, 'a> {
     }
 }
 
-/// One bind group per live dispatch (each buffer bound from its offset, `size` bytes).
-fn bind_groups(
-    gpu: &Gpu,
-    dispatches: &[Dispatch<'_>],
-    live_of: &[Option<usize>],
-) -> Vec<wgpu::BindGroup> {
-    dispatches
-        .iter()
-        .zip(live_of)
-        .filter(|(_, l)| l.is_some())
-        .map(|(d, _)| {
+/// The bind groups of a run's live dispatches, and the textures each reads (empty for a kernel
+/// that binds only buffers).
+struct BindGroups {
+    groups: Vec<wgpu::BindGroup>,
+    textures: Vec<super::texture::Operands>,
+}
+
+/// One bind group per live dispatch (each buffer bound from its offset, `size` bytes; a texture
+/// binding gets its texture's view).
+fn bind_groups(gpu: &Gpu, dispatches: &[Dispatch<'_>], live_of: &[Option<usize>]) -> BindGroups {
+    let live = || dispatches.iter().zip(live_of).filter(|(_, l)| l.is_some());
+    let textures: Vec<super::texture::Operands> = live()
+        .map(|(d, _)| super::texture::operands(gpu, d))
+        .collect();
+    let groups = live()
+        .zip(&textures)
+        .map(|((d, _), tex)| {
             let entries: Vec<wgpu::BindGroupEntry<'_>> = d
                 .buffers
                 .iter()
                 .enumerate()
                 .map(|(j, b)| wgpu::BindGroupEntry {
                     binding: j as u32,
-                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &b.buffer,
-                        offset: b.offset,
-                        size: wgpu::BufferSize::new(b.size),
-                    }),
+                    resource: match tex.iter().find(|(t, _, _)| *t as usize == j) {
+                        Some((_, _, view)) => wgpu::BindingResource::TextureView(view),
+                        None => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: &b.buffer,
+                            offset: b.offset,
+                            size: wgpu::BufferSize::new(b.size),
+                        }),
+                    },
                 })
                 .collect();
             gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -1700,16 +1728,18 @@ fn bind_groups(
                 entries: &entries,
             })
         })
-        .collect()
+        .collect();
+    BindGroups { groups, textures }
 }
 
 /// Record `pending` into `enc`: runs of dispatches share one compute pass; copies go between
-/// passes.
+/// passes. A dispatch that reads textures starts a pass of its own, after the copies of its
+/// operands into them.
 fn record(
     enc: &mut wgpu::CommandEncoder,
     dispatches: &[Dispatch<'_>],
     live_of: &[Option<usize>],
-    groups: &[wgpu::BindGroup],
+    groups: &BindGroups,
     pending: &[Command<'_>],
 ) {
     let mut i = 0;
@@ -1725,6 +1755,17 @@ fn record(
             i += 1;
             continue;
         }
+        // The run's first live dispatch gets its texture operands filled before the pass.
+        let mut copied = None;
+        let mut j = i;
+        while let Some(Command::Dispatch(d)) = pending.get(j) {
+            if let Some(k) = live_of[*d] {
+                super::texture::record_copies(enc, &dispatches[*d], &groups.textures[k]);
+                copied = Some(j);
+                break;
+            }
+            j += 1;
+        }
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: None,
             timestamp_writes: None,
@@ -1732,10 +1773,13 @@ fn record(
         let mut bound: Option<usize> = None;
         while let Some(Command::Dispatch(d)) = pending.get(i) {
             if let Some(k) = live_of[*d] {
+                if copied != Some(i) && !groups.textures[k].is_empty() {
+                    break;
+                }
                 // A loop body of one dispatch binds once per pass, not per iteration.
                 if bound != Some(k) {
                     pass.set_pipeline(&dispatches[*d].kernel.pipeline);
-                    pass.set_bind_group(0, &groups[k], &[]);
+                    pass.set_bind_group(0, &groups.groups[k], &[]);
                     bound = Some(k);
                 }
                 let [x, y, z] = dispatches[*d].workgroups;

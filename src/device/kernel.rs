@@ -8,19 +8,31 @@ use super::gpu::{Device, lock};
 use crate::counters::bump;
 use crate::error::{Error, Result};
 
-/// One storage buffer a kernel declares at `@group(0) @binding(n)`.
+/// One binding a kernel declares at `@group(0) @binding(n)`: a storage buffer, or a
+/// `texture_2d<f32>` that the dispatch fills from the buffer given for it (see [`Kernel`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelBinding {
     /// The binding number (bindings are always `0..n`).
     pub binding: u32,
     /// The variable's name in the WGSL.
     pub name: Option<String>,
-    /// `var<storage, read>` (true) or `var<storage, read_write>` (false).
+    /// `var<storage, read>` or a texture (true), or `var<storage, read_write>` (false).
     pub read_only: bool,
+    /// For a texture binding, its `[width, height]` in rgba32float texels (from the WGSL's
+    /// `<NAME>_TEXTURE_WIDTH` / `<NAME>_TEXTURE_HEIGHT` constants); `None` for a storage buffer.
+    pub texture: Option<[u32; 2]>,
 }
 
 /// A compiled compute kernel: WGSL with an `@compute fn main`, storage buffers at
 /// `@group(0) @binding(0..n)`. Made by [`Device::kernel`], valid on that device only.
+///
+/// A binding may also be a `texture_2d<f32>` read with `textureLoad` (no sampler), declared with
+/// two `u32` constants `<NAME>_TEXTURE_WIDTH` and `<NAME>_TEXTURE_HEIGHT` (texels). A dispatch
+/// still binds a buffer to it: before the dispatch runs, the first `16 * width * height` bytes of
+/// that buffer are copied into an rgba32float texture of that size (4 consecutive f32 a texel,
+/// rows of `width` texels; `16 * width` must be a multiple of 256), which the kernel reads. The
+/// device keeps such textures for the next dispatch of the same size
+/// (`crate::device::texture`). brigade's texture matmul works this way.
 pub struct Kernel {
     label: String,
     wgsl: String,
@@ -358,14 +370,17 @@ pub(crate) fn reflect(label: &str, wgsl: &str) -> Result<Reflection> {
                 ),
             ));
         }
-        let read_only = match var.space {
-            naga::AddressSpace::Storage { access } => !access.contains(naga::StorageAccess::STORE),
+        let (read_only, texture) = match var.space {
+            naga::AddressSpace::Storage { access } => {
+                (!access.contains(naga::StorageAccess::STORE), None)
+            }
+            naga::AddressSpace::Handle => (true, Some(texture_size(&module, var, label, wgsl)?)),
             other => {
                 return Err(compile_error(
                     label,
                     wgsl,
                     format!(
-                        "`{shown}` at @binding({}) is in address space {other:?}: brigade binds storage buffers only (use var<storage, read>)",
+                        "`{shown}` at @binding({}) is in address space {other:?}: brigade binds storage buffers only (use var<storage, read>), besides `texture_2d<f32>` filled from buffers",
                         rb.binding
                     ),
                 ));
@@ -375,6 +390,7 @@ pub(crate) fn reflect(label: &str, wgsl: &str) -> Result<Reflection> {
             binding: rb.binding,
             name,
             read_only,
+            texture,
         });
     }
     bindings.sort_by_key(|b| b.binding);
@@ -397,9 +413,76 @@ pub(crate) fn reflect(label: &str, wgsl: &str) -> Result<Reflection> {
     })
 }
 
+/// The `[width, height]` of texture binding `var`: it must be a `texture_2d<f32>` (single-sampled,
+/// not arrayed) with `const <NAME>_TEXTURE_WIDTH: u32` and `..._HEIGHT` literals, both at least 1.
+fn texture_size(
+    module: &naga::Module,
+    var: &naga::GlobalVariable,
+    label: &str,
+    wgsl: &str,
+) -> Result<[u32; 2]> {
+    let name = var.name.clone().unwrap_or_default();
+    let plain_2d = matches!(
+        module.types[var.ty].inner,
+        naga::TypeInner::Image {
+            dim: naga::ImageDimension::D2,
+            arrayed: false,
+            class: naga::ImageClass::Sampled {
+                kind: naga::ScalarKind::Float,
+                multi: false,
+            },
+        }
+    );
+    if !plain_2d || name.is_empty() {
+        return Err(compile_error(
+            label,
+            wgsl,
+            format!(
+                "`{name}` is a handle brigade cannot bind: besides storage buffers, a kernel may declare \
+                 named `texture_2d<f32>` bindings only (filled from buffers, read with textureLoad)"
+            ),
+        ));
+    }
+    let constant = |suffix: &str| -> Result<u32> {
+        let want = format!("{name}_TEXTURE_{suffix}");
+        module
+            .constants
+            .iter()
+            .find(|(_, c)| c.name.as_deref() == Some(want.as_str()))
+            .and_then(|(_, c)| match module.global_expressions[c.init] {
+                naga::Expression::Literal(naga::Literal::U32(v)) if v > 0 => Some(v),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                compile_error(
+                    label,
+                    wgsl,
+                    format!(
+                        "texture `{name}` needs `const {want}: u32 = <texels>u;` (a positive literal): \
+                         the dispatch copies that many texels from the buffer bound to it"
+                    ),
+                )
+            })
+    };
+    let size = [constant("WIDTH")?, constant("HEIGHT")?];
+    if !(16 * u64::from(size[0])).is_multiple_of(u64::from(wgpu::COPY_BYTES_PER_ROW_ALIGNMENT)) {
+        return Err(compile_error(
+            label,
+            wgsl,
+            format!(
+                "texture `{name}` is {} texels wide: a row of the copy from its buffer must be a multiple of {} bytes \
+                 (16 texels), so make the width a multiple of 16",
+                size[0],
+                wgpu::COPY_BYTES_PER_ROW_ALIGNMENT
+            ),
+        ));
+    }
+    Ok(size)
+}
+
 /// Check a kernel's WGSL without a device, as [`Device::kernel`] does before compiling: it must parse
 /// and validate with naga (all capabilities), have an `@compute fn main`, and declare only storage
-/// buffers at `@group(0) @binding(0..n)`.
+/// buffers (or `texture_2d<f32>` fed from buffers, see [`Kernel`]) at `@group(0) @binding(0..n)`.
 ///
 /// Errors are [`Error::Compile`] with naga's message (source excerpt included) and the WGSL.
 ///
@@ -447,18 +530,20 @@ impl Device {
             return Err(self.lost_error(reason));
         }
         let limits = self.limits();
-        if refl.bindings.len() as u64 > u64::from(limits.max_storage_buffers_per_shader_stage) {
+        let storage = refl.bindings.iter().filter(|b| b.texture.is_none()).count();
+        if storage as u64 > u64::from(limits.max_storage_buffers_per_shader_stage) {
             return Err(compile_error(
                 label,
                 wgsl,
                 format!(
-                    "the kernel binds {} storage buffers but device {} allows {} (max_storage_buffers_per_shader_stage); split it into smaller kernels",
-                    refl.bindings.len(),
+                    "the kernel binds {storage} storage buffers but device {} allows {} (max_storage_buffers_per_shader_stage); split it into smaller kernels",
                     self.name(),
                     limits.max_storage_buffers_per_shader_stage
                 ),
             ));
         }
+        super::texture::check_kernel(&gpu.device.limits(), self.name(), &refl.bindings)
+            .map_err(|why| compile_error(label, wgsl, why))?;
         let [wx, wy, wz] = refl.workgroup_size;
         let invocations = u64::from(wx) * u64::from(wy) * u64::from(wz);
         if invocations > u64::from(limits.max_compute_invocations_per_workgroup)
@@ -495,12 +580,15 @@ impl Device {
                 .map(|b| wgpu::BindGroupLayoutEntry {
                     binding: b.binding,
                     visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Storage {
-                            read_only: b.read_only,
+                    ty: match b.texture {
+                        Some(_) => super::texture::BINDING_TYPE,
+                        None => wgpu::BindingType::Buffer {
+                            ty: wgpu::BufferBindingType::Storage {
+                                read_only: b.read_only,
+                            },
+                            has_dynamic_offset: false,
+                            min_binding_size: None,
                         },
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
                     },
                     count: None,
                 })
@@ -695,6 +783,48 @@ mod tests {
         assert_eq!(r.bindings.len(), 2);
         assert!(r.bindings[0].read_only && r.bindings[0].name.as_deref() == Some("x"));
         assert!(!r.bindings[1].read_only);
+        assert!(r.bindings.iter().all(|b| b.texture.is_none()));
+    }
+
+    /// A texture binding's size comes from its two constants; without them, with a width whose
+    /// rows are not a multiple of 256 bytes, or of another texture type, it is refused.
+    #[test]
+    fn reflects_texture_bindings_and_their_sizes() {
+        let kernel = |decls: &str, ty: &str| {
+            format!(
+                "@group(0) @binding(0) var T: {ty};
+                 @group(0) @binding(1) var<storage, read_write> y: array<vec4<f32>>;
+                 {decls}
+                 @compute @workgroup_size(1) fn main() {{ y[0] = vec4<f32>(textureLoad(T, vec2<u32>(0u, 0u), 0)); }}"
+            )
+        };
+        let sizes = "const T_TEXTURE_WIDTH: u32 = 32u; const T_TEXTURE_HEIGHT: u32 = 5u;";
+        let r = reflect("tex", &kernel(sizes, "texture_2d<f32>")).unwrap();
+        assert_eq!(r.bindings[0].texture, Some([32, 5]));
+        assert!(r.bindings[0].read_only && r.bindings[1].texture.is_none());
+        for (decls, ty, needle) in [
+            ("", "texture_2d<f32>", "T_TEXTURE_WIDTH"),
+            (
+                "const T_TEXTURE_WIDTH: u32 = 32u;",
+                "texture_2d<f32>",
+                "T_TEXTURE_HEIGHT",
+            ),
+            (
+                "const T_TEXTURE_WIDTH: u32 = 8u; const T_TEXTURE_HEIGHT: u32 = 5u;",
+                "texture_2d<f32>",
+                "multiple of 16",
+            ),
+            (sizes, "texture_2d<i32>", "texture_2d<f32>"),
+        ] {
+            let src = kernel(decls, ty);
+            match reflect("tex", &src) {
+                Err(Error::Compile { message, .. }) => {
+                    assert!(message.contains(needle), "{needle:?} not in {message}")
+                }
+                Err(other) => panic!("{src}: {other:?}"),
+                Ok(_) => panic!("{src}: accepted"),
+            }
+        }
     }
 
     #[test]

@@ -59,6 +59,7 @@ mod layout;
 mod pool;
 mod runtime;
 mod scopes;
+mod texture;
 mod transfer;
 pub(crate) mod tune;
 
@@ -80,7 +81,7 @@ pub use runtime::{
 };
 pub use transfer::download_all;
 pub(crate) use transfer::{download_arrays, read_mapped};
-pub use tune::{MATMUL_CACHE_FILE, TUNE_ENV, TuneStats, tune_stats};
+pub use tune::{MATMUL_CACHE_FILE, TEXTURE_ENV, TUNE_ENV, TuneStats, tune_stats};
 
 /// The limits of one device that brigade plans around (a subset of `wgpu::Limits`).
 ///

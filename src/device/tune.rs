@@ -18,9 +18,10 @@
 //! * [`TUNE_ENV`] (`BRIGADE_MATMUL_TUNE=off`) turns the search off: the heuristic everywhere.
 //! * The tiled members all compute every output as the same fma chain, so the choice never changes
 //!   a value (tests check values, never which kernel ran).
-//! * In the browser nothing can block for a measurement: it takes
-//!   [`MatmulProblem::browser_heuristic`] (the 4 x 4 tile, measured best on SwiftShader). The cpu
-//!   device has no kernels: it takes the heuristic.
+//! * In the browser nothing can block for a measurement: it takes the texture member where the
+//!   shape allows ([`TEXTURE_ENV`]), else [`MatmulProblem::browser_heuristic`] (the 4 x 4 tile,
+//!   measured best of the buffer kernels on SwiftShader). Natively [`TEXTURE_ENV`] selects the
+//!   texture member too (the tests use it). The cpu device has no kernels: it takes the heuristic.
 //!
 //! What is fastest is machine-specific on purpose: on lavapipe loads are per-lane scalar loops with
 //! bounds checks and register pressure spills, a real GPU prefers other shapes.
@@ -35,6 +36,14 @@ use crate::wgsl::matmul::{MatmulChooser, MatmulConfig, MatmulProblem};
 
 /// Environment variable: `off`, `0` or `false` disables the measured search (heuristic kernels).
 pub const TUNE_ENV: &str = "BRIGADE_MATMUL_TUNE";
+/// Environment variable: whether f32 matmuls read their operands from textures
+/// (`MatmulConfig::Texture`, `shaders/matmul_texture.wgsl`) where the shape allows (`nn`, `k` and
+/// `n` multiples of 64, textures within the device's `max_texture_dimension_2d`). `on`, `1` or
+/// `true`: yes, on every GPU device, without a search; `off`, `0` or `false`: never. Unset: in
+/// the browser yes (on SwiftShader it measured ~1.5x brigade's buffer kernels, ~2x jax-js),
+/// natively no (the measured search keeps to the buffer kernels; the texture member pays two
+/// copies a call and has not been timed against them there). Read when a program is compiled.
+pub const TEXTURE_ENV: &str = "BRIGADE_MATMUL_TEXTURE";
 /// Bump when the kernel family or the measurement changes: older cached choices are ignored.
 const TUNE_VERSION: u32 = 1;
 /// Name of the cache file in the brigade cache directory.
@@ -91,6 +100,23 @@ static CHOICES: LazyLock<Mutex<Choices>> = LazyLock::new(|| {
         map: HashMap::new(),
     })
 });
+
+/// Whether [`TEXTURE_ENV`] asks for the texture member (else the platform's default).
+fn textures_wanted() -> bool {
+    match std::env::var(TEXTURE_ENV).as_deref().map(str::trim) {
+        Ok("on" | "1" | "true" | "ON") => true,
+        Ok("off" | "0" | "false" | "OFF") => false,
+        _ => cfg!(target_arch = "wasm32"),
+    }
+}
+
+/// The texture member when it is wanted ([`TEXTURE_ENV`]) and can run `p` on `dev`: a GPU
+/// device whose `max_texture_dimension_2d` holds both operand textures.
+fn texture_choice(dev: &Device, p: &MatmulProblem) -> Option<MatmulConfig> {
+    let d = wgpu_device(dev)?;
+    let fits = p.texture_ok() && p.texture_fits(d.limits().max_texture_dimension_2d);
+    (fits && textures_wanted()).then_some(MatmulConfig::Texture)
+}
 
 /// Whether the search is on (not disabled by [`TUNE_ENV`]).
 fn enabled() -> bool {
@@ -232,6 +258,11 @@ fn device_candidates(dev: &Device, p: &MatmulProblem) -> Vec<MatmulConfig> {
 
 impl MatmulChooser for DeviceChooser<'_> {
     fn choose(&self, p: &MatmulProblem, max_workgroups_per_dim: u32) -> MatmulConfig {
+        // Asked for (or the browser's default): never measured, the texture member applies to a
+        // narrow set of shapes where it is known to win.
+        if let Some(tex) = texture_choice(self.dev, p) {
+            return tex;
+        }
         // In the browser nothing may block for a measurement: its own fixed choice (measured on
         // SwiftShader, see `browser_heuristic`).
         let fallback = if cfg!(target_arch = "wasm32") {
@@ -469,6 +500,7 @@ mod tests {
                 (1usize, 37usize, 24usize, 44usize),
                 (2, 16, 8, 12),
                 (1, 130, 64, 68),
+                (2, 19, 64, 128), // the texture member's shapes: k and n multiples of 64
             ] {
                 let vals = |len: usize, seed: usize| -> Vec<f32> {
                     (0..len)
@@ -531,7 +563,11 @@ mod tests {
                 }
                 for (ta, tb) in [(false, false), (false, true), (true, false)] {
                     let p = MatmulProblem { ta, tb, ..plain };
-                    let members = device_candidates(dev, &p);
+                    let mut members = device_candidates(dev, &p);
+                    // Not a candidate of the search, but it must round alike too.
+                    if MatmulConfig::Texture.supports(&p) {
+                        members.push(MatmulConfig::Texture);
+                    }
                     for cfg in members {
                         checked_subgroup |= matches!(cfg, MatmulConfig::Subgroup { .. });
                         let got = run(&p, cfg);

@@ -13,6 +13,12 @@
 //!   `s x 4s` block, each lane loading its own row of A and broadcasting it to the others, so a lane
 //!   loads 5 vec4s per 4 k steps instead of `tm + 4` (2.0-2.5x the tiled members on lavapipe).
 //!   Only a device's chooser offers it.
+//! * `shaders/matmul_texture.wgsl` — f32 `nn` with `k` and `n` multiples of 64
+//!   ([`MatmulConfig::Texture`]): A and B are bound as `texture_2d<f32>` (rgba32float, read with
+//!   `textureLoad`), filled from their buffers by the dispatch (`crate::device::texture`); an 8 x 8
+//!   block of C per invocation. For SwiftShader (the browser without a GPU), where a storage load
+//!   that differs per lane is a gather per scalar and a texel fetch is one load; only the browser
+//!   takes it by default.
 //! * `shaders/matmul_generic.wgsl` — any `m, k, n >= 1`, element type `f32`, `i32` or `u32`, either
 //!   operand transposed or not (strides), bound as `array<T>`; a 4 x 4 block of C per invocation from
 //!   scalar loads.
@@ -38,18 +44,25 @@
 //! which tile wins depends on the shape and the machine, hence the measured choice.
 //!
 //! Bindings of every kernel: `@group(0) @binding(0)` A (read), `@binding(1)` B (read),
-//! `@binding(2)` C (read_write); entry point `main`.
+//! `@binding(2)` C (read_write); entry point `main`. A and B are storage buffers, or textures in
+//! the texture member (the dispatch still binds their buffers: the device copies them over).
 
 use std::fmt::Write as _;
 
 const TILED_TEMPLATE: &str = include_str!("../../shaders/matmul_tiled.wgsl");
 const GENERIC_TEMPLATE: &str = include_str!("../../shaders/matmul_generic.wgsl");
 const SUBGROUP_TEMPLATE: &str = include_str!("../../shaders/matmul_subgroup.wgsl");
+const TEXTURE_TEMPLATE: &str = include_str!("../../shaders/matmul_texture.wgsl");
 
 /// Invocations per workgroup of every kernel (`@workgroup_size(64, 1, 1)`).
 pub(crate) const MATMUL_WORKGROUP_SIZE: u32 = 64;
 /// Rows and columns of C per invocation in the generic kernel.
 const GENERIC_TILE: u64 = 4;
+/// Rows and columns of C per invocation in the texture kernel (8 x 8 invocations a workgroup).
+const TEXTURE_TILE: u64 = 8;
+/// The texture kernel's `k` and `n` are multiples of this: a row of an operand becomes a row of
+/// texels, and `copy_buffer_to_texture` needs rows of a multiple of 256 bytes (64 f32).
+pub(crate) const TEXTURE_ROW_ALIGN: usize = 64;
 
 /// How the two operands are stored (C is always row-major `(batch, m, n)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -134,6 +147,39 @@ impl MatmulProblem {
         self.elem == "f32" && self.n.is_multiple_of(4) && self.n > 0 && aligned
     }
 
+    /// Whether the texture member ([`MatmulConfig::Texture`]) applies: f32, `nn`, nothing empty,
+    /// and `k`, `n` multiples of [`TEXTURE_ROW_ALIGN`]. The texture sizes are checked apart
+    /// ([`MatmulProblem::texture_fits`]): they depend on the device.
+    pub(crate) fn texture_ok(&self) -> bool {
+        self.elem == "f32"
+            && self.layout() == Layout::Nn
+            && self.batch > 0
+            && self.m > 0
+            && self.k > 0
+            && self.k.is_multiple_of(TEXTURE_ROW_ALIGN)
+            && self.n.is_multiple_of(TEXTURE_ROW_ALIGN)
+    }
+
+    /// The two operand textures, `[width in texels, height in rows]` of A and of B: a row of the
+    /// operand's `(batch * rows, cols)` view is a row of `cols / 4` rgba32float texels.
+    pub(crate) fn texture_sizes(&self) -> [[u64; 2]; 2] {
+        let (b, m, k, n) = (
+            self.batch as u64,
+            self.m as u64,
+            self.k as u64,
+            self.n as u64,
+        );
+        [[k / 4, b * m], [n / 4, b * k]]
+    }
+
+    /// Whether both operand textures fit a device whose `max_texture_dimension_2d` is `max_dim`.
+    pub(crate) fn texture_fits(&self, max_dim: u32) -> bool {
+        self.texture_sizes()
+            .iter()
+            .flatten()
+            .all(|&d| d <= u64::from(max_dim))
+    }
+
     /// Multiply-adds of the whole problem.
     pub(crate) fn macs(&self) -> u64 {
         self.batch as u64 * self.m as u64 * self.k as u64 * self.n as u64
@@ -196,6 +242,9 @@ impl MatmulProblem {
     }
 }
 
+/// [`MatmulConfig::name`] of the texture member.
+const TEXTURE_NAME: &str = "tex8x8";
+
 /// One member of the kernel family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum MatmulConfig {
@@ -209,6 +258,14 @@ pub(crate) enum MatmulConfig {
     /// fixed subgroup size of `s`: only a device's chooser offers it ([`MatmulProblem::candidates`]
     /// never does).
     Subgroup { s: u8 },
+    /// `shaders/matmul_texture.wgsl`: f32 `nn`, A and B read from rgba32float textures that the
+    /// dispatch fills from their buffers (`copy_buffer_to_texture`), 8 x 8 blocks of C per
+    /// invocation; `k` and `n` multiples of 64 ([`MatmulProblem::texture_ok`]) and textures
+    /// within the device's `max_texture_dimension_2d` ([`MatmulProblem::texture_fits`]). The
+    /// browser's choice where it applies (SwiftShader gathers every lane-varying storage load, a
+    /// texel fetch is one load); natively only on request ([`MatmulProblem::candidates`] never
+    /// offers it).
+    Texture,
 }
 
 impl MatmulConfig {
@@ -216,6 +273,7 @@ impl MatmulConfig {
     pub(crate) fn supports(&self, p: &MatmulProblem) -> bool {
         match *self {
             MatmulConfig::Generic => true,
+            MatmulConfig::Texture => p.texture_ok(),
             MatmulConfig::Subgroup { s } => {
                 p.tiled_ok() && p.k.is_multiple_of(4) && matches!(s, 4 | 8 | 16 | 32 | 64)
             }
@@ -239,6 +297,7 @@ impl MatmulConfig {
             MatmulConfig::Generic => "generic".to_string(),
             MatmulConfig::Tiled { tm, tc4, ks } => format!("t{tm}x{tc4}k{ks}"),
             MatmulConfig::Subgroup { s } => format!("s{s}"),
+            MatmulConfig::Texture => TEXTURE_NAME.to_string(),
         }
     }
 
@@ -246,6 +305,9 @@ impl MatmulConfig {
     pub(crate) fn parse(s: &str) -> Option<MatmulConfig> {
         if s == "generic" {
             return Some(MatmulConfig::Generic);
+        }
+        if s == TEXTURE_NAME {
+            return Some(MatmulConfig::Texture);
         }
         if let Some(size) = s.strip_prefix('s') {
             return Some(MatmulConfig::Subgroup {
@@ -282,6 +344,11 @@ impl MatmulConfig {
             MatmulConfig::Subgroup { s } => {
                 let s = s as u64;
                 b * m.div_ceil(s) * (n / 4).div_ceil(s) * s
+            }
+            // Whole workgroups of 8 x 8 blocks (the kernel numbers blocks per workgroup).
+            MatmulConfig::Texture => {
+                let t = TEXTURE_TILE;
+                b * m.div_ceil(t).div_ceil(8) * n.div_ceil(t).div_ceil(8) * 64
             }
         }
     }
@@ -433,6 +500,21 @@ pub(crate) fn kernel(
             ]);
             fill(SUBGROUP_TEMPLATE, &values)
         }
+        MatmulConfig::Texture => {
+            let (setup, body, store) = texture_parts();
+            let [[aw, ah], [bw, bh]] = p.texture_sizes();
+            let mut values = common(4);
+            values.extend([
+                ("A_WIDTH", aw.to_string()),
+                ("A_HEIGHT", ah.to_string()),
+                ("B_WIDTH", bw.to_string()),
+                ("B_HEIGHT", bh.to_string()),
+                ("SETUP", setup),
+                ("BODY", body),
+                ("STORE", store),
+            ]);
+            fill(TEXTURE_TEMPLATE, &values)
+        }
     };
     MatmulKernel {
         label: format!(
@@ -535,6 +617,57 @@ fn subgroup_parts(layout: Layout, s: usize) -> [String; 5] {
         }
     }
     [setup, accs, loads, fmas, stores]
+}
+
+/// The generated parts of the texture kernel (8 rows x 2 vec4s of columns per invocation):
+/// texture rows and columns, accumulators, the loads and fmas of one k step of 4 (one texel of
+/// each row of A, four texel rows of B), and the stores. Written out unrolled like the tiled
+/// members: arrays indexed in a loop would be indexed per lane.
+fn texture_parts() -> (String, String, String) {
+    let (tm, tc4) = (TEXTURE_TILE as usize, TEXTURE_TILE as usize / 4);
+    let [mut setup, mut body, mut store]: [String; 3] = Default::default();
+    macro_rules! line {
+        ($dst:expr, $($arg:tt)*) => {{ let _ = writeln!($dst, $($arg)*); }};
+    }
+    for i in 0..tm {
+        line!(setup, "    let ar{i} = a_row + min(row0 + {i}u, M - 1u);");
+    }
+    for i in 0..tm {
+        for c in 0..tc4 {
+            line!(setup, "    var acc{i}_{c} = vec4<f32>(0.0);");
+        }
+    }
+    for i in 0..tm {
+        line!(
+            body,
+            "        let a{i} = textureLoad(A, vec2<u32>(kk, ar{i}), 0);"
+        );
+    }
+    for (r, lane) in LANES.iter().enumerate() {
+        for c in 0..tc4 {
+            line!(
+                body,
+                "        let b{r}_{c} = textureLoad(B, vec2<u32>(col4 + {c}u, b_row + kk * 4u + {r}u), 0);"
+            );
+            for i in 0..tm {
+                line!(
+                    body,
+                    "        acc{i}_{c} = fma(vec4<f32>(a{i}.{lane}), b{r}_{c}, acc{i}_{c});"
+                );
+            }
+        }
+    }
+    for i in 0..tm {
+        for c in 0..tc4 {
+            let at = format!("C[pc + {i}u * N4 + {c}u] = acc{i}_{c};");
+            if i == 0 {
+                line!(store, "    {at}");
+            } else {
+                line!(store, "    if (row0 + {i}u < M) {{ {at} }}");
+            }
+        }
+    }
+    (setup, body, store)
 }
 
 /// The generated parts of a tiled kernel: setup (operand pointers, accumulators), the k loop, and
@@ -751,7 +884,9 @@ mod tests {
         // Within the smallest of the limit sets tested elsewhere (downlevel: 4 storage buffers,
         // 256 invocations per workgroup, no workgroup memory needed).
         let limits = wgpu::Limits::downlevel_defaults();
-        assert_eq!(wgsl.matches("var<storage").count(), 3, "{label}");
+        let textures = wgsl.matches("texture_2d<f32>;").count();
+        assert_eq!(wgsl.matches("var<storage").count() + textures, 3, "{label}");
+        assert!(textures <= limits.max_sampled_textures_per_shader_stage as usize);
         assert!(3 <= limits.max_storage_buffers_per_shader_stage, "{label}");
         assert!(wg <= limits.max_compute_invocations_per_workgroup);
         assert!(!wgsl.contains("var<workgroup>"), "{label}");
@@ -787,6 +922,7 @@ mod tests {
         for s in [4, 8, 32] {
             out.push(MatmulConfig::Subgroup { s });
         }
+        out.push(MatmulConfig::Texture);
         out
     }
 
