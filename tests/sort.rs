@@ -327,11 +327,14 @@ fn vmap_of_sort_and_argsort() {
 /// Gradients of functions of sorted values (sort, top_k, jnp.sort descending) against f64 central
 /// differences; the weights make every position matter. Values are distinct, so the permutation
 /// is locally constant.
+/// A scalar loss of (x, weights).
+type Loss = fn(&[Tensor]) -> Vec<Tensor>;
+
 #[test]
 fn grad_through_sort_matches_finite_differences() {
     let x = rand_f32(&[3, 7], 41);
     let w = rand_f32(&[3, 7], 42);
-    let losses: [(&str, fn(&[Tensor]) -> Vec<Tensor>); 3] = [
+    let losses: [(&str, Loss); 3] = [
         ("sort", |t| vec![(&t[0].sort(1).square() * &t[1]).sum_all()]),
         ("top_k", |t| {
             let (v, _) = t[0].top_k(3);

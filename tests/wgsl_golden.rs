@@ -743,7 +743,7 @@ fn randomness(cases: &mut Vec<Case>) {
         },
         vec![
             Array::from_vec((0..35).map(|i| ((i * 7) % 11) as f32).collect(), &[5, 7]).unwrap(),
-            Array::from_vec((0..35).map(|i| (i % 3) as i32).collect(), &[5, 7]).unwrap(),
+            Array::from_vec((0..35).map(|i| i % 3).collect::<Vec<i32>>(), &[5, 7]).unwrap(),
         ],
     );
 }
