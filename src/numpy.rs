@@ -411,3 +411,76 @@ pub fn take_along_axis_mode(
     };
     valid.where_(&got, &Tensor::full(fill, &[]))
 }
+
+// ---- sorting ---------------------------------------------------------------------------------------
+
+/// The axis `axis` of `x` (`None`: `x` flattened, axis 0), as `jnp.sort` / `jnp.argsort` take it.
+fn sort_operand(
+    op: &'static str,
+    x: &Tensor,
+    axis: Option<i64>,
+) -> Result<(Tensor, usize), Tensor> {
+    let x = match axis {
+        None => x.reshape(&[-1]),
+        Some(_) => x.clone(),
+    };
+    if let Some(e) = x.error() {
+        return Err(Tensor::failed(e.clone()));
+    }
+    match norm_axis(op, axis.unwrap_or(0), x.shape()) {
+        Ok(a) => Ok((x, a)),
+        Err(e) => Err(x.fail_with(e)),
+    }
+}
+
+/// `jnp.sort(x, axis, descending=...)`: the values sorted along `axis` (`None`: of the flattened
+/// array). Ascending in `lax.sort`'s order (`-0.0` and `+0.0` equal and kept in their order, NaNs
+/// last); `descending` is the ascending result reversed, as JAX computes it (NaNs first).
+///
+/// ```
+/// use brigade::{Tensor, numpy as jnp};
+/// let x = Tensor::from_vec(vec![2.0f32, -1.0, 5.0, 0.5], &[2, 2]);
+/// assert_eq!(jnp::sort(&x, None, false).to_vec::<f32>()?, vec![-1.0, 0.5, 2.0, 5.0]);
+/// assert_eq!(jnp::sort(&x, Some(0), true).to_vec::<f32>()?, vec![5.0, 0.5, 2.0, -1.0]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn sort(x: &Tensor, axis: Option<i64>, descending: bool) -> Tensor {
+    let (x, a) = match sort_operand("sort", x, axis) {
+        Ok(p) => p,
+        Err(f) => return f,
+    };
+    let sorted = x.sort(a as i64);
+    if descending {
+        reverse_axis(&sorted, a)
+    } else {
+        sorted
+    }
+}
+
+/// `jnp.argsort(x, axis, stable=True, descending=...)`: i32 indices sorting `x` along `axis`
+/// (`None`: of the flattened array), ties in index order in both directions (JAX's stable
+/// descending argsort keeps equal elements in their original order).
+///
+/// ```
+/// use brigade::{Tensor, numpy as jnp};
+/// let x = Tensor::from_vec(vec![1i32, 3, 1, 2], &[4]);
+/// assert_eq!(jnp::argsort(&x, Some(-1), false).to_vec::<i32>()?, vec![0, 2, 3, 1]);
+/// assert_eq!(jnp::argsort(&x, Some(-1), true).to_vec::<i32>()?, vec![1, 3, 0, 2]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn argsort(x: &Tensor, axis: Option<i64>, descending: bool) -> Tensor {
+    match sort_operand("argsort", x, axis) {
+        Ok((x, a)) => x.argsort_order(a as i64, descending),
+        Err(f) => f,
+    }
+}
+
+/// `x` reversed along axis `a` (`lax.rev`), as a gather by `n - 1 - i`.
+fn reverse_axis(x: &Tensor, a: usize) -> Tensor {
+    let n = x.shape()[a];
+    if n <= 1 {
+        return x.clone();
+    }
+    let rev = &Tensor::scalar(n as i32 - 1) - &Tensor::iota(DType::I32, &[n], 0);
+    x.take(&rev, a as i64)
+}

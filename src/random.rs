@@ -314,9 +314,8 @@ pub fn randint(key: &Tensor, shape: &[usize], minval: i32, maxval: i32) -> Tenso
 /// A random permutation of `0..n` (`i32[n]`), like `jax.random.permutation(key, n)`.
 ///
 /// JAX sorts `0..n` by random 32-bit keys (stably, so ties keep their order), repeating with fresh
-/// keys `ceil(3 ln n / ln(2^32 - 1))` times. brigade has no sort; it computes each element's rank
-/// by comparing all pairs, which gives the same permutation but costs `O(n²)` work and memory:
-/// fine for `n` up to a few thousand.
+/// keys `ceil(3 ln n / ln(2^32 - 1))` times; brigade does the same with a stable
+/// [`Tensor::argsort`] of the keys, `O(n log n)`, so the permutation is JAX's bit for bit.
 ///
 /// ```
 /// use brigade::random;
@@ -341,21 +340,8 @@ pub fn permutation(key: &Tensor, n: usize) -> Tensor {
         key = keys.slice_axis(0, 0, 1).reshape_exact(&[2]);
         let sub = keys.slice_axis(0, 1, 2).reshape_exact(&[2]);
         let sort_keys = random_bits(&sub, &[n]);
-        // rank[i] = #{j : k[j] < k[i]} + #{j < i : k[j] == k[i]} (a stable sort's destination).
-        let ki = sort_keys.reshape_exact(&[n, 1]).broadcast_to(&[n, n]);
-        let kj = sort_keys.reshape_exact(&[1, n]).broadcast_to(&[n, n]);
-        let (i, j) = (
-            Tensor::iota(DType::I32, &[n, n], 0),
-            Tensor::iota(DType::I32, &[n, n], 1),
-        );
-        let before = kj.lt(&ki).or(&kj.eq(&ki).and(&j.lt(&i)));
-        let rank = before.cast(DType::I32).sum(1, false);
-        // out[p] = x[i] where rank[i] == p (exactly one i).
-        let lands = rank.reshape_exact(&[1, n]).broadcast_to(&[n, n]).eq(&i);
-        let xs = x.reshape_exact(&[1, n]).broadcast_to(&[n, n]);
-        x = lands
-            .where_(&xs, &Tensor::zeros(&[n, n], DType::I32))
-            .sum(1, false);
+        // JAX's sort_key_val(keys, x), stable: x gathered by the keys' stable argsort.
+        x = x.take(&sort_keys.argsort(0), 0);
     }
     x
 }

@@ -728,6 +728,24 @@ fn randomness(cases: &mut Vec<Case>) {
         },
         vec![Array::from_vec(vec![5u32], &[]).unwrap()],
     );
+    jit_case(
+        cases,
+        "sort, argsort along axis 0, top_k, two-key lax.sort",
+        |x| {
+            let (v, i) = x[0].top_k(3);
+            let mut out = vec![x[0].sort(-1), x[0].argsort(0), v, i];
+            out.extend(brigade::ops::sort::sort(
+                &[x[1].clone(), x[0].clone()],
+                1,
+                2,
+            ));
+            out
+        },
+        vec![
+            Array::from_vec((0..35).map(|i| ((i * 7) % 11) as f32).collect(), &[5, 7]).unwrap(),
+            Array::from_vec((0..35).map(|i| i % 3).collect::<Vec<i32>>(), &[5, 7]).unwrap(),
+        ],
+    );
 }
 
 fn transforms(cases: &mut Vec<Case>) {

@@ -382,6 +382,11 @@ fn materialize(g: &Graph, producers: &[Option<usize>]) -> Vec<bool> {
                         mat[v.idx()] = true;
                     }
                 }
+                Lowering::Passes(_) => {
+                    for v in &e.inputs {
+                        mat[v.idx()] = true;
+                    }
+                }
                 _ => {}
             }
         }
@@ -472,6 +477,11 @@ enum Step {
         input: Var,
         out: Var,
     },
+    /// Several dispatches of a primitive's own through temporaries (see `rules::OwnPasses`).
+    Passes {
+        plan: crate::ops::rules::PassPlan,
+        out: Var,
+    },
     /// A `scan` (equation `eqn` of the graph): its body lowered on its own, run as a loop.
     Scan {
         eqn: usize,
@@ -484,15 +494,27 @@ impl Step {
         match self {
             Step::Kernel { src, .. } | Step::TwoPass { first: src, .. } => src.inputs.clone(),
             Step::Alias { input, .. } => vec![*input],
+            Step::Passes { plan, .. } => {
+                let mut v: Vec<Var> = Vec::new();
+                for p in &plan.passes {
+                    for x in &p.src.inputs {
+                        if !v.contains(x) {
+                            v.push(*x);
+                        }
+                    }
+                }
+                v
+            }
             Step::Scan { eqn } => g.eqns[*eqn].inputs.clone(),
         }
     }
     /// The variables the step defines.
     fn writes(&self, g: &Graph) -> Vec<Var> {
         match self {
-            Step::Kernel { out, .. } | Step::TwoPass { out, .. } | Step::Alias { out, .. } => {
-                vec![*out]
-            }
+            Step::Kernel { out, .. }
+            | Step::TwoPass { out, .. }
+            | Step::Alias { out, .. }
+            | Step::Passes { out, .. } => vec![*out],
             Step::Scan { eqn } => g.eqns[*eqn].outs().collect(),
         }
     }
@@ -571,6 +593,18 @@ fn plan_steps(
                 };
                 steps.push(Step::Kernel {
                     src: k.kernel(&cx, e)?,
+                    out: e.out,
+                })
+            }
+            Lowering::Passes(k) => {
+                let cx = PlanCx {
+                    g,
+                    producers,
+                    materialized: mat,
+                    max_wg,
+                };
+                steps.push(Step::Passes {
+                    plan: k.passes(&cx, e)?,
                     out: e.out,
                 })
             }
@@ -750,6 +784,31 @@ pub(crate) fn lower_with(
                     &mut schedule,
                 );
                 free.push(temp);
+            }
+            Step::Passes { plan, out } => {
+                let temps: Vec<usize> = plan
+                    .temp_bytes
+                    .iter()
+                    .map(|&b| new_slot(&mut slot_bytes, b.max(16)))
+                    .collect();
+                for p in &plan.passes {
+                    let mut slots = ins(&p.src);
+                    slots.extend(p.temps.iter().map(|&t| temps[t]));
+                    if p.writes_out {
+                        slots.push(slot_of_var(*out));
+                    }
+                    launch(
+                        Launch {
+                            label: p.src.label.clone(),
+                            wgsl: p.src.wgsl.clone(),
+                            workgroups: p.src.workgroups,
+                            slots,
+                        },
+                        &mut launches,
+                        &mut schedule,
+                    );
+                }
+                free.extend(temps);
             }
             Step::Alias { .. } => {}
             Step::Scan { eqn } => {

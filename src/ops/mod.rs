@@ -3,7 +3,7 @@
 //!
 //! Families: [`elementwise`] (unary, binary, select, fma, cast, full, iota), [`reduce`], [`matmul`]
 //! (dot_general), [`conv`] (conv_general_dilated), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad),
-//! [`indexing`] (take), [`window`] (reduce_window and the pooling gradients), [`random`] (threefry random bits, split, fold_in), [`control`] (cond and
+//! [`indexing`] (take), [`sort`] (argsort: the stable sorting permutation by one or several keys), [`window`] (reduce_window and the pooling gradients), [`random`] (threefry random bits, split, fold_in), [`control`] (cond and
 //! scan, which hold sub-programs and have several results), [`collective`] (psum, all_gather,
 //! ppermute, …, run between the stages of a parallel program) and [`debug`] (debug_print).
 //!
@@ -26,6 +26,7 @@ pub mod matmul;
 pub mod random;
 pub mod reduce;
 pub(crate) mod rules;
+pub mod sort;
 pub mod window;
 
 use std::fmt;
@@ -45,6 +46,7 @@ pub use matmul::DotDims;
 pub use random::RandomOp;
 pub use reduce::{ArgOp, ReduceOp, ReductionOp};
 pub(crate) use rules::{Lowering, Rules};
+pub use sort::{FloatOrder, SortOp};
 pub use window::{Window, WindowKind, WindowOp, WindowPrim};
 
 /// A primitive with its static parameters: one variant per family, each holding the family's own
@@ -68,6 +70,8 @@ pub enum Prim {
     Window(WindowPrim),
     /// Threefry random bits, split and fold_in. See [`random`].
     Random(RandomOp),
+    /// The stable sorting permutation along one axis (`argsort`). See [`sort`].
+    Sort(SortOp),
     /// `cond` and `scan`, which hold sub-programs and have several results. See [`control`].
     Control(ControlOp),
     /// Communication between the shards of a parallel axis; only inside `pmap` / `shard_map`,
@@ -89,6 +93,7 @@ impl Prim {
             Prim::Indexing(p) => p,
             Prim::Window(p) => p,
             Prim::Random(p) => p,
+            Prim::Sort(p) => p,
             Prim::Control(p) => p,
             Prim::Collective(p) => p,
             Prim::Debug(p) => p,

@@ -41,6 +41,9 @@ pub(crate) enum Lowering<'a> {
     Matmul(&'a DotDims),
     /// A kernel of the primitive's own, reading its operands from stored buffers.
     Kernel(&'a dyn OwnKernel),
+    /// Several dispatches of the primitive's own through temporary buffers (a sort's merge
+    /// passes), reading its operands from stored buffers.
+    Passes(&'a dyn OwnPasses),
     /// A loop (`scan`): its body is lowered on its own and run as a loop of kernels.
     Loop,
     /// Control flow inlined before lowering (`cond`, as a select of its branches).
@@ -63,6 +66,7 @@ impl Lowering<'_> {
             | Lowering::ArgReduce { .. }
             | Lowering::Matmul(_)
             | Lowering::Kernel(_)
+            | Lowering::Passes(_)
             | Lowering::Loop
             | Lowering::Inline
             | Lowering::StageBoundary
@@ -95,6 +99,35 @@ impl fmt::Debug for dyn OwnKernel + '_ {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("OwnKernel")
     }
+}
+
+/// A primitive computed by several dispatches of its own, in order, through temporaries: one
+/// pass's result feeds the next (merge sort), which one kernel cannot do without a grid-wide
+/// barrier.
+pub(crate) trait OwnPasses {
+    /// The dispatches computing equation `e` (every operand stored).
+    fn passes(&self, cx: &PlanCx<'_>, e: &Eqn) -> Result<PassPlan>;
+}
+
+impl fmt::Debug for dyn OwnPasses + '_ {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OwnPasses")
+    }
+}
+
+/// The dispatches of an [`OwnPasses`] primitive and the temporaries they share.
+pub(crate) struct PassPlan {
+    /// Byte size of each temporary buffer (alive for the whole plan).
+    pub temp_bytes: Vec<u64>,
+    pub passes: Vec<Pass>,
+}
+
+/// One dispatch of a [`PassPlan`]. It binds `src.inputs` (stored variables), then the
+/// temporaries listed in `temps`, then the equation's result if `writes_out`.
+pub(crate) struct Pass {
+    pub src: KernelSrc,
+    pub temps: Vec<usize>,
+    pub writes_out: bool,
 }
 
 /// A fused primitive's WGSL at one output index.
