@@ -251,7 +251,7 @@ pub fn cumprod(x: &Tensor, axis: impl Into<Option<i64>>) -> Tensor {
 /// (each size equal or 1), and the result has the broadcast shape with `indices`' length on
 /// `axis`. Out-of-range indices follow JAX's default (`mode="fill"`): a negative index in
 /// `[-n, 0)` counts from the end, and an index outside `[-n, n)` gives the fill value of
-/// [`TakeMode::Fill`](crate::TakeMode::Fill) (NaN for floats, `i32::MIN`, `u32::MAX`, `true`).
+/// [`TakeMode::Fill`] (NaN for floats, `i32::MIN`, `u32::MAX`, `true`).
 ///
 /// Built from `iota`, arithmetic and a flat [`Tensor::take`], so its gradient (a scatter-add into
 /// `x`) and batching come from those. [`take_along_axis_mode`] offers JAX's other modes and a
