@@ -12,10 +12,10 @@ use std::fmt;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::exec::trace_fn;
 use crate::lower::lower;
 use crate::tensor::Tensor;
 use crate::trace::graph::Aval;
+use crate::trace::trace_fn;
 
 /// What [`plan`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]

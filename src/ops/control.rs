@@ -551,11 +551,11 @@ pub(crate) fn splice(g: &mut Graph, sub: &Graph, args: &[Var]) -> Vec<Var> {
 fn batched_outputs(g: &Graph, ins: &[(Aval, bool)], ctx: &BatchCtx<'_>) -> Result<Vec<bool>> {
     let flags = std::cell::RefCell::new(Vec::new());
     let in_flags: Vec<bool> = ins.iter().map(|(_, b)| *b).collect();
-    let avals: Vec<crate::exec::TraceArg> = ins
+    let avals: Vec<crate::trace::TraceArg> = ins
         .iter()
-        .map(|(a, _)| crate::exec::TraceArg::Abstract(a.clone()))
+        .map(|(a, _)| crate::trace::TraceArg::Abstract(a.clone()))
         .collect();
-    crate::exec::trace_capturing(
+    crate::trace::trace_capturing(
         "batching",
         &|ts: &[Tensor]| {
             let ins: Vec<Batched> = ts.iter().cloned().zip(in_flags.iter().copied()).collect();

@@ -19,11 +19,11 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::exec::{TraceArg, trace_capturing};
 use crate::ops::Prim;
 use crate::ops::control::{ScanParams, describe};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph};
+use crate::trace::{TraceArg, trace_capturing};
 
 /// A branch of [`switch`]: operands in, outputs out.
 pub type Branch<'a> = &'a dyn Fn(&[Tensor]) -> Vec<Tensor>;

@@ -10,9 +10,10 @@
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::exec::{CompileCache, TraceArg, trace_capturing};
+use crate::exec::CompileCache;
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph};
+use crate::trace::{TraceArg, trace_capturing};
 
 /// A function's forward pass, with every intermediate value kept for the backward pass.
 struct Linearized {

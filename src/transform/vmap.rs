@@ -17,10 +17,11 @@ use std::sync::{Arc, Mutex};
 use crate::array::Array;
 use crate::cache::lock;
 use crate::error::{Error, Result};
-use crate::exec::{CompileCache, TraceArg, trace_capturing};
+use crate::exec::CompileCache;
 use crate::ops::{BatchCtx, Batched, move_axis, with_batch};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph};
+use crate::trace::{TraceArg, trace_capturing};
 
 /// One example's signature, the batch size, and the parallel axes bound around the application
 /// (collectives over them are traced with their sizes).

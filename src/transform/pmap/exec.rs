@@ -99,7 +99,7 @@ impl ParallelExe {
         if let Some(e) = self.loop_kernels.get(&key) {
             return Ok(e);
         }
-        let g = crate::exec::trace_fn("scan (host loop)", &f, &key.0)?;
+        let g = crate::trace::trace_fn("scan (host loop)", &f, &key.0)?;
         let e = Arc::new(Executable::new(g));
         let kept = self.loop_kernels.insert_or_keep(key, e, None, |_| true);
         count_program_evictions(kept.evicted);

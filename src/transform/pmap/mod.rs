@@ -19,13 +19,14 @@ use crate::cache::{SyncLru, lock};
 use crate::device::read_mapped;
 use crate::device::{DEFAULT_PROGRAM_CACHE_CAPACITY, Device, Runtime};
 use crate::error::{Error, Result};
-use crate::exec::{Executable, TraceArg, count_program_evictions, trace_args};
+use crate::exec::{Executable, count_program_evictions};
 use crate::host::HostArray;
 use crate::lower::stages::{Exchange, StagePlan, split_stages};
 use crate::ops::collective::take_block;
 use crate::ops::{CollectiveKind, Prim};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph, Var};
+use crate::trace::{TraceArg, trace_args};
 
 mod exec;
 mod plan;
