@@ -37,7 +37,6 @@ pub use debug::{capture_debug_prints, debug_print};
 pub use device::{Device, DeviceInfo, DeviceLimits, Runtime, init};
 pub use dtype::{DType, Scalar};
 pub use error::{Error, Result};
-pub use exec::{Jit, jit};
 pub use host::{Element, HostArray, HostData};
 pub use ops::conv::{ConvOptions, Padding};
 pub use ops::{Window, WindowOp};
@@ -46,6 +45,7 @@ pub use tensor::{Axes, TakeMode, Tensor, select};
 pub use trace::graph::{Aval, Graph, Var};
 pub use transform::control::{Branch, ScanOptions, cond, fori_loop, scan, scan_with, switch};
 pub use transform::grad::{Grad, Vjp, grad, value_and_grad, vjp};
+pub use transform::jit::{Jit, jit};
 pub use transform::pmap::{Parallel, ParallelMode, pmap, shard_map};
 pub use transform::vmap::{Vmap, vmap};
 /// The wgpu brigade is built on (30.x), so that an app embedding brigade

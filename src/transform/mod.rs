@@ -5,5 +5,6 @@
 
 pub mod control;
 pub mod grad;
+pub mod jit;
 pub mod pmap;
 pub mod vmap;
