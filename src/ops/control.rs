@@ -559,7 +559,7 @@ fn batched_outputs(g: &Graph, ins: &[(Aval, bool)], ctx: &BatchCtx<'_>) -> Resul
         "batching",
         &|ts: &[Tensor]| {
             let ins: Vec<Batched> = ts.iter().cloned().zip(in_flags.iter().copied()).collect();
-            match crate::transform::vmap::batch_graph(g, ins, ctx) {
+            match crate::transform::batching::batch_graph(g, ins, ctx) {
                 Ok(outs) => {
                     *flags.borrow_mut() = outs.iter().map(|(_, b)| *b).collect();
                     outs.into_iter().map(|(t, _)| t).collect()
@@ -574,7 +574,7 @@ fn batched_outputs(g: &Graph, ins: &[(Aval, bool)], ctx: &BatchCtx<'_>) -> Resul
 
 /// Batch `g` on `ins` and give the outputs flagged in `force` the batch axis.
 fn batch_forced(g: &Graph, ins: Vec<Batched>, ctx: &BatchCtx<'_>, force: &[bool]) -> Vec<Tensor> {
-    match crate::transform::vmap::batch_graph(g, ins, ctx) {
+    match crate::transform::batching::batch_graph(g, ins, ctx) {
         Ok(outs) => outs
             .iter()
             .zip(force)

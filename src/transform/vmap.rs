@@ -22,6 +22,7 @@ use crate::ops::{BatchCtx, Batched, move_axis, with_batch};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph};
 use crate::trace::{TraceArg, trace_capturing};
+use crate::transform::batching::batch_graph;
 
 /// One example's signature, the batch size, and the parallel axes bound around the application
 /// (collectives over them are traced with their sizes).
@@ -312,40 +313,4 @@ where
         }
         Ok((g, captured))
     }
-}
-
-/// Re-emit `g` with every primitive replaced by its batching rule, on inputs `ins` (one per graph
-/// input, each flagged with whether it carries the batch axis in front). Returns the outputs,
-/// flagged alike. Used by [`Vmap`] and by the rules of control flow for their sub-programs.
-pub(crate) fn batch_graph(
-    g: &Graph,
-    ins: Vec<Batched>,
-    ctx: &BatchCtx<'_>,
-) -> Result<Vec<Batched>> {
-    let mut env: Vec<Option<Batched>> = vec![None; g.avals.len()];
-    for (v, x) in g.inputs.iter().zip(ins) {
-        env[v.idx()] = Some(x);
-    }
-    for (v, h) in &g.consts {
-        env[v.idx()] = Some((Tensor::from(Array::from_host(h.clone())), false));
-    }
-    for e in &g.eqns {
-        let ins: Vec<Batched> = e
-            .inputs
-            .iter()
-            .map(|v| {
-                env[v.idx()]
-                    .clone()
-                    .expect("graph is topologically ordered")
-            })
-            .collect();
-        let outs = e.prim.batch_multi(&ins, ctx)?;
-        for (o, val) in e.outs().zip(outs) {
-            env[o.idx()] = Some(val);
-        }
-    }
-    Ok(g.outputs
-        .iter()
-        .map(|v| env[v.idx()].clone().expect("outputs are defined"))
-        .collect())
 }
