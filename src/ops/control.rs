@@ -787,7 +787,7 @@ pub(crate) fn vjp_cond(
                     .iter()
                     .map(|&f| if f { it.next().cloned() } else { None })
                     .collect();
-                match crate::transform::grad::graph_vjp(b, primals, &cts) {
+                match crate::transform::ad::graph_vjp(b, primals, &cts) {
                     Ok(got) => wanted
                         .iter()
                         .map(|&i| ct_or_zeros(&got[i], &primals[i]))
@@ -829,7 +829,7 @@ pub(crate) fn vjp_scan(
         let mut args = consts.to_vec();
         args.extend_from_slice(carry);
         args.extend_from_slice(x);
-        let outs = crate::transform::grad::graph_forward(body, &args);
+        let outs = crate::transform::ad::graph_forward(body, &args);
         match outs {
             Ok(mut o) => {
                 o.truncate(nk);
@@ -876,7 +876,7 @@ pub(crate) fn vjp_scan(
         for (j, &k) in f_ys.iter().enumerate() {
             out_cts[nk + k] = Some(ct_y[j].clone());
         }
-        let got = match crate::transform::grad::graph_vjp(body, &primals, &out_cts) {
+        let got = match crate::transform::ad::graph_vjp(body, &primals, &out_cts) {
             Ok(g) => g,
             Err(e) => return (vec![Tensor::failed_here(e)], Vec::new()),
         };

@@ -3,6 +3,7 @@
 //! [`vmap`], reverse-mode [`grad`], and structured [`control`] flow (`cond`, `switch`, `scan`,
 //! `fori_loop`).
 
+pub(crate) mod ad;
 pub(crate) mod batching;
 pub mod control;
 pub mod grad;
