@@ -19,6 +19,13 @@
 //! - VJP (`vjp_cond`, `vjp_scan`): the cotangent of a `cond` is a `cond` over the branches'
 //!   VJPs (the untaken branch's gradient never leaks in, unlike `select`); a scan's is a scan in
 //!   the opposite direction over the forward carries (recomputed by one more forward scan).
+//!
+//! Binding (`bind`: trace the branches or the body, check them, apply the primitive) is shared by
+//! the user-facing functions (`crate::transform::control`) and the rules above that re-emit a
+//! control primitive. The rules reach the batching and reverse-mode interpreters
+//! (`crate::transform::{batching, ad}`) and the tracing entry points, never a user-facing builder.
+
+pub(crate) mod bind;
 
 use crate::ops::{ElementwiseOp, LayoutOp};
 use std::fmt;
@@ -31,8 +38,8 @@ use crate::ops::rules::{Emitted, Lowering, Rules};
 use crate::ops::{BatchCtx, Batched, BinaryOp, Cotangents, Prim, move_axis, with_batch};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
-use crate::transform::control::{Branch, scan_impl, switch_impl};
 use crate::wgsl::Emitter;
+use bind::{Branch, scan_impl, switch_impl};
 
 /// A branch built by a rule (closing over the rule's values).
 type BoxedBranch<'a> = Box<dyn Fn(&[Tensor]) -> Vec<Tensor> + 'a>;
