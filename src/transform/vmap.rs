@@ -171,9 +171,8 @@ where
             None => vec![Some(0); args.len()],
         };
         // The batch size, and the same checks (and messages) as pmap's.
-        let mut first: Option<(usize, usize, usize)> = None;
-        for (i, (t, a)) in args.iter().zip(&in_axes).enumerate() {
-            let Some(a) = *a else { continue };
+        let b = crate::transform::mapped_size("vmap", &in_axes, self.axis_size, "", |i, a| {
+            let t = &args[i];
             if a >= t.ndim() {
                 return Err(Error::BadParallelArg {
                     op: "vmap",
@@ -185,38 +184,8 @@ where
                     ),
                 });
             }
-            let size = t.shape()[a];
-            match first {
-                None => first = Some((i, a, size)),
-                Some((fi, fa, fs)) if fs != size => {
-                    return Err(Error::MappedSizeMismatch {
-                        op: "vmap",
-                        first_arg: fi,
-                        first_axis: fa,
-                        first_size: fs,
-                        arg: i,
-                        axis: a,
-                        size,
-                        hint: String::new(),
-                    });
-                }
-                Some(_) => {}
-            }
-        }
-        let b = match (first, self.axis_size) {
-            (Some((i, a, size)), Some(k)) if k != size => {
-                return Err(Error::AxisSizeMismatch {
-                    op: "vmap",
-                    axis_size: k,
-                    arg: i,
-                    axis: a,
-                    size,
-                });
-            }
-            (Some((_, _, size)), _) => size,
-            (None, Some(k)) => k,
-            (None, None) => return Err(Error::NothingMapped { op: "vmap" }),
-        };
+            Ok(t.shape()[a])
+        })?;
         // Batch axes to the front; the per-example signature.
         let mut vals: Vec<Batched> = Vec::with_capacity(args.len());
         let mut avals = Vec::with_capacity(args.len());

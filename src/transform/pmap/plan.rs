@@ -142,41 +142,13 @@ where
         args: &[Array],
         available: usize,
     ) -> Result<usize> {
-        let mut first: Option<(usize, usize, usize)> = None; // (arg, axis, size)
-        for (i, a) in mapped.iter().enumerate() {
-            let Some(a) = *a else { continue };
-            let size = args[i].shape()[a];
-            match first {
-                None => first = Some((i, a, size)),
-                Some((fi, fa, fs)) if fs != size => {
-                    return Err(Error::MappedSizeMismatch {
-                        op: "pmap",
-                        first_arg: fi,
-                        first_axis: fa,
-                        first_size: fs,
-                        arg: i,
-                        axis: a,
-                        size,
-                        hint: "\nhelp: an argument every device needs whole (a weight matrix, say) takes in_axes None, e.g. .in_axes(&[Some(0), None])".into(),
-                    });
-                }
-                Some(_) => {}
-            }
-        }
-        let n = match (first, self.axis_size) {
-            (Some((i, a, size)), Some(k)) if k != size => {
-                return Err(Error::AxisSizeMismatch {
-                    op: "pmap",
-                    axis_size: k,
-                    arg: i,
-                    axis: a,
-                    size,
-                });
-            }
-            (Some((_, _, size)), _) => size,
-            (None, Some(k)) => k,
-            (None, None) => return Err(Error::NothingMapped { op: "pmap" }),
-        };
+        let n = crate::transform::mapped_size(
+            "pmap",
+            mapped,
+            self.axis_size,
+            "\nhelp: an argument every device needs whole (a weight matrix, say) takes in_axes None, e.g. .in_axes(&[Some(0), None])",
+            |i, a| Ok(args[i].shape()[a]),
+        )?;
         if n == 0 {
             return Err(Error::BadParallelArg {
                 op: "pmap",
