@@ -6,6 +6,9 @@
 //! primitive family in `src/ops/`). Because the backward pass is made of ordinary primitives, it is
 //! staged into any enclosing `jit`, `pmap` or `vmap` trace, and can be differentiated again
 //! (`grad(grad(f))`, Hessian-vector products).
+//!
+//! This module holds the user-facing builders; linearizing and pulling back are the reverse-mode
+//! interpreter in `crate::transform::ad`, which the VJP rules of higher-order primitives call too.
 
 use crate::array::Array;
 use crate::dtype::DType;

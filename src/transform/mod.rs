@@ -1,7 +1,15 @@
-//! Transforms of traced programs, one module each: [`pmap`] (and split mode, [`pmap::shard_map`];
-//! its builder, planning and executor in three files),
-//! [`vmap`], reverse-mode [`grad`], and structured [`control`] flow (`cond`, `switch`, `scan`,
-//! `fori_loop`).
+//! Transforms of traced programs. The user-facing builders, one module each: [`jit`], [`vmap`],
+//! reverse-mode [`grad`] (`grad`, `value_and_grad`, `vjp`), [`pmap`] (and split mode,
+//! [`pmap::shard_map`]; its builder, planning and executor in three files) and structured
+//! [`control`] flow (`cond`, `switch`, `scan`, `fori_loop`).
+//!
+//! The machinery they run on lives apart, as JAX keeps `api.py` apart from its interpreters:
+//! `batching` (the batching interpreter, `batch_graph`), `ad` (the reverse-mode one:
+//! `Linearized`, `graph_forward`, `graph_vjp`), the tracing entry points in [`crate::trace`],
+//! binding of the control primitives in `crate::ops::control`, and the executor with its
+//! compile cache and eager path in `crate::exec`. Dependencies point one way: builders use the
+//! machinery, the machinery and the primitives' rules never use a builder (the rules of
+//! `cond`/`scan` in `crate::ops::control` call `batching`, `ad` and the tracing entry points).
 
 pub(crate) mod ad;
 pub(crate) mod batching;

@@ -10,6 +10,9 @@
 //!
 //! With an `axis_name`, collectives over that name inside the function act along the batch axis
 //! (`psum` sums the examples, `axis_index` numbers them), as in JAX.
+//!
+//! This module is the user-facing builder; the re-emitting itself is the batching interpreter in
+//! `crate::transform::batching`, which the rules of higher-order primitives call too.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
