@@ -135,8 +135,8 @@ where
     /// ([`Array::wgpu_buffer`]). Allowed: `VERTEX`, `INDEX`, `UNIFORM` (a uniform binding is at
     /// most `max_uniform_buffer_binding_size` bytes, 64 KiB by default), `INDIRECT` (the buffer
     /// must then hold wgpu's indirect argument layout). Another usage (e.g. `MAP_WRITE`) makes
-    /// every call fail with [`Error::BadBuffer`]. Outputs with different usages come from
-    /// different pool buckets.
+    /// every call fail with [`Error::BadBuffer`](crate::Error::BadBuffer). Outputs with different
+    /// usages come from different pool buckets.
     pub fn output_usages(mut self, usages: wgpu::BufferUsages) -> Self {
         self.usages = usages;
         self
@@ -166,9 +166,10 @@ where
     /// # Ok::<(), brigade::Error>(())
     /// ```
     ///
-    /// Errors: [`Error::Arity`] (not one array per output), [`Error::BadBuffer`] (an array of
-    /// another shape or dtype, on another device, on the host, or given for two outputs),
-    /// [`Error::Unsupported`] on the cpu device, and those of `call`.
+    /// Errors: [`Error::Arity`](crate::Error::Arity) (not one array per output),
+    /// [`Error::BadBuffer`](crate::Error::BadBuffer) (an array of another shape or dtype, on
+    /// another device, on the host, or given for two outputs),
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on the cpu device, and those of `call`.
     pub fn call_into(&self, args: &[Array], outs: &[Array]) -> Result<()> {
         let opts = RunOpts {
             usages: self.usages,
@@ -197,11 +198,11 @@ where
     /// on another thread is waited for here). Temporaries are therefore allocated afresh at
     /// every encode.
     ///
-    /// Errors: [`Error::Unsupported`] for a program that needs a host step between its stages:
-    /// one with `debug_print` (printing reads values on the host), or more than 4096 commands
-    /// with loops unrolled (`call` submits those in chunks and waits between them); use `call`
-    /// for those. Also the errors of `call`. wgpu reports an encoder from another device when
-    /// the app finishes or submits it.
+    /// Errors: [`Error::Unsupported`](crate::Error::Unsupported) for a program that needs a host
+    /// step between its stages: one with `debug_print` (printing reads values on the host), or
+    /// more than 4096 commands with loops unrolled (`call` submits those in chunks and waits
+    /// between them); use `call` for those. Also the errors of `call`. wgpu reports an encoder
+    /// from another device when the app finishes or submits it.
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder, args: &[Array]) -> Result<Vec<Array>> {
         let opts = RunOpts {
             usages: self.usages,
