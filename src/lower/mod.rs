@@ -13,6 +13,7 @@ use crate::device::DeviceLimits;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::HostArray;
+use crate::ops::reduce;
 use crate::ops::rules::PlanCx;
 use crate::ops::{ControlOp, DotDims, ElementwiseOp, LayoutOp, Lowering, Prim};
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
@@ -546,7 +547,7 @@ fn plan_steps(
                 let mut axes = axes.to_vec();
                 axes.sort_unstable();
                 let axes = &axes;
-                let plan = wgsl::reduce_kernels(g, producers, mat, op, e.inputs[0], axes, max_wg);
+                let plan = reduce::kernel::reduce_kernels(g, producers, mat, op, e.inputs[0], axes, max_wg);
                 match plan.second {
                     None => steps.push(Step::Kernel {
                         src: plan.first,
@@ -561,7 +562,7 @@ fn plan_steps(
                 }
             }
             Lowering::ArgReduce { op, axis } => steps.push(Step::Kernel {
-                src: wgsl::argreduce_kernel(g, producers, mat, op, e.inputs[0], axis, max_wg),
+                src: reduce::kernel::argreduce_kernel(g, producers, mat, op, e.inputs[0], axis, max_wg),
                 out: e.out,
             }),
             Lowering::Matmul(d) if is_canonical_dot(d) => {
