@@ -525,9 +525,10 @@ fn plan_steps(
     g: &Graph,
     producers: &[Option<usize>],
     mat: &[bool],
-    max_wg: u32,
+    limits: &DeviceLimits,
     chooser: &dyn MatmulChooser,
 ) -> Result<Vec<Step>> {
+    let max_wg = limits.max_compute_workgroups_per_dimension;
     let mut steps = Vec::new();
     for (i, e) in g.eqns.iter().enumerate() {
         if !mat[e.out.idx()] {
@@ -547,7 +548,15 @@ fn plan_steps(
                 let mut axes = axes.to_vec();
                 axes.sort_unstable();
                 let axes = &axes;
-                let plan = reduce::kernel::reduce_kernels(g, producers, mat, op, e.inputs[0], axes, max_wg);
+                let plan = reduce::kernel::reduce_kernels(
+                    g,
+                    producers,
+                    mat,
+                    op,
+                    e.inputs[0],
+                    axes,
+                    max_wg,
+                );
                 match plan.second {
                     None => steps.push(Step::Kernel {
                         src: plan.first,
@@ -562,7 +571,15 @@ fn plan_steps(
                 }
             }
             Lowering::ArgReduce { op, axis } => steps.push(Step::Kernel {
-                src: reduce::kernel::argreduce_kernel(g, producers, mat, op, e.inputs[0], axis, max_wg),
+                src: reduce::kernel::argreduce_kernel(
+                    g,
+                    producers,
+                    mat,
+                    op,
+                    e.inputs[0],
+                    axis,
+                    max_wg,
+                ),
                 out: e.out,
             }),
             Lowering::Matmul(d) if is_canonical_dot(d) => {
@@ -591,6 +608,7 @@ fn plan_steps(
                     producers,
                     materialized: mat,
                     max_wg,
+                    limits,
                 };
                 steps.push(Step::Kernel {
                     src: k.kernel(&cx, e)?,
@@ -603,6 +621,7 @@ fn plan_steps(
                     producers,
                     materialized: mat,
                     max_wg,
+                    limits,
                 };
                 steps.push(Step::Passes {
                     plan: k.passes(&cx, e)?,
@@ -660,12 +679,11 @@ pub(crate) fn lower_with(
     check_sizes(&g, limits)?;
     let producers = g.producers();
     let mut mat = materialize(&g, &producers);
-    let max_wg = limits.max_compute_workgroups_per_dimension;
 
     // Fuse as much as the binding limit allows: when a kernel reads too many buffers, store the
     // fusable operand that contributes the most of them and try again.
     let steps = loop {
-        let steps = plan_steps(&g, &producers, &mat, max_wg, chooser)?;
+        let steps = plan_steps(&g, &producers, &mat, limits, chooser)?;
         let over = steps.iter().find_map(|s| match s {
             Step::Kernel { src, out }
             | Step::TwoPass {

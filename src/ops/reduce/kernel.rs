@@ -479,12 +479,7 @@ fn parts_kernel(
         &[
             (
                 "PROLOGUE",
-                &prologue(
-                    &fill(REDUCE_PARTS_BINDINGS, &[("T", t)]),
-                    &[],
-                    n,
-                    "",
-                ),
+                &prologue(&fill(REDUCE_PARTS_BINDINGS, &[("T", t)]), &[], n, ""),
             ),
             ("RV", &parts.to_string()),
             ("LANES", "1"),
@@ -539,4 +534,3 @@ pub(crate) fn argreduce_kernel(
         workgroups: balanced_grid(n.div_ceil(WG as usize), max_wg),
     }
 }
-
