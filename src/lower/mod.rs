@@ -13,11 +13,13 @@ use crate::device::DeviceLimits;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::HostArray;
+use crate::ops::matmul::kernel::{
+    DefaultChooser, MatmulChooser, MatmulProblem, kernel as matmul_kernel,
+};
 use crate::ops::reduce;
 use crate::ops::rules::PlanCx;
 use crate::ops::{ControlOp, DotDims, ElementwiseOp, LayoutOp, Lowering, Prim};
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
-use crate::wgsl::matmul::{DefaultChooser, MatmulChooser, MatmulProblem};
 use crate::wgsl::{self, KernelSrc};
 
 /// One dispatch of a compiled program: kernel source and the buffer slots it binds (inputs, then outputs).
@@ -591,7 +593,7 @@ fn plan_steps(
                 } else {
                     p.heuristic()
                 };
-                let mk = wgsl::matmul::kernel(&p, cfg, max_wg);
+                let mk = matmul_kernel(&p, cfg, max_wg);
                 steps.push(Step::Kernel {
                     src: KernelSrc {
                         label: mk.label,

@@ -777,7 +777,7 @@ pub(crate) fn kernel(
     let row_tiles = m.div_ceil(tm);
     let col_tiles = og.div_ceil(tn);
     let tiles = (g * row_tiles * col_tiles) as u64;
-    let workgroups = crate::wgsl::matmul::fold_workgroups(
+    let workgroups = crate::ops::matmul::kernel::fold_workgroups(
         tiles.div_ceil(WORKGROUP as u64),
         max_workgroups_per_dim.max(1),
     );
