@@ -3,9 +3,9 @@
 //! The `Emitter` inlines a tree of fusable primitives (elementwise and layout ops) into straight-line
 //! WGSL that computes one variable at one multi-index, reading materialized variables from storage
 //! buffers. The fused elementwise kernel wraps that body in `shaders/elementwise.wgsl`; the kernels
-//! of other families (reductions in `ops/reduce/kernel.rs`, matmuls in `ops/matmul/kernel.rs`, windows in
-//! `ops/window/kernel.rs`, …)
-//! wrap it in theirs, with the helpers here (`fill`, `prologue`, `bindings`).
+//! of other families live beside them (reductions in `ops/reduce/kernel.rs`, matmuls in
+//! `ops/matmul/kernel.rs`, windows in `ops/window/kernel.rs`, …) and wrap it in theirs, with the
+//! helpers here (`fill`, `prologue`, `bindings`).
 
 use std::collections::{HashMap, HashSet};
 
