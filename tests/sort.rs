@@ -452,3 +452,183 @@ fn numpy_forms_agree_with_the_reference() {
         Tol::EXACT,
     );
 }
+
+// ---- device limits ------------------------------------------------------------------------------
+
+/// The llvmpipe adapter of `backend` (Vulkan: lavapipe; GL: llvmpipe) with its limits lowered to
+/// 4 storage buffers per stage, 1 MiB bindings and 2 MiB buffers, attached as a brigade device
+/// (the app's own wgpu device, as `tests/embed_device.rs` makes them).
+fn lowered_device(backend: wgpu::Backends) -> brigade::Device {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backend;
+    let instance = wgpu::Instance::new(desc);
+    let adapters = pollster::block_on(instance.enumerate_adapters(backend));
+    let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+    let adapter = adapters
+        .into_iter()
+        .find(|a| a.get_info().name.contains("llvmpipe"))
+        .unwrap_or_else(|| {
+            panic!("no llvmpipe adapter for {backend:?} (found {names:?}); {INSTALL}")
+        });
+    let mut limits = adapter.limits();
+    limits.max_storage_buffers_per_shader_stage = 4;
+    limits.max_storage_buffer_binding_size = 1 << 20;
+    limits.max_buffer_size = 2 << 20;
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("sort limits"),
+        required_limits: limits,
+        ..Default::default()
+    }))
+    .unwrap_or_else(|e| panic!("request_device on {backend:?} failed: {e}"));
+    brigade::Device::from_wgpu(adapter.get_info(), device, queue)
+        .unwrap_or_else(|e| panic!("from_wgpu on {backend:?}: {e}"))
+}
+
+/// `f` on `dev` against the CPU reference: every result equal (sorts only move values).
+fn exact_on(dev: &brigade::Device, f: fn(&[Tensor]) -> Vec<Tensor>, args: &[Array], what: &str) {
+    let hosts: Vec<HostArray> = args.iter().map(host).collect();
+    let graph = brigade::jit(f).graph(args).unwrap();
+    let want = brigade::reference::eval_graph(&graph, &hosts).unwrap();
+    let got = brigade::jit(f)
+        .on(dev)
+        .call(args)
+        .unwrap_or_else(|e| panic!("{what} on {}: {e}", dev.name()));
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(host(g), *w, "{what} on {}: result {k}", dev.name());
+    }
+}
+
+/// The `Error::OverLimit` of running `f` on `dev`, checked to name the device and `limit_name`.
+fn over_limit(
+    dev: &brigade::Device,
+    f: fn(&[Tensor]) -> Vec<Tensor>,
+    args: &[Array],
+    limit_name: &str,
+) -> (u64, u64, String) {
+    match brigade::jit(f).on(dev).call(args) {
+        Err(
+            e @ Error::OverLimit {
+                needed,
+                limit,
+                limit_name: name,
+                ..
+            },
+        ) => {
+            let msg = e.to_string();
+            assert_eq!(name, limit_name, "{msg}");
+            assert!(msg.contains(dev.name()), "the device is named: {msg}");
+            (needed, limit, msg)
+        }
+        other => panic!(
+            "{}: expected Error::OverLimit ({limit_name}), got {other:?}",
+            dev.name()
+        ),
+    }
+}
+
+/// Keys `0..k` of shape `[2, 50]` (f32, i32, u32, then f32 again), with many ties so that every
+/// key decides some order.
+fn keys(k: usize) -> Vec<Array> {
+    (0..k)
+        .map(|j| match j % 3 {
+            0 => {
+                let v = f32s(100, 31 + j as u64, -3.0, 3.0);
+                a(&v.iter().map(|x| x.round()).collect::<Vec<f32>>(), &[2, 50])
+            }
+            1 => rand_i32(&[2, 50], 31 + j as u64, -2, 3),
+            _ => rand_u32(&[2, 50], 31 + j as u64, 0, 3),
+        })
+        .collect()
+}
+
+fn sort_by_3_keys(x: &[Tensor]) -> Vec<Tensor> {
+    lax::sort(x, 1, 3)
+}
+fn sort_by_4_keys(x: &[Tensor]) -> Vec<Tensor> {
+    lax::sort(x, 1, 4)
+}
+fn argsort_last(x: &[Tensor]) -> Vec<Tensor> {
+    vec![x[0].argsort(-1)]
+}
+
+/// More keys than the stage's storage buffers allow, and a merge-sort state larger than one
+/// binding, are `Error::OverLimit` naming the sizes and the limit (not a wgpu validation error),
+/// on both adapters with lowered limits; one key fewer, and the largest state that fits, run and
+/// agree with the reference.
+#[test]
+fn over_limit_sorts_are_typed_errors_on_both_adapters() {
+    for backend in [wgpu::Backends::VULKAN, wgpu::Backends::GL] {
+        let dev = lowered_device(backend);
+        let _gl = device_guard(&dev);
+        let what = dev.name().to_string();
+        assert_eq!(
+            dev.limits().max_storage_buffers_per_shader_stage,
+            4,
+            "{what}"
+        );
+        // 3 keys: the first pass binds 3 keys and the sort state, 4 buffers.
+        exact_on(&dev, sort_by_3_keys, &keys(3), "lax.sort by 3 keys");
+        // 4 keys: 5 buffers.
+        let (needed, limit, msg) = over_limit(
+            &dev,
+            sort_by_4_keys,
+            &keys(4),
+            "max_storage_buffers_per_shader_stage",
+        );
+        assert_eq!((needed, limit), (5, 4), "{msg}");
+        assert!(
+            msg.contains("by 4 keys") && msg.contains("at most 3 keys") && msg.contains("[2, 50]"),
+            "{msg}"
+        );
+        // One key: 2 words of 4 bytes per element; 131072 elements are exactly the 1 MiB binding.
+        let fits = rand_f32_in(&[131072], 7, -100.0, 100.0);
+        exact_on(&dev, argsort_last, &[fits], "argsort of 131072 elements");
+        let over = rand_f32_in(&[131073], 8, -100.0, 100.0);
+        let (needed, limit, msg) = over_limit(
+            &dev,
+            argsort_last,
+            &[over],
+            "max_storage_buffer_binding_size",
+        );
+        assert_eq!((needed, limit), (131073 * 8, 1 << 20), "{msg}");
+        assert!(
+            msg.contains("[131073]") && msg.contains("2 4-byte words"),
+            "{msg}"
+        );
+        // The device still runs after the refusals.
+        exact_on(&dev, sort_by_3_keys, &keys(3), "lax.sort by 3 keys again");
+    }
+}
+
+/// The temporary is checked against the smaller of the binding and buffer limits, naming the one
+/// it exceeds (planned without a device: the lowering is what refuses).
+#[test]
+fn the_sort_state_is_checked_against_the_buffer_limit() {
+    let mut limits = brigade::device::DeviceLimits::from_wgpu(&wgpu::Limits::default());
+    limits.max_storage_buffer_binding_size = 4 << 20;
+    limits.max_buffer_size = 1 << 20;
+    let x = rand_f32_in(&[1000, 200], 9, -1.0, 1.0);
+    let graph = brigade::jit(argsort_last).graph(&[x]).unwrap();
+    let Err(e) = brigade::lower::lower(&graph, &limits) else {
+        panic!("a sort state of 1.6 MB over a 1 MiB buffer limit was planned");
+    };
+    match &e {
+        Error::OverLimit {
+            needed,
+            limit,
+            limit_name,
+            ..
+        } => {
+            assert_eq!(
+                (*needed, *limit, *limit_name),
+                (1000 * 200 * 8, 1 << 20, "max_buffer_size"),
+                "{e}"
+            );
+        }
+        other => panic!("expected Error::OverLimit, got {other:?}"),
+    }
+    // Under the default limits the same program plans.
+    let limits = brigade::device::DeviceLimits::from_wgpu(&wgpu::Limits::default());
+    assert!(brigade::lower::lower(&graph, &limits).is_ok());
+}

@@ -32,7 +32,7 @@ use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use super::gpu::{Device, lock};
-use crate::wgsl::matmul::{MatmulChooser, MatmulConfig, MatmulProblem};
+use crate::ops::matmul::kernel::{MatmulChooser, MatmulConfig, MatmulProblem};
 
 /// Environment variable: `off`, `0` or `false` disables the measured search (heuristic kernels).
 pub const TUNE_ENV: &str = "BRIGADE_MATMUL_TUNE";
@@ -363,7 +363,7 @@ fn search(
             if over(measured) {
                 break;
             }
-            let mk = crate::wgsl::matmul::kernel(p, cfg, max_workgroups_per_dim);
+            let mk = crate::ops::matmul::kernel::kernel(p, cfg, max_workgroups_per_dim);
             let before = counters().pipelines_created;
             let kernel = dev.kernel(&mk.label, &mk.wgsl)?;
             let compiled = counters().pipelines_created > before;
@@ -524,7 +524,7 @@ mod tests {
                 let (ga, gb) = (up(a.clone()), up(b.clone()));
                 let (gat, gbt) = (up(tr(&a, m, k)), up(tr(&b, k, n)));
                 let run = |p: &MatmulProblem, cfg: MatmulConfig| -> Vec<f32> {
-                    let mk = crate::wgsl::matmul::kernel(p, cfg, max_wg);
+                    let mk = crate::ops::matmul::kernel::kernel(p, cfg, max_wg);
                     let kern = dev.kernel(&mk.label, &mk.wgsl).unwrap();
                     let c = dev.alloc((batch * m * n * 4) as u64).unwrap();
                     let x = if p.ta { &gat } else { &ga };
@@ -634,7 +634,7 @@ mod tests {
                     let c = dev.alloc((n * n * 4) as u64).unwrap();
                     let reps = if n >= 2048 { 2 } else { 4 };
                     for &cfg in &members {
-                        let mk = crate::wgsl::matmul::kernel(&p, cfg, max_wg);
+                        let mk = crate::ops::matmul::kernel::kernel(&p, cfg, max_wg);
                         let tc = Instant::now();
                         let k = dev
                             .kernel(

@@ -13,10 +13,13 @@ use crate::device::DeviceLimits;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::HostArray;
+use crate::ops::matmul::kernel::{
+    DefaultChooser, MatmulChooser, MatmulProblem, kernel as matmul_kernel,
+};
+use crate::ops::reduce;
 use crate::ops::rules::PlanCx;
 use crate::ops::{ControlOp, DotDims, ElementwiseOp, LayoutOp, Lowering, Prim};
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
-use crate::wgsl::matmul::{DefaultChooser, MatmulChooser, MatmulProblem};
 use crate::wgsl::{self, KernelSrc};
 
 /// One dispatch of a compiled program: kernel source and the buffer slots it binds (inputs, then outputs).
@@ -524,9 +527,10 @@ fn plan_steps(
     g: &Graph,
     producers: &[Option<usize>],
     mat: &[bool],
-    max_wg: u32,
+    limits: &DeviceLimits,
     chooser: &dyn MatmulChooser,
 ) -> Result<Vec<Step>> {
+    let max_wg = limits.max_compute_workgroups_per_dimension;
     let mut steps = Vec::new();
     for (i, e) in g.eqns.iter().enumerate() {
         if !mat[e.out.idx()] {
@@ -546,7 +550,15 @@ fn plan_steps(
                 let mut axes = axes.to_vec();
                 axes.sort_unstable();
                 let axes = &axes;
-                let plan = wgsl::reduce_kernels(g, producers, mat, op, e.inputs[0], axes, max_wg);
+                let plan = reduce::kernel::reduce_kernels(
+                    g,
+                    producers,
+                    mat,
+                    op,
+                    e.inputs[0],
+                    axes,
+                    max_wg,
+                );
                 match plan.second {
                     None => steps.push(Step::Kernel {
                         src: plan.first,
@@ -561,7 +573,15 @@ fn plan_steps(
                 }
             }
             Lowering::ArgReduce { op, axis } => steps.push(Step::Kernel {
-                src: wgsl::argreduce_kernel(g, producers, mat, op, e.inputs[0], axis, max_wg),
+                src: reduce::kernel::argreduce_kernel(
+                    g,
+                    producers,
+                    mat,
+                    op,
+                    e.inputs[0],
+                    axis,
+                    max_wg,
+                ),
                 out: e.out,
             }),
             Lowering::Matmul(d) if is_canonical_dot(d) => {
@@ -573,7 +593,7 @@ fn plan_steps(
                 } else {
                     p.heuristic()
                 };
-                let mk = wgsl::matmul::kernel(&p, cfg, max_wg);
+                let mk = matmul_kernel(&p, cfg, max_wg);
                 steps.push(Step::Kernel {
                     src: KernelSrc {
                         label: mk.label,
@@ -590,6 +610,7 @@ fn plan_steps(
                     producers,
                     materialized: mat,
                     max_wg,
+                    limits,
                 };
                 steps.push(Step::Kernel {
                     src: k.kernel(&cx, e)?,
@@ -602,6 +623,7 @@ fn plan_steps(
                     producers,
                     materialized: mat,
                     max_wg,
+                    limits,
                 };
                 steps.push(Step::Passes {
                     plan: k.passes(&cx, e)?,
@@ -659,12 +681,11 @@ pub(crate) fn lower_with(
     check_sizes(&g, limits)?;
     let producers = g.producers();
     let mut mat = materialize(&g, &producers);
-    let max_wg = limits.max_compute_workgroups_per_dimension;
 
     // Fuse as much as the binding limit allows: when a kernel reads too many buffers, store the
     // fusable operand that contributes the most of them and try again.
     let steps = loop {
-        let steps = plan_steps(&g, &producers, &mat, max_wg, chooser)?;
+        let steps = plan_steps(&g, &producers, &mat, limits, chooser)?;
         let over = steps.iter().find_map(|s| match s {
             Step::Kernel { src, out }
             | Step::TwoPass {

@@ -20,7 +20,7 @@ use crate::ops::rules::{Emitted, Lowering, OwnKernel, PlanCx, Rules, single_batc
 use crate::ops::{BatchCtx, Batched, Cotangents};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Var};
-use crate::wgsl::{Emitter, KernelSrc};
+use crate::wgsl::{Emitter, KernelSrc, fill};
 
 const OP: &str = "conv_general_dilated";
 
@@ -777,7 +777,7 @@ pub(crate) fn kernel(
     let row_tiles = m.div_ceil(tm);
     let col_tiles = og.div_ceil(tn);
     let tiles = (g * row_tiles * col_tiles) as u64;
-    let workgroups = crate::wgsl::matmul::fold_workgroups(
+    let workgroups = crate::ops::matmul::kernel::fold_workgroups(
         tiles.div_ceil(WORKGROUP as u64),
         max_workgroups_per_dim.max(1),
     );
@@ -933,19 +933,19 @@ pub(crate) fn kernel(
     let wgsl = fill(
         TEMPLATE,
         &[
-            ("WG", WORKGROUP.to_string()),
-            ("TM", tm.to_string()),
-            ("TN", tn.to_string()),
-            ("ROW_TILES", row_tiles.max(1).to_string()),
-            ("COL_TILES", col_tiles.max(1).to_string()),
-            ("TILES", tiles.to_string()),
-            ("GRID_X", workgroups[0].max(1).to_string()),
-            ("GRID_Y", workgroups[1].max(1).to_string()),
-            ("SETUP", setup),
-            ("BODY", body),
-            ("STORE", store),
+            ("WG", &WORKGROUP.to_string()),
+            ("TM", &tm.to_string()),
+            ("TN", &tn.to_string()),
+            ("ROW_TILES", &row_tiles.max(1).to_string()),
+            ("COL_TILES", &col_tiles.max(1).to_string()),
+            ("TILES", &tiles.to_string()),
+            ("GRID_X", &workgroups[0].max(1).to_string()),
+            ("GRID_Y", &workgroups[1].max(1).to_string()),
+            ("SETUP", &setup),
+            ("BODY", &body),
+            ("STORE", &store),
         ],
-    )?;
+    );
     let label = format!(
         "conv_t{tm}x{tn}_x{}_k{}_y{}_g{g}",
         dims_label(x_shape),
@@ -960,25 +960,6 @@ fn dims_label(s: &[usize]) -> String {
         .map(|v| v.to_string())
         .collect::<Vec<_>>()
         .join("x")
-}
-
-/// Fill `{{NAME}}` placeholders; a placeholder left over is an internal error.
-fn fill(template: &str, values: &[(&str, String)]) -> Result<String> {
-    let mut out = template.to_string();
-    for (name, value) in values {
-        out = out.replace(&format!("{{{{{name}}}}}"), value);
-    }
-    if let Some(pos) = out.find("{{") {
-        let end = out[pos..].find("}}").map_or(out.len(), |e| pos + e + 2);
-        return Err(Error::Unsupported {
-            op: OP,
-            detail: format!(
-                "unfilled placeholder {} in shaders/conv.wgsl (internal)",
-                &out[pos..end]
-            ),
-        });
-    }
-    Ok(out)
 }
 
 /// The lowering step of a convolution equation: its kernel, reading both operands from stored

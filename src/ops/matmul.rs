@@ -2,7 +2,9 @@
 //!
 //! Output axes are: batch axes, then the free axes of lhs, then the free axes of rhs (as in XLA).
 //! The device lowering transposes/reshapes operands into (batch, m, k) × (batch, k, n) and runs the
-//! matmul kernel family of `src/wgsl/matmul.rs` (member measured per adapter, `device/tune.rs`).
+//! matmul kernel family of `src/ops/matmul/kernel.rs` (member measured per adapter, `device/tune.rs`).
+
+pub(crate) mod kernel;
 
 use std::fmt;
 
@@ -354,7 +356,7 @@ impl Rules for DotDims {
     }
 
     fn emit_wgsl(&self, _em: &mut Emitter<'_>, _ins: &[Var], _idx: &[String]) -> Option<Emitted> {
-        // Matmuls have kernels of their own (`crate::wgsl::matmul`).
+        // Matmuls have kernels of their own (`kernel`).
         None
     }
 

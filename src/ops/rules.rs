@@ -9,6 +9,7 @@
 
 use std::fmt;
 
+use crate::device::DeviceLimits;
 use crate::error::Result;
 use crate::host::HostArray;
 use crate::ops::{ArgOp, BatchCtx, Batched, Cotangents, DotDims, ReduceOp};
@@ -84,6 +85,8 @@ pub(crate) struct PlanCx<'a> {
     pub materialized: &'a [bool],
     /// The device's `max_compute_workgroups_per_dimension`.
     pub max_wg: u32,
+    /// The limits the program is planned against (binding counts and sizes of temporaries).
+    pub limits: &'a DeviceLimits,
 }
 
 /// A primitive with a kernel generator of its own (convolution, pooling).

@@ -19,12 +19,16 @@
 //! once, in passes over global memory: the first pass stores each element's encoded keys and index,
 //! then `ceil(log2 n)` passes merge runs of 1, 2, 4, … elements pairwise, each element finding its
 //! place by a binary search in the partner run (no barriers, any row length, as many rows as the
-//! grid holds); the last pass writes the indices. The rules are all here: shape/dtype, CPU reference,
+//! grid holds); the last pass writes the indices. The plan refuses with `Error::OverLimit` what
+//! the device cannot bind: more keys than the stage's storage buffers less one (the first pass
+//! binds every key and the sort state), or a sort state (`4 × (keys + 1)` bytes per element) over
+//! one binding or buffer. The rules are all here: shape/dtype, CPU reference,
 //! lowering, batching (the axis shifted past the batch axis) and VJP (none: integer result).
 
 use std::cmp::Ordering;
 use std::fmt;
 
+use crate::device::DeviceLimits;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData};
@@ -322,7 +326,7 @@ impl OwnPasses for SortOp {
             } => {
                 let dts: Vec<DType> = e.inputs.iter().map(|v| cx.g.aval(*v).dtype).collect();
                 let shape = &cx.g.aval(e.out).shape;
-                argsort_passes(e, shape, &dts, *axis, *descending, *order, cx.max_wg)
+                argsort_passes(e, shape, &dts, *axis, *descending, *order, cx.limits)
             }
         }
     }
@@ -368,8 +372,9 @@ fn argsort_passes(
     axis: usize,
     descending: bool,
     order: FloatOrder,
-    max_wg: u32,
+    limits: &DeviceLimits,
 ) -> Result<PassPlan> {
+    let max_wg = limits.max_compute_workgroups_per_dimension;
     let n = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
     let total: usize = shape.iter().product();
@@ -396,7 +401,49 @@ fn argsort_passes(
             limit_name: "32-bit kernel indexing",
         });
     }
+    // The first pass binds every key and the sort state (or the result): one storage buffer more
+    // than there are keys.
+    let max_buffers = limits.max_storage_buffers_per_shader_stage as u64;
+    if nk as u64 + 1 > max_buffers {
+        let most = max_buffers.saturating_sub(1);
+        return Err(Error::OverLimit {
+            device: "target".into(),
+            what: format!(
+                "sorting an array of shape {shape:?} by {nk} keys (argsort's first pass binds \
+                 every key and its result; sort by at most {most} keys at once, or sort by the \
+                 least significant keys first and then stably by the others)"
+            ),
+            needed: nk as u64 + 1,
+            limit: max_buffers,
+            unit: "storage buffers",
+            limit_name: "max_storage_buffers_per_shader_stage",
+        });
+    }
     let merges = n.next_power_of_two().trailing_zeros() as usize;
+    // The merge passes' sort state: one buffer (two when they alternate) of `words` words per
+    // element, larger than any key: it must fit one binding and one buffer.
+    let temp_bytes = temp_words * 4;
+    let (limit, limit_name) = if limits.max_storage_buffer_binding_size <= limits.max_buffer_size {
+        (
+            limits.max_storage_buffer_binding_size,
+            "max_storage_buffer_binding_size",
+        )
+    } else {
+        (limits.max_buffer_size, "max_buffer_size")
+    };
+    if merges > 0 && temp_bytes > limit {
+        return Err(Error::OverLimit {
+            device: "target".into(),
+            what: format!(
+                "sorting an array of shape {shape:?} by {nk} key(s) (a merge-sort temporary of \
+                 {words} 4-byte words per element: the keys and the index)"
+            ),
+            needed: temp_bytes,
+            limit,
+            unit: "bytes",
+            limit_name,
+        });
+    }
     let grid = balanced_grid(total.div_ceil(WG as usize), max_wg);
     let shape_s = format!("{shape:?}");
     // The index of (row r, position `pos`) in the row-major array (the result's layout).
@@ -495,12 +542,11 @@ fn argsort_passes(
             writes_out: last,
         });
     }
-    let bytes = temp_words * 4;
     Ok(PassPlan {
         temp_bytes: if merges >= 2 {
-            vec![bytes, bytes]
+            vec![temp_bytes, temp_bytes]
         } else if merges == 1 {
-            vec![bytes]
+            vec![temp_bytes]
         } else {
             Vec::new()
         },

@@ -49,10 +49,10 @@
 
 use std::fmt::Write as _;
 
-const TILED_TEMPLATE: &str = include_str!("../../shaders/matmul_tiled.wgsl");
-const GENERIC_TEMPLATE: &str = include_str!("../../shaders/matmul_generic.wgsl");
-const SUBGROUP_TEMPLATE: &str = include_str!("../../shaders/matmul_subgroup.wgsl");
-const TEXTURE_TEMPLATE: &str = include_str!("../../shaders/matmul_texture.wgsl");
+const TILED_TEMPLATE: &str = include_str!("../../../shaders/matmul_tiled.wgsl");
+const GENERIC_TEMPLATE: &str = include_str!("../../../shaders/matmul_generic.wgsl");
+const SUBGROUP_TEMPLATE: &str = include_str!("../../../shaders/matmul_subgroup.wgsl");
+const TEXTURE_TEMPLATE: &str = include_str!("../../../shaders/matmul_texture.wgsl");
 
 /// Invocations per workgroup of every kernel (`@workgroup_size(64, 1, 1)`).
 pub(crate) const MATMUL_WORKGROUP_SIZE: u32 = 64;
@@ -830,10 +830,10 @@ fn tiled_parts(layout: Layout, tm: usize, tc4: usize, ks: usize) -> (String, Str
     (setup, body, store)
 }
 
-/// The shared template filler ([`super::fill`]) over owned values.
+/// The shared template filler ([`crate::wgsl::fill`]) over owned values.
 fn fill(template: &str, values: &[(&str, String)]) -> String {
     let pairs: Vec<(&str, &str)> = values.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    super::fill(template, &pairs)
+    crate::wgsl::fill(template, &pairs)
 }
 
 /// Splits `total` workgroups into `[x, y, z]` with every dimension at most `max_per_dim`

@@ -1,0 +1,5 @@
+            {
+            let r = (b + {{OFF}}u + l) * {{LANES}}u;
+{{BODY}}
+{{COMBINE}}
+            }
