@@ -543,10 +543,19 @@ pub(crate) fn balanced_grid(n_workgroups: usize, max_per_dim: u32) -> [u32; 3] {
     [x as u32, y as u32, 1]
 }
 
+/// Whether a body calls the integer emulations of IEEE arithmetic (`bfma`, and through erf_inv
+/// `bdiv`/`bsqrt`): such a body is compute-bound, so shared `vec4` loads save nothing, while each
+/// extra inlined copy (4 lanes, several groups per invocation) multiplies the shader compiler's
+/// work: lavapipe took 15.8 s to build `normal`'s kernel with 4 lanes and 1.3 s with one.
+fn calls_soft_float(helpers: &[&'static str]) -> bool {
+    helpers.contains(&crate::ops::elementwise::FMA_F32)
+}
+
 /// A kernel materializing fusable variable `root`. Each invocation computes [`LANES`] adjacent
-/// output elements (one when there are fewer), reading operands at the output's own index, or along
-/// its last axis when that axis is a multiple of 4 long, as one `vec4` per buffer and storing one
-/// `vec4`; a final group past the end of the output stores only its elements that exist.
+/// output elements (one when there are fewer, or when the body is soft-float arithmetic), reading
+/// operands at the output's own index, or along its last axis when that axis is a multiple of 4
+/// long, as one `vec4` per buffer and storing one `vec4`; a final group past the end of the output
+/// stores only its elements that exist.
 pub(crate) fn elementwise_kernel(
     g: &Graph,
     producers: &[Option<usize>],
@@ -556,8 +565,6 @@ pub(crate) fn elementwise_kernel(
 ) -> KernelSrc {
     let aval = g.aval(root).clone();
     let n = aval.size();
-    let lanes = if n >= LANES { LANES } else { 1 };
-    let nv = n.div_ceil(lanes);
     // Emit with `root` itself treated as computed (it is the output, not an input).
     let mut mat = materialized.to_vec();
     mat[root.idx()] = false;
@@ -565,14 +572,19 @@ pub(crate) fn elementwise_kernel(
     let name = g.eqns[producers[root.idx()].expect("kernels compute produced variables")]
         .prim
         .name();
+    // The one-element body first: cheap to build, and it tells which library functions the
+    // body calls.
+    let (ix1, idx1) = index_lets(&aval.shape, "gb", "i", 1);
+    let mut em1 = Emitter::new(g, producers, &mat, 1).with_root(&idx1, &aval.shape, "gb");
+    let val1 = em1.value(root, &idx1);
+    let heavy = calls_soft_float(&em1.helpers);
+    let lanes = if n >= LANES && !heavy { LANES } else { 1 };
+    let nv = n.div_ceil(lanes);
     let (index, body, store, inputs, vec_inputs, helpers);
     if lanes == 1 {
-        let (ix, idx) = index_lets(&aval.shape, "gb", "i", 1);
-        let mut em = Emitter::new(g, producers, &mat, 1).with_root(&idx, &aval.shape, "gb");
-        let val = em.value(root, &idx);
-        index = ix;
-        store = format!("    out0[gb] = {};", store_expr(aval.dtype, &val));
-        (body, inputs, vec_inputs, helpers) = (em.body, em.inputs, Vec::new(), em.helpers);
+        index = ix1;
+        store = format!("    out0[gb] = {};", store_expr(aval.dtype, &val1));
+        (body, inputs, vec_inputs, helpers) = (em1.body, em1.inputs, Vec::new(), em1.helpers);
     } else {
         let rank = aval.rank();
         let along_last =
@@ -639,7 +651,7 @@ pub(crate) fn elementwise_kernel(
     // `copy_vec4_*`), and the fused bodies gain the same way; on a GPU 256+ workgroups still fill it.
     let reps = [4usize, 2]
         .into_iter()
-        .find(|&r| nv >= r * WG as usize * MIN_WORKGROUPS)
+        .find(|&r| !heavy && nv >= r * WG as usize * MIN_WORKGROUPS)
         .unwrap_or(1);
     let out_elem = if lanes == LANES && n.is_multiple_of(LANES) {
         format!("vec4<{st}>")
