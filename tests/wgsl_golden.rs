@@ -28,11 +28,13 @@ use std::path::{Path, PathBuf};
 use brigade::device::{DUMP_WGSL_ENV, DeviceLimits};
 use brigade::lower::stages::split_stages;
 use brigade::lower::{Program, lower};
+use brigade::nn::{Layout, avg_pool, max_pool};
 use brigade::ops::DotDims;
 use brigade::optim::{Adam, AdamState};
 use brigade::{
-    Array, Axes, DType, Graph, ScanOptions, TakeMode, Tensor, cond, fori_loop, grad, jit, pmap,
-    pmean, psum, random, scan, scan_with, select, shard_map, switch, value_and_grad, vmap,
+    Array, Axes, ConvOptions, DType, Graph, Padding, ScanOptions, TakeMode, Tensor, cond,
+    fori_loop, grad, jit, pmap, pmean, psum, random, scan, scan_with, select, shard_map, switch,
+    value_and_grad, vmap,
 };
 use common::*;
 
@@ -1062,6 +1064,60 @@ fn tour(cases: &mut Vec<Case>) {
     );
 }
 
+/// Convolutions (the implicit-GEMM kernel in its layouts, strides, dilations and groups) and
+/// pooling (reduce_window, and select_and_scatter_add through max_pool's gradient).
+fn windows(cases: &mut Vec<Case>) {
+    jit_case(
+        cases,
+        "conv NCHW/OIHW 3x3 SAME, stride 1 and 2",
+        |x| {
+            vec![
+                x[0].conv(&x[1], &[1, 1], Padding::Same),
+                x[0].conv(&x[1], &[2, 2], Padding::Same),
+            ]
+        },
+        vec![rand_f32(&[2, 3, 9, 8], 150), rand_f32(&[4, 3, 3, 3], 151)],
+    );
+    jit_case(
+        cases,
+        "conv NHWC/HWIO, dilations, feature groups",
+        |x| {
+            let o = ConvOptions::new(&[1, 2], Padding::Explicit(vec![(1, 0), (2, 1)]))
+                .lhs_dilation(&[2, 1])
+                .rhs_dilation(&[1, 2])
+                .dimension_numbers("NHWC", "HWIO", "NHWC")
+                .feature_group_count(2);
+            vec![x[0].conv_general_dilated(&x[1], &o)]
+        },
+        vec![rand_f32(&[1, 7, 6, 4], 152), rand_f32(&[2, 3, 2, 6], 153)],
+    );
+    jit_case(
+        cases,
+        "max_pool and avg_pool 2x2, NCHW and NHWC",
+        |x| {
+            vec![
+                max_pool(&x[0], &[2, 2], &[2, 2], &Padding::Valid, Layout::Nchw),
+                avg_pool(&x[0], &[3, 3], &[1, 1], &Padding::Same, Layout::Nhwc, false),
+            ]
+        },
+        vec![rand_f32(&[2, 3, 8, 6], 154)],
+    );
+    cases.push(Case {
+        name: "grad: conv then max_pool (conv VJPs, select_and_scatter_add)".into(),
+        build: Box::new(|| {
+            let loss = |a: &[Tensor]| {
+                let y = a[0].conv(&a[1], &[1, 1], Padding::Same).tanh();
+                vec![max_pool(&y, &[2, 2], &[2, 2], &Padding::Valid, Layout::Nchw).sum_all()]
+            };
+            Ok(vec![grad(loss).argnums(&[0, 1]).graph(&[
+                rand_f32(&[2, 2, 6, 6], 155),
+                rand_f32(&[3, 2, 3, 3], 156),
+            ])?])
+        }),
+        may_fail: false,
+    });
+}
+
 fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     elementwise(&mut cases);
@@ -1070,6 +1126,7 @@ fn corpus() -> Vec<Case> {
     matmuls(&mut cases);
     control(&mut cases);
     randomness(&mut cases);
+    windows(&mut cases);
     transforms(&mut cases);
     tour(&mut cases);
     cases
