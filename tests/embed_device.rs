@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use brigade::{
     Array, Device, DeviceLimits, Error, HostData, Runtime, Tensor, jit, pmap, psum, wgpu,
 };
+use common::app::adapter_of;
 use common::*;
 
 /// A device the test requested itself, as an app would.
@@ -25,24 +26,6 @@ struct AppGpu {
     device: wgpu::Device,
     queue: wgpu::Queue,
     limits: wgpu::Limits,
-}
-
-/// The llvmpipe adapter of `backend` (Vulkan: lavapipe; GL: llvmpipe through EGL), from the app's
-/// own instance. Panics with the packages to install when it is missing.
-fn adapter_of(backend: wgpu::Backends) -> (wgpu::Instance, wgpu::Adapter) {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    desc.backends = backend;
-    let instance = wgpu::Instance::new(desc);
-    let adapters = pollster::block_on(instance.enumerate_adapters(backend));
-    let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
-    let adapter = adapters
-        .into_iter()
-        .find(|a| a.get_info().name.contains("llvmpipe"))
-        .unwrap_or_else(|| {
-            panic!("no llvmpipe adapter for {backend:?} (found {names:?}); {INSTALL}")
-        });
-    (instance, adapter)
 }
 
 /// Lower than the adapter's: 1 MiB bindings, 2 MiB buffers, 64 workgroups per dimension, 4

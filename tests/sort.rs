@@ -459,17 +459,7 @@ fn numpy_forms_agree_with_the_reference() {
 /// 4 storage buffers per stage, 1 MiB bindings and 2 MiB buffers, attached as a brigade device
 /// (the app's own wgpu device, as `tests/embed_device.rs` makes them).
 fn lowered_device(backend: wgpu::Backends) -> brigade::Device {
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    desc.backends = backend;
-    let instance = wgpu::Instance::new(desc);
-    let adapters = pollster::block_on(instance.enumerate_adapters(backend));
-    let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
-    let adapter = adapters
-        .into_iter()
-        .find(|a| a.get_info().name.contains("llvmpipe"))
-        .unwrap_or_else(|| {
-            panic!("no llvmpipe adapter for {backend:?} (found {names:?}); {INSTALL}")
-        });
+    let (_instance, adapter) = common::app::adapter_of(backend);
     let mut limits = adapter.limits();
     limits.max_storage_buffers_per_shader_stage = 4;
     limits.max_storage_buffer_binding_size = 1 << 20;

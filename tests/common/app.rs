@@ -1,8 +1,30 @@
-//! What the embedding tests (tests/embed_buffers.rs, tests/encode.rs) do as "the app": read its
-//! own buffers back through a `MAP_READ` staging buffer, and the step and reference they share.
+//! What the embedding tests (tests/embed_buffers.rs, tests/encode.rs, tests/embed_device.rs) do as
+//! "the app": find an adapter from its own wgpu instance, read its own buffers back through a
+//! `MAP_READ` staging buffer, and the step and reference they share.
 
 use brigade::{Array, Device, HostArray, Tensor, jit, reference};
 use wgpu::BufferUsages as U;
+
+/// The llvmpipe adapter of `backend` (Vulkan: lavapipe; GL: llvmpipe through EGL), from the app's
+/// own instance. Panics with the packages to install when it is missing.
+pub fn adapter_of(backend: wgpu::Backends) -> (wgpu::Instance, wgpu::Adapter) {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backend;
+    let instance = wgpu::Instance::new(desc);
+    let adapters = pollster::block_on(instance.enumerate_adapters(backend));
+    let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+    let adapter = adapters
+        .into_iter()
+        .find(|a| a.get_info().name.contains("llvmpipe"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no llvmpipe adapter for {backend:?} (found {names:?}); {}",
+                super::INSTALL
+            )
+        });
+    (instance, adapter)
+}
 
 /// A simulation step that reads neighbours through the mean: an in-place kernel writing as it
 /// reads would go wrong.
