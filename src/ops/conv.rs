@@ -7,7 +7,8 @@
 //! Per spatial dimension, with input size `i`, window `w`, stride `s`, padding `(lo, hi)`, lhs
 //! dilation `ld` and rhs dilation `rd`: the input is dilated to `(i - 1) * ld + 1` positions
 //! (zeros between), padded by `lo` / `hi` zeros (negative padding crops), and the window, dilated
-//! to `(w - 1) * rd + 1`, slides over it in steps of `s`: `out = (padded - window) / s + 1`.
+//! to `(w - 1) * rd + 1`, slides over it in steps of `s`: `out = (padded - window) / s + 1`, or 0
+//! when the window is longer than the padded input (JAX's empty axis).
 //! Output feature `o` belongs to group `o / (O / G)`, which reads input features
 //! `g * C/G .. (g + 1) * C/G`; the kernel holds `C / G` input features.
 
@@ -432,11 +433,19 @@ fn geometry(p: &ConvParams, lhs: &[usize], rhs: &[usize]) -> Result<Geometry> {
         let (lo, hi) = p.padding[k];
         let padded = dilated(input[k], p.lhs_dilation[k]) as i64 + lo + hi;
         let win = dilated(window[k], p.rhs_dilation[k]) as i64;
-        if padded < win {
+        if padded < 0 {
             return Err(shape_err(format!(
-                "spatial dimension {k}: the window spans {win} positions (size {} with rhs_dilation {}) but the input spans {padded} (size {} with lhs_dilation {} and padding ({lo}, {hi})); pad more (Padding::Same) or use a smaller window",
-                window[k], p.rhs_dilation[k], input[k], p.lhs_dilation[k]
+                "spatial dimension {k}: the padding ({lo}, {hi}) crops more than the input's {} positions (size {} with lhs_dilation {}); crop less",
+                dilated(input[k], p.lhs_dilation[k]),
+                input[k],
+                p.lhs_dilation[k]
             )));
+        }
+        // A window longer than the padded input fits nowhere: an empty axis, as JAX's shape rule
+        // gives (not an error).
+        if padded < win {
+            output.push(0);
+            continue;
         }
         output.push(((padded - win) / p.window_strides[k] as i64 + 1) as usize);
     }

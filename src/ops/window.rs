@@ -7,7 +7,8 @@
 //! Geometry, per axis of size `n`: the input is dilated (`base_dilation - 1` holes between
 //! neighbours, size `(n - 1) * base_dilation + 1`), padded by `(lo, hi)`, and a window of `w`
 //! cells, `window_dilation` apart (span `(w - 1) * window_dilation + 1`), slides over it by
-//! `stride`. Output `o` reduces the padded cells `o * stride + k * window_dilation`, `k < w`;
+//! `stride` (no output along an axis the span exceeds, as in JAX). Output `o` reduces the padded
+//! cells `o * stride + k * window_dilation`, `k < w`;
 //! holes and padding hold the identity (`0`, `-inf`, `+inf`, or the integer extremes), so they never
 //! change the result.
 //!
@@ -156,17 +157,11 @@ impl Window {
         for (a, &n) in shape.iter().enumerate() {
             let padded = self.padded_len(a, n);
             let span = self.span(a);
+            // A window longer than the padded axis fits nowhere: an empty axis, as JAX's shape
+            // rule gives (not an error).
             if span > padded {
-                return Err(bad(format!(
-                    "on axis {a} the window spans {span} cells (window {} with dilation {}) but \
-                     the padded input has {padded} (size {} dilated by {}, padding {:?}): use a \
-                     smaller window or pad more (SAME padding)",
-                    self.dims[a],
-                    self.window_dilation[a],
-                    n,
-                    self.base_dilation[a],
-                    self.padding[a]
-                )));
+                out.push(0);
+                continue;
             }
             out.push((padded - span) / self.strides[a] + 1);
         }
@@ -645,6 +640,10 @@ pub(crate) fn vjp_reduce_window(
 ) -> super::Cotangents {
     if !x.dtype().is_float() {
         return vec![None];
+    }
+    // No window fits (an empty output): nothing flows back.
+    if ct.size() == 0 {
+        return vec![Some(super::zeros_like(x))];
     }
     let g = match op {
         WindowOp::Sum => sum_transpose(w, x.shape(), ct),
