@@ -21,21 +21,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 
-out = []
-
-
-def emit(name, values):
-    vals = np.asarray(values)
-    shape = ", ".join(str(d) for d in vals.shape)
-    flat = vals.reshape(-1)
-    if vals.dtype == np.float32:
-        ty, body = "u32", ", ".join(f"0x{int(v):08x}" for v in flat.view(np.uint32))
-    elif vals.dtype == np.int32:
-        ty, body = "i32", ", ".join(str(int(v)) for v in flat)
-    else:
-        raise TypeError(vals.dtype)
-    out.append(f"pub const {name}: &[{ty}] = &[{body}];")
-    out.append(f"pub const {name}_SHAPE: &[usize] = &[{shape}];")
+from jax_rs_emit import emit, out  # noqa: E402
 
 
 def full(spatial, nchw, lead=1):
