@@ -47,6 +47,9 @@ mod particles;
 #[allow(dead_code)]
 #[path = "seed_demo.rs"]
 mod seed_demo;
+#[allow(dead_code)]
+#[path = "sharded_inference.rs"]
+mod sharded_inference;
 
 /// Deterministic, non-trivial data in [-1, 1).
 fn data(n: usize, seed: u32) -> Vec<f32> {
@@ -209,6 +212,11 @@ fn main() -> Result<()> {
         "Model parallelism: one course per chef, a pipeline over microbatches (examples/model_parallel.rs)",
     );
     all_ok &= model_parallel::run(quick)?;
+
+    chapter(
+        "The big model: a transformer's layers over stages, its heads over a \"model\" axis, decoding token by token (examples/sharded_inference.rs)",
+    );
+    all_ok &= sharded_inference::run(quick)?;
 
     chapter(
         "When pmap goes wrong: three common errors, their fixes, one device first (examples/debugging.rs)",

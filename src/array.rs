@@ -6,6 +6,7 @@ use crate::device::{Device, DeviceBuffer};
 use crate::dtype::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::host::{Element, HostArray};
+use crate::mesh::{Mesh, NamedSharding, PartitionSpec, SpecEntry};
 use crate::trace::graph::Aval;
 
 /// A concrete n-dimensional array. Cheap to clone (shared, immutable).
@@ -50,7 +51,7 @@ pub(crate) enum Storage {
 
 /// How a sharded array's value is spread over its devices (shard `i` lives on device `i` of
 /// [`Array::shard_devices`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ShardLayout {
     /// `pmap` style: shard `i` is entry `i` along `axis` of the global array (which has one entry
     /// per device there; the shards lack that axis).
@@ -59,18 +60,44 @@ pub enum ShardLayout {
     Blocks { axis: usize },
     /// Every device holds the whole value (a result made identical by a collective).
     Replicated,
+    /// Blocks over a [`crate::Mesh`] as a [`crate::PartitionSpec`] says ([`crate::device_put`] with a
+    /// [`NamedSharding`], [`crate::shard_map`] over a mesh): shard `i` is the block of mesh device `i`.
+    Named(NamedSharding),
 }
 
 impl ShardLayout {
     /// The global shape for shards of `shard` shape over `n` devices.
-    pub fn global_shape(self, shard: &[usize], n: usize) -> Vec<usize> {
+    pub fn global_shape(&self, shard: &[usize], n: usize) -> Vec<usize> {
         let mut s = shard.to_vec();
         match self {
-            ShardLayout::Stacked { axis } => s.insert(axis, n),
-            ShardLayout::Blocks { axis } => s[axis] *= n,
+            ShardLayout::Stacked { axis } => s.insert(*axis, n),
+            ShardLayout::Blocks { axis } => s[*axis] *= n,
             ShardLayout::Replicated => {}
+            ShardLayout::Named(sharding) => return sharding.global_shape(shard),
         }
         s
+    }
+
+    /// The same placement as a [`NamedSharding`] over `devices`: one-axis layouts get a mesh with
+    /// one axis named `"shard"` (a stacked axis is split into blocks of one entry).
+    pub fn to_named(&self, devices: &[Device], rank: usize) -> Result<NamedSharding> {
+        let one_axis = |axis: Option<usize>| -> Result<NamedSharding> {
+            let mesh = Mesh::new(devices, &[("shard", devices.len())])?;
+            let mut entries = vec![SpecEntry::Replicated; axis.map_or(0, |a| a + 1)];
+            if let Some(a) = axis {
+                entries[a] = SpecEntry::from("shard");
+            }
+            NamedSharding::new(&mesh, PartitionSpec::new(entries))
+        };
+        match self {
+            ShardLayout::Stacked { axis } | ShardLayout::Blocks { axis } if *axis < rank => {
+                one_axis(Some(*axis))
+            }
+            ShardLayout::Stacked { .. } | ShardLayout::Blocks { .. } | ShardLayout::Replicated => {
+                one_axis(None)
+            }
+            ShardLayout::Named(s) => Ok(s.clone()),
+        }
     }
 }
 
@@ -202,9 +229,53 @@ impl Array {
     /// How a sharded array is spread over its devices; None for host and single-device arrays.
     pub fn shard_layout(&self) -> Option<ShardLayout> {
         match &self.inner.storage {
-            Storage::Sharded { layout, .. } => Some(*layout),
+            Storage::Sharded { layout, .. } => Some(layout.clone()),
             _ => None,
         }
+    }
+    /// How the array is placed over devices, as a [`NamedSharding`] (JAX's `Array.sharding`): for
+    /// arrays placed with one or made by `shard_map` over a mesh, that sharding; for the outputs of
+    /// `pmap` and one-axis `shard_map`, the same placement over a one-axis mesh named `"shard"`.
+    /// None for host and single-device arrays.
+    pub fn sharding(&self) -> Option<NamedSharding> {
+        match &self.inner.storage {
+            Storage::Sharded {
+                layout, devices, ..
+            } => layout.to_named(devices, self.ndim()).ok(),
+            _ => None,
+        }
+    }
+    /// Place the array as `sharding` says (what [`crate::device_put`] does with a
+    /// [`NamedSharding`]): each mesh device receives its block. Free when the array is already
+    /// placed that way; otherwise the value is gathered once and its blocks uploaded.
+    pub fn to_sharding(&self, sharding: &NamedSharding) -> Result<Array> {
+        sharding.shard_shape_for("device_put", self.shape(), None)?;
+        if self
+            .sharding()
+            .is_some_and(|s| s.same_placement(sharding, self.ndim()))
+            && !matches!(self.shard_layout(), Some(ShardLayout::Stacked { .. }))
+        {
+            if let Storage::Sharded { shards, .. } = &self.inner.storage {
+                return Ok(Array::from_shards(
+                    ShardLayout::Named(sharding.clone()),
+                    shards.clone(),
+                    sharding.mesh().devices().to_vec(),
+                ));
+            }
+        }
+        let h = host_data(self)?;
+        let shards = sharding
+            .mesh()
+            .devices()
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Array::from_host(sharding.block_of(&h, i)).to_device(d))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Array::from_shards(
+            ShardLayout::Named(sharding.clone()),
+            shards,
+            sharding.mesh().devices().to_vec(),
+        ))
     }
     /// The devices holding a sharded array, in shard order (empty for unsharded arrays).
     pub fn shard_devices(&self) -> &[Device] {
@@ -399,12 +470,17 @@ impl Array {
                 let a = &self.inner.aval;
                 crate::host::check_host_alloc(a.size_bytes(), || format!("assembling {a}"))?;
                 // A replicated value is read from its first device only.
-                let shards = match layout {
-                    ShardLayout::Replicated => &shards[..1],
-                    _ => &shards[..],
+                let shards: Vec<Array> = match layout {
+                    ShardLayout::Replicated => shards[..1].to_vec(),
+                    ShardLayout::Named(s) => s
+                        .distinct_blocks(a.rank())
+                        .into_iter()
+                        .map(|i| shards[i].clone())
+                        .collect(),
+                    _ => shards.to_vec(),
                 };
-                let parts = read_all(shards).await?;
-                Ok(assemble(*layout, parts))
+                let parts = read_all(&shards).await?;
+                Ok(assemble(layout, parts))
             }
         }
     }
@@ -627,16 +703,19 @@ pub(crate) async fn read_all(arrays: &[Array]) -> Result<Vec<HostArray>> {
 }
 
 /// The global value from the shards' host data.
-pub(crate) fn assemble(layout: ShardLayout, mut parts: Vec<HostArray>) -> HostArray {
+/// The global value from the shards' host data (for a [`ShardLayout::Named`] layout: the blocks of
+/// [`NamedSharding::distinct_blocks`], in that order).
+pub(crate) fn assemble(layout: &ShardLayout, mut parts: Vec<HostArray>) -> HostArray {
     use crate::ops::collective::concat_axis;
     match layout {
         ShardLayout::Replicated => parts.swap_remove(0),
-        ShardLayout::Blocks { axis } => concat_axis(&parts.iter().collect::<Vec<_>>(), axis),
+        ShardLayout::Blocks { axis } => concat_axis(&parts.iter().collect::<Vec<_>>(), *axis),
         ShardLayout::Stacked { axis } => {
             for p in &mut parts {
-                p.shape.insert(axis, 1);
+                p.shape.insert(*axis, 1);
             }
-            concat_axis(&parts.iter().collect::<Vec<_>>(), axis)
+            concat_axis(&parts.iter().collect::<Vec<_>>(), *axis)
         }
+        ShardLayout::Named(s) => s.assemble(parts),
     }
 }

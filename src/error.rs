@@ -278,6 +278,29 @@ pub enum Error {
         detail: String,
     },
 
+    /// A mesh, partition spec or sharding that does not fit (sizes that do not multiply to the
+    /// device count, unknown or repeated axis names, a spec longer than the rank, an array on the
+    /// devices of another mesh).
+    #[error("{op}: {detail}")]
+    BadSharding { op: &'static str, detail: String },
+
+    /// A spec splits a dimension over mesh axes whose sizes do not divide it.
+    #[error(
+        "{op}: dimension {dim} of {what} has {size} entries, which cannot be split evenly over mesh axes ('{axes}') of total size {parts}: pad it to {pad} (a multiple of {parts}), or split another dimension"
+    )]
+    UnevenShard {
+        op: &'static str,
+        /// "argument 2" or "the array".
+        what: String,
+        dim: usize,
+        size: usize,
+        /// The axis names, joined.
+        axes: String,
+        parts: usize,
+        /// The next multiple of `parts` at or above `size`.
+        pad: usize,
+    },
+
     /// Any other bad argument of a parallel map (in_axes, out_axes, static arguments, devices).
     #[error("{op}: {detail}")]
     BadParallelArg { op: &'static str, detail: String },
@@ -356,6 +379,8 @@ impl Error {
                 | Error::VaryingOutput { .. }
                 | Error::BadCollective { .. }
                 | Error::BadParallelArg { .. }
+                | Error::BadSharding { .. }
+                | Error::UnevenShard { .. }
                 | Error::NotDifferentiable { .. }
                 | Error::BranchMismatch { .. }
                 | Error::CarryMismatch { .. }

@@ -13,6 +13,7 @@ mod exec;
 pub mod host;
 mod host_copy;
 pub mod lower;
+pub mod mesh;
 pub mod nn;
 pub mod numpy;
 pub mod ops;
@@ -38,6 +39,7 @@ pub use device::{Device, DeviceInfo, DeviceLimits, Runtime, init};
 pub use dtype::{DType, Scalar};
 pub use error::{Error, Result};
 pub use host::{Element, HostArray, HostData};
+pub use mesh::{Mesh, NamedSharding, PartitionSpec, SpecEntry};
 pub use ops::conv::{ConvOptions, Padding};
 pub use ops::{Window, WindowOp};
 pub use plan::{Plan, plan};
@@ -68,14 +70,59 @@ pub fn devices() -> Result<Vec<Device>> {
     Ok(Runtime::global()?.devices().to_vec())
 }
 
-/// Copy `array` to `device` (JAX's `jax.device_put`); free when it is already there.
-pub fn device_put(array: &Array, device: &Device) -> Result<Array> {
-    array.to_device(device)
+/// Where [`device_put`] may place an array: a [`Device`] (the whole array there) or a
+/// [`NamedSharding`] (one block per mesh device).
+pub trait Placement {
+    /// Place `array` here.
+    fn place(&self, array: &Array) -> Result<Array>;
+}
+
+impl Placement for Device {
+    fn place(&self, array: &Array) -> Result<Array> {
+        array.to_device(self)
+    }
+}
+
+impl Placement for NamedSharding {
+    fn place(&self, array: &Array) -> Result<Array> {
+        array.to_sharding(self)
+    }
+}
+
+/// Place `array` on a device or over a mesh (JAX's `jax.device_put`); free when it is already
+/// placed that way.
+///
+/// ```
+/// use brigade::{device_put, Array, Mesh, NamedSharding, P};
+/// let devs = brigade::devices()?;
+/// let x = Array::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+/// // On one device:
+/// let on0 = device_put(&x, &devs[0])?;
+/// assert_eq!(on0.device(), Some(&devs[0]));
+/// // Rows split over a one-axis mesh of the first device(s) that divide 2:
+/// let n = if devs.len() >= 2 { 2 } else { 1 };
+/// let mesh = Mesh::new(&devs[..n], &[("data", n)])?;
+/// let rows = device_put(&x, &NamedSharding::new(&mesh, P!["data"])?)?;
+/// assert_eq!(rows.shards().map(|s| s.len()), Some(n));
+/// assert_eq!(rows.to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 4.0]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+///
+/// Errors (with a sharding): [`Error::BadSharding`] (a spec longer than the rank),
+/// [`Error::UnevenShard`] (a dimension its mesh axes do not divide; the message names the
+/// padding that works), and those of the transfers.
+pub fn device_put<T: Placement + ?Sized>(array: &Array, to: &T) -> Result<Array> {
+    to.place(array)
 }
 
 /// Place one array per device as a stacked sharded array (JAX's `jax.device_put_sharded`): the
 /// result has shape `(n, *shard.shape)` and shard `i` lives on `devices[i]`, ready for a `pmap`
 /// with `in_axes` `Some(0)` (no transfer at call time).
+///
+/// **Deprecated in JAX** (which points to `jax.device_put` with a sharding), kept here for `pmap`
+/// code: stack the pieces into one array and place it with [`device_put`] and a
+/// [`NamedSharding`] whose spec splits axis 0 over a mesh axis, e.g.
+/// `device_put(&x, &NamedSharding::new(&Mesh::new(&devices, &[("i", n)])?, P!["i"])?)`.
 ///
 /// ```
 /// use brigade::{device_put_sharded, Array};
@@ -127,6 +174,9 @@ pub fn device_put_sharded(shards: &[Array], devices: &[Device]) -> Result<Array>
 
 /// Copy `array` to every device as a stacked sharded array of shape `(n, *array.shape)` (JAX's
 /// `jax.device_put_replicated`): every shard is the same data.
+///
+/// **Deprecated in JAX**, kept for `pmap` code: replicate with [`device_put`] and a
+/// [`NamedSharding`] whose spec is `P![]` (every mesh device holds the whole array).
 pub fn device_put_replicated(array: &Array, devices: &[Device]) -> Result<Array> {
     let copies = vec![array.clone(); devices.len()];
     device_put_sharded(&copies, devices)

@@ -386,6 +386,7 @@ fn global_of(layout: ShardLayout, per_device: &[HostArray]) -> HostArray {
             );
             nds[0].clone()
         }
+        ShardLayout::Named(_) => unreachable!("one-axis maps give one-axis layouts"),
     };
     g.to_host(dtype)
 }
@@ -397,7 +398,11 @@ fn check_outputs(outs: &[Array], devs: &[Device], want: &[Want], ctx: &str) {
     let n = devs.len();
     for (k, (o, w)) in outs.iter().zip(want).enumerate() {
         let ctx = format!("{ctx}, output {k}");
-        assert_eq!(o.shard_layout(), Some(w.layout), "{ctx}: shard_layout");
+        assert_eq!(
+            o.shard_layout(),
+            Some(w.layout.clone()),
+            "{ctx}: shard_layout"
+        );
         assert_eq!(o.shard_devices(), devs, "{ctx}: shard_devices");
         let shards = o
             .shards()
@@ -421,7 +426,7 @@ fn check_outputs(outs: &[Array], devs: &[Device], want: &[Want], ctx: &str) {
                 &format!("{ctx}: shard {d} (on {})", dev.name()),
             );
         }
-        let g = global_of(w.layout, &w.per_device);
+        let g = global_of(w.layout.clone(), &w.per_device);
         assert_eq!(o.shape(), g.shape.as_slice(), "{ctx}: global shape");
         assert_close(
             &host(o),
@@ -1003,8 +1008,8 @@ fn axis_index_and_axis_size() {
                 &outs,
                 devs,
                 &[
-                    Want::new(l, &index, DType::I32, Tol::EXACT),
-                    Want::new(l, &shifted, DType::F32, Tol::ARITH),
+                    Want::new(l.clone(), &index, DType::I32, Tol::EXACT),
+                    Want::new(l.clone(), &shifted, DType::F32, Tol::ARITH),
                 ],
                 &ctx,
             );
@@ -1086,9 +1091,9 @@ fn two_independent_collectives_share_one_exchange() {
             &outs,
             devs,
             &[
-                Want::new(layout_out, &vec![sum; n], DType::F32, Tol::REDUCE),
+                Want::new(layout_out.clone(), &vec![sum; n], DType::F32, Tol::REDUCE),
                 // exp on the device: Tol::TRANS (1e-5 relative).
-                Want::new(layout_out, &vec![m; n], DType::F32, Tol::TRANS),
+                Want::new(layout_out.clone(), &vec![m; n], DType::F32, Tol::TRANS),
             ],
             &ctx,
         );
@@ -1125,9 +1130,9 @@ fn collective_result_feeds_later_stages_and_is_an_output() {
                 &outs,
                 devs,
                 &[
-                    Want::new(l, &vec![s; n], DType::F32, Tol::REDUCE),
-                    Want::new(l, &us, DType::F32, Tol::REDUCE),
-                    Want::new(l, &vec![w; n], DType::F32, Tol::REDUCE),
+                    Want::new(l.clone(), &vec![s; n], DType::F32, Tol::REDUCE),
+                    Want::new(l.clone(), &us, DType::F32, Tol::REDUCE),
+                    Want::new(l.clone(), &vec![w; n], DType::F32, Tol::REDUCE),
                 ],
                 &ctx,
             );

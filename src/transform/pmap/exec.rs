@@ -23,8 +23,9 @@ pub(super) struct ParallelExe {
     pub(super) loop_kernels: SyncLru<LoopKernelKey, Arc<Executable>>,
     /// The prints of the program (their values are kept to the end of the run).
     pub(super) prints: Vec<crate::debug::PrintSpec>,
-    /// How a device's axis index is shown in its printed lines (`i` for axis name "i").
-    pub(super) axis_label: String,
+    /// The device grid, outermost axis first (one axis for pmap and one-axis shard_map): which
+    /// devices a collective over an axis combines, a device's `axis_index`, its printed tag.
+    pub(super) axes: Vec<(String, usize)>,
     pub(super) plan: StagePlan,
     pub(super) stages: Vec<Executable>,
     pub(super) out_layouts: Vec<ShardLayout>,
@@ -47,7 +48,7 @@ impl ParallelExe {
     /// Cut `graph` into stages and compile them (and the bodies of host-driven loops).
     pub(super) fn build(
         shown: Graph,
-        axis_label: String,
+        axes: Vec<(String, usize)>,
         out_layouts: Vec<ShardLayout>,
     ) -> ParallelExe {
         // Prints are taken out of the program (those in cond branches before the branches are
@@ -67,7 +68,7 @@ impl ParallelExe {
             .map(|l| {
                 Arc::new(ParallelExe::build(
                     (*l.params.body).clone(),
-                    axis_label.clone(),
+                    axes.clone(),
                     Vec::new(),
                 ))
             })
@@ -79,7 +80,7 @@ impl ParallelExe {
             loop_bodies,
             loop_kernels: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
             prints,
-            axis_label,
+            axes,
             plan,
             stages,
             out_layouts,
@@ -193,16 +194,18 @@ impl ParallelExe {
                 env[d].insert(*v, x);
             }
         }
-        // One parallel axis per map: a device's index is its position.
-        for (v, _name) in &self.plan.axis_index {
+        // A device's index along an axis is its grid coordinate there.
+        for (v, name) in &self.plan.axis_index {
+            let p = self.axes.iter().position(|(a, _)| a == name).unwrap_or(0);
             for (d, dev) in devices.iter().enumerate() {
-                let key = (dev.inner.id, d);
+                let k = crate::mesh::coords(&self.axes, d)[p];
+                let key = (dev.inner.id, k);
                 let cached = lock(&self.index_arrays).get(&key).cloned();
                 let a = match cached {
                     Some(a) => a,
                     None => {
                         // Uploaded outside the lock; a concurrent call's copy, if first, is kept.
-                        let a = put(&HostArray::scalar(crate::Scalar::I32(d as i32)), dev)?;
+                        let a = put(&HostArray::scalar(crate::Scalar::I32(k as i32)), dev)?;
                         lock(&self.index_arrays).entry(key).or_insert(a).clone()
                     }
                 };
@@ -281,7 +284,13 @@ impl ParallelExe {
                 .zip(devices)
                 .enumerate()
                 .flat_map(|(d, (vals, dev))| {
-                    let tag = format!("{} {}={d}", crate::debug::device_tag(dev), self.axis_label);
+                    let at: Vec<String> = self
+                        .axes
+                        .iter()
+                        .zip(crate::mesh::coords(&self.axes, d))
+                        .map(|((a, _), k)| format!("{a}={k}"))
+                        .collect();
+                    let tag = format!("{} {}", crate::debug::device_tag(dev), at.join(" "));
                     crate::debug::lines(&tag, &self.prints, vals)
                 })
                 .collect(),
@@ -329,24 +338,30 @@ impl ParallelExe {
                     .enumerate()
                     .map(|(k, x)| {
                         let out = self.graph.aval(x.out);
-                        let parts = &bytes[k * n..(k + 1) * n];
-                        if !x.collective.all_reduce_into(parts, out, &mut scratch) {
-                            return Err(Error::Unsupported {
-                                op: x.collective.name(),
-                                detail: "as a direct all-reduce".into(),
-                            });
-                        }
-                        let words: &[u8] = bytemuck::cast_slice(&scratch[..out.size()]);
-                        devices
-                            .iter()
-                            .map(|dev| {
-                                Ok(Array::from_buffer(
+                        let all = &bytes[k * n..(k + 1) * n];
+                        let mut arrays: Vec<Option<Array>> = vec![None; n];
+                        for group in self.groups(x) {
+                            let parts: Vec<&[u8]> = group.iter().map(|&d| all[d]).collect();
+                            if !x.collective.all_reduce_into(&parts, out, &mut scratch) {
+                                return Err(Error::Unsupported {
+                                    op: x.collective.name(),
+                                    detail: "as a direct all-reduce".into(),
+                                });
+                            }
+                            let words: &[u8] = bytemuck::cast_slice(&scratch[..out.size()]);
+                            for &d in &group {
+                                let dev = &devices[d];
+                                arrays[d] = Some(Array::from_buffer(
                                     dev.clone(),
                                     dev.upload_bytes(words)?,
                                     out.clone(),
-                                ))
-                            })
-                            .collect()
+                                ));
+                            }
+                        }
+                        Ok(arrays
+                            .into_iter()
+                            .map(|a| a.expect("every device is in one group"))
+                            .collect())
                     })
                     .collect()
             })
@@ -369,17 +384,29 @@ impl ParallelExe {
                 .collect();
             let mut host = read_all(&operands).await?.into_iter();
             for x in slow {
-                let parts: Vec<HostArray> = host.by_ref().take(n).collect();
-                let combined = x.collective.combine(parts, self.graph.aval(x.out));
-                let arrays = devices
-                    .iter()
-                    .enumerate()
-                    .map(|(d, dev)| put(combined.get(d), dev))
-                    .collect::<Result<Vec<_>>>()?;
-                results.push((x.out, arrays));
+                let mut all: Vec<Option<HostArray>> = host.by_ref().take(n).map(Some).collect();
+                let mut arrays: Vec<Option<Array>> = vec![None; n];
+                for group in self.groups(x) {
+                    let parts: Vec<HostArray> = group
+                        .iter()
+                        .map(|&d| all[d].take().expect("every device is in one group"))
+                        .collect();
+                    let combined = x.collective.combine(parts, self.graph.aval(x.out));
+                    for (k, &d) in group.iter().enumerate() {
+                        arrays[d] = Some(put(combined.get(k), &devices[d])?);
+                    }
+                }
+                results.push((x.out, arrays.into_iter().map(Option::unwrap).collect()));
             }
         }
         Ok(results)
+    }
+}
+
+impl ParallelExe {
+    /// The device groups the collective of `x` combines, each in axis order.
+    fn groups(&self, x: &Exchange) -> Vec<Vec<usize>> {
+        crate::mesh::groups(&self.axes, &[x.collective.axis_name.as_str()])
     }
 }
 

@@ -7,8 +7,13 @@
 //! order, and writes each device its result. Outputs stay on their devices as sharded arrays; fed
 //! to the next parallel call with the same layout they are used in place (no host round trip).
 //!
+//! Over a [`crate::Mesh`] (`shard_map(f).mesh(&m).in_specs(..).out_specs(..)`) the devices form a
+//! grid with named axes and a collective over one axis combines the devices that share their other
+//! coordinates; `pmap` and the one-axis `shard_map` run on the same executor with a one-axis grid.
+//!
 //! This file is the user-facing builder ([`Parallel`], [`pmap`], [`shard_map`]); `plan` decides
-//! devices, mapped axes and shard sizes and traces the per-device program; `exec` runs it.
+//! devices, mapped axes and shard sizes and traces the per-device program; `mesh` does the same
+//! from a mesh and partition specs; `exec` runs either.
 
 use crate::ops::ControlOp;
 use std::collections::HashMap;
@@ -22,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::exec::{Executable, count_program_evictions};
 use crate::host::HostArray;
 use crate::lower::stages::{Exchange, StagePlan, split_stages};
+use crate::mesh::{NamedSharding, PartitionSpec};
 use crate::ops::collective::take_block;
 use crate::ops::{CollectiveKind, Prim};
 use crate::tensor::Tensor;
@@ -29,6 +35,7 @@ use crate::trace::graph::{Aval, Graph, Var};
 use crate::trace::{TraceArg, trace_args};
 
 mod exec;
+mod mesh;
 mod plan;
 
 use exec::{ParallelExe, put};
@@ -73,6 +80,10 @@ pub struct Parallel<F> {
     axis_size: Option<usize>,
     devices: Option<Vec<Device>>,
     static_argnums: Vec<usize>,
+    /// `shard_map` over a mesh: the mesh and the per-argument / per-output specs.
+    mesh: Option<crate::mesh::Mesh>,
+    in_specs: Option<Vec<PartitionSpec>>,
+    out_specs: Option<Vec<PartitionSpec>>,
     /// By signature, bounded by the first device's program cache capacity.
     cache: SyncLru<Key, Arc<ParallelExe>>,
     /// Single-device emulations ([`Parallel::emulate`]) by signature, bounded likewise.
@@ -156,9 +167,53 @@ where
             axis_size: None,
             devices: None,
             static_argnums: Vec::new(),
+            mesh: None,
+            in_specs: None,
+            out_specs: None,
             cache: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
             emulated: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
         }
+    }
+    /// Run over every device of `mesh` (JAX's `shard_map(f, mesh=mesh, in_specs=…, out_specs=…)`):
+    /// each argument is cut into blocks as its [`Parallel::in_specs`] entry says, every device
+    /// sees its block, collectives name mesh axes (a `psum` over `"model"` combines the devices
+    /// that share their `"data"` coordinate), and each output is joined from the blocks as its
+    /// [`Parallel::out_specs`] entry says. Replaces `devices`, `axis_name`, `axis_size`,
+    /// `in_axes` and `out_axes` (giving both is an error). `shard_map` only.
+    ///
+    /// ```
+    /// use brigade::{shard_map, psum, Array, Mesh, Tensor, P};
+    /// let devs = brigade::devices()?;
+    /// let n = if devs.len() >= 2 { 2 } else { 1 };
+    /// let mesh = Mesh::new(&devs[..n], &[("data", n), ("model", 1)])?;
+    /// // x @ w with the rows of x split over "data" and w whole on every device.
+    /// let f = shard_map(|a: &[Tensor]| vec![a[0].matmul(&a[1])])
+    ///     .mesh(&mesh)
+    ///     .in_specs(&[P!["data", None], P![]])
+    ///     .out_specs(&[P!["data", None]]);
+    /// let x = Array::from_vec((0..8).map(|v| v as f32).collect::<Vec<f32>>(), &[4, 2])?;
+    /// let w = Array::from_vec(vec![1.0f32, 0.0, 0.0, 2.0], &[2, 2])?;
+    /// let y = f.call(&[x, w])?;
+    /// assert_eq!(y[0].to_vec::<f32>()?, vec![0.0, 2.0, 2.0, 6.0, 4.0, 10.0, 6.0, 14.0]);
+    /// assert_eq!(y[0].sharding().unwrap().spec(), &P!["data", None]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn mesh(mut self, mesh: &crate::mesh::Mesh) -> Self {
+        self.mesh = Some(mesh.clone());
+        self
+    }
+    /// With a mesh: per argument, how it is split over the mesh (`P![]`: whole on every device).
+    /// Entries of static arguments are ignored.
+    pub fn in_specs(mut self, specs: &[PartitionSpec]) -> Self {
+        self.in_specs = Some(specs.to_vec());
+        self
+    }
+    /// With a mesh: per output (one entry for all), how the device blocks form the result. A mesh
+    /// axis an entry does not name must not vary the output (the blocks along it are identical,
+    /// e.g. after a `psum` over it); one that it names concatenates the blocks along that dimension.
+    pub fn out_specs(mut self, specs: &[PartitionSpec]) -> Self {
+        self.out_specs = Some(specs.to_vec());
+        self
     }
     /// The name collectives inside `f` use for this axis (none by default, as in JAX).
     pub fn axis_name(mut self, name: &str) -> Self {
@@ -300,6 +355,9 @@ where
             axis_size: self.axis_size,
             devices: self.devices,
             static_argnums: self.static_argnums,
+            mesh: self.mesh,
+            in_specs: self.in_specs,
+            out_specs: self.out_specs,
             cache: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
             emulated: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
         }
@@ -318,7 +376,7 @@ where
     /// The per-device program traced for these arguments (like `jax.make_jaxpr` of the mapped
     /// function): shapes are what one device sees; collectives appear as equations.
     pub fn graph(&self, args: &[Array]) -> Result<Graph> {
-        let (exe, _, _) = self.prepare(args)?;
+        let exe = self.exe_for(args)?;
         Ok(exe.shown.clone())
     }
 
@@ -331,7 +389,7 @@ where
 
     /// Number of stages and host round trips (collective exchanges) of the program for `args`.
     pub fn stage_count(&self, args: &[Array]) -> Result<(usize, usize)> {
-        let (exe, _, _) = self.prepare(args)?;
+        let exe = self.exe_for(args)?;
         Ok((exe.plan.stages.len(), exe.plan.exchange_count()))
     }
 
@@ -344,8 +402,18 @@ where
 
     /// [`Parallel::call`] for every platform: in the browser collectives await their reads.
     pub async fn call_async(&self, args: &[Array]) -> Result<Vec<Array>> {
-        let (exe, devices, plan) = self.prepare(args)?;
-        let shard_args = self.shard_args(args, &plan, &devices).await?;
+        let (exe, devices, shard_args) = match &self.mesh {
+            Some(mesh) => {
+                let (exe, shardings) = self.prepare_mesh(mesh, args)?;
+                let shard_args = self.mesh_args(args, &shardings).await?;
+                (exe, mesh.devices().to_vec(), shard_args)
+            }
+            None => {
+                let (exe, devices, plan) = self.prepare(args)?;
+                let shard_args = self.shard_args(args, &plan, &devices).await?;
+                (exe, devices, shard_args)
+            }
+        };
         let per_device = exe.run(&devices, shard_args).await?;
         // In the browser a kernel or dispatch error arrives asynchronously: report it here.
         #[cfg(target_arch = "wasm32")]
@@ -356,9 +424,9 @@ where
             .out_layouts
             .iter()
             .enumerate()
-            .map(|(j, &layout)| {
+            .map(|(j, layout)| {
                 Array::from_shards(
-                    layout,
+                    layout.clone(),
                     per_device.iter().map(|outs| outs[j].clone()).collect(),
                     devices.clone(),
                 )
@@ -372,6 +440,12 @@ where
     /// mapped size; split mode: `axis_size`, else the number of devices it would use). Compiled as
     /// one program per signature; the outputs are ordinary arrays on `device`.
     pub fn emulate(&self, device: &Device, args: &[Array]) -> Result<Vec<Array>> {
+        if self.mesh.is_some() {
+            return Err(Error::Unsupported {
+                op: "emulate",
+                detail: "of a shard_map over a mesh: only pmap and one-axis shard_map emulate their devices on one device".into(),
+            });
+        }
         let mapped = self.mapped_axes(args)?;
         let n = match self.mode {
             ParallelMode::Pmap => self.pmap_size(&mapped, args, usize::MAX)?,

@@ -107,6 +107,21 @@ where
                 Aval::new(s, x.dtype())
             })
             .collect();
+        let exe = self.cached_exe(args, shard_avals, &devices, |key| {
+            self.trace(args, key, &mapped)
+        })?;
+        Ok((exe, devices, ArgPlan { mapped, n }))
+    }
+
+    /// The program for these per-device avals (and static argument values) on `devices`: from the
+    /// cache, else traced by `trace` and kept (bounded by the devices' program cache capacity).
+    pub(super) fn cached_exe(
+        &self,
+        args: &[Array],
+        shard_avals: Vec<Aval>,
+        devices: &[Device],
+        trace: impl FnOnce(&Key) -> Result<ParallelExe>,
+    ) -> Result<Arc<ParallelExe>> {
         let mut statics = Vec::new();
         for &s in &self.static_argnums {
             let h = host_data(&args[s])?;
@@ -114,25 +129,21 @@ where
         }
         let key = Key {
             shard_avals,
-            shards: n,
+            shards: devices.len(),
             statics,
         };
-        let cached = self.cache.get(&key);
-        let exe = match cached {
-            Some(e) => e,
-            None => {
-                let e = Arc::new(self.trace(args, &key, &mapped)?);
-                let capacity = devices
-                    .iter()
-                    .map(Device::program_cache_capacity)
-                    .min()
-                    .unwrap_or(DEFAULT_PROGRAM_CACHE_CAPACITY);
-                let kept = self.cache.insert_or_keep(key, e, Some(capacity), |_| true);
-                count_program_evictions(kept.evicted);
-                kept.value
-            }
-        };
-        Ok((exe, devices, ArgPlan { mapped, n }))
+        if let Some(e) = self.cache.get(&key) {
+            return Ok(e);
+        }
+        let e = Arc::new(trace(&key)?);
+        let capacity = devices
+            .iter()
+            .map(Device::program_cache_capacity)
+            .min()
+            .unwrap_or(DEFAULT_PROGRAM_CACHE_CAPACITY);
+        let kept = self.cache.insert_or_keep(key, e, Some(capacity), |_| true);
+        count_program_evictions(kept.evicted);
+        Ok(kept.value)
     }
 
     /// pmap: the mapped size is the number of shards.
@@ -249,26 +260,12 @@ where
         mapped: &[Option<usize>],
     ) -> Result<ParallelExe> {
         let op = self.mode.op();
-        let mut shard = key.shard_avals.iter();
-        let targs: Vec<TraceArg> = args
+        let axes: Vec<(String, usize)> = self
+            .axis_name
             .iter()
-            .enumerate()
-            .map(|(i, x)| {
-                if self.static_argnums.contains(&i) {
-                    TraceArg::Static(x.clone())
-                } else {
-                    TraceArg::Abstract(shard.next().expect("one aval per traced argument").clone())
-                }
-            })
+            .map(|name| (name.clone(), key.shards))
             .collect();
-        let graph = {
-            let _axis = self
-                .axis_name
-                .as_ref()
-                .map(|name| crate::collective::AxisBinding::new(name, key.shards));
-            trace_args(&self.label, &self.f, &targs)?
-        };
-        let traced = graph;
+        let traced = self.trace_graph(args, key, &axes)?;
         // A cond's branches run inline on devices (see `ops::control`): their collectives are
         // the program's own, for what varies between devices too.
         let graph = crate::ops::control::inline_conds(&traced);
@@ -329,7 +326,37 @@ where
             });
         }
         let axis_label = self.axis_name.clone().unwrap_or_else(|| "shard".into());
-        Ok(ParallelExe::build(traced, axis_label, out_layouts))
+        Ok(ParallelExe::build(
+            traced,
+            vec![(axis_label, key.shards)],
+            out_layouts,
+        ))
+    }
+
+    /// Trace `f` on the per-device shapes of `key`, with the parallel `axes` bound for collectives.
+    pub(super) fn trace_graph(
+        &self,
+        args: &[Array],
+        key: &Key,
+        axes: &[(String, usize)],
+    ) -> Result<Graph> {
+        let mut shard = key.shard_avals.iter();
+        let targs: Vec<TraceArg> = args
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                if self.static_argnums.contains(&i) {
+                    TraceArg::Static(x.clone())
+                } else {
+                    TraceArg::Abstract(shard.next().expect("one aval per traced argument").clone())
+                }
+            })
+            .collect();
+        let _bound: Vec<crate::collective::AxisBinding> = axes
+            .iter()
+            .map(|(name, size)| crate::collective::AxisBinding::new(name, *size))
+            .collect();
+        trace_args(&self.label, &self.f, &targs)
     }
 
     // ---- arguments ---------------------------------------------------------------------------------
@@ -353,7 +380,7 @@ where
                 (Some(a), ParallelMode::Split) => ShardLayout::Blocks { axis: a },
                 (None, _) => ShardLayout::Replicated,
             };
-            if x.shard_layout() == Some(want) && x.shard_devices() == devices {
+            if x.shard_layout().as_ref() == Some(&want) && x.shard_devices() == devices {
                 for (d, s) in x.shards().unwrap_or_default().iter().enumerate() {
                     per_device[d].push(s.clone());
                 }
@@ -376,6 +403,7 @@ where
                         put(&take_block(&h, axis, d * rows, rows), dev)?
                     }
                     ShardLayout::Replicated => put(&h, dev)?,
+                    ShardLayout::Named(_) => unreachable!("one-axis maps place by axis"),
                 };
                 per_device[d].push(piece);
             }
@@ -399,20 +427,32 @@ pub(super) fn varying_reasons(
     let ins = (0..g.inputs.len())
         .map(|k| input_mapped[k].then(|| format!("it depends on mapped argument {}", input_arg[k])))
         .collect();
-    varying(g, ins)
+    varying(g, ins, None)
 }
 
 /// [`varying_reasons`] given a reason (or none) per graph input. A loop's results are judged
 /// from its body: a carry varies when its start or the body makes it vary (a fixed point), and a
 /// carry the body makes identical on every device (a pmean, say) is identical after the loop.
-pub(super) fn varying(g: &Graph, ins: Vec<Option<String>>) -> Vec<Option<String>> {
+///
+/// With `axis` (a mesh axis), "varies" means "differs between devices along `axis`": collectives
+/// over other axes pass their operand's reason on, and their `axis_index` does not vary.
+pub(super) fn varying(
+    g: &Graph,
+    ins: Vec<Option<String>>,
+    axis: Option<&str>,
+) -> Vec<Option<String>> {
     let mut why: Vec<Option<String>> = vec![None; g.avals.len()];
     for (v, r) in g.inputs.iter().zip(ins) {
         why[v.idx()] = r;
     }
     for e in &g.eqns {
         let reason_of = |v: &Var| why[v.idx()].clone();
+        let other_axis = |c: &crate::ops::Collective| axis.is_some_and(|a| a != c.axis_name);
         let reasons: Vec<Option<String>> = match &e.prim {
+            Prim::Collective(c) if other_axis(c) && c.kind == CollectiveKind::AxisIndex => {
+                vec![None]
+            }
+            Prim::Collective(c) if other_axis(c) => vec![e.inputs.iter().find_map(reason_of)],
             Prim::Collective(c) if c.result_is_invariant() => vec![None],
             Prim::Collective(c) if c.kind == CollectiveKind::AxisIndex => {
                 vec![Some("it depends on axis_index".into())]
@@ -429,7 +469,7 @@ pub(super) fn varying(g: &Graph, ins: Vec<Option<String>>) -> Vec<Option<String>
                     let mut body_ins = ins[..nc].to_vec();
                     body_ins.extend(carry.iter().cloned());
                     body_ins.extend(ins[nc + nk..].iter().cloned());
-                    let w = varying(&p.body, body_ins);
+                    let w = varying(&p.body, body_ins, axis);
                     let outs: Vec<Option<String>> =
                         p.body.outputs.iter().map(|v| w[v.idx()].clone()).collect();
                     let mut changed = false;

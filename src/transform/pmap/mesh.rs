@@ -1,0 +1,225 @@
+//! `shard_map` over a [`Mesh`]: specs checked against the mesh and the arguments, the per-device
+//! program traced with every mesh axis bound, arguments cut into their blocks, and the outputs'
+//! specs checked against what varies along each mesh axis.
+
+use super::plan::varying;
+use super::*;
+use crate::mesh::Mesh;
+
+impl<F> Parallel<F>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    /// The traced program for `args`, with a mesh or without.
+    pub(super) fn exe_for(&self, args: &[Array]) -> Result<Arc<ParallelExe>> {
+        Ok(match &self.mesh {
+            Some(mesh) => self.prepare_mesh(mesh, args)?.0,
+            None => self.prepare(args)?.0,
+        })
+    }
+
+    /// Check the mesh call, find each traced argument's sharding, trace if needed.
+    pub(super) fn prepare_mesh(
+        &self,
+        mesh: &Mesh,
+        args: &[Array],
+    ) -> Result<(Arc<ParallelExe>, Vec<NamedSharding>)> {
+        let bad = |detail: String| Error::BadSharding {
+            op: "shard_map",
+            detail,
+        };
+        if self.mode == ParallelMode::Pmap {
+            return Err(bad(
+                "pmap maps one axis of devices; to run over a mesh use shard_map(f).mesh(&mesh).in_specs(..).out_specs(..)".into(),
+            ));
+        }
+        let set: Vec<&str> = [
+            ("devices", self.devices.is_some()),
+            ("axis_name", self.axis_name.is_some()),
+            ("axis_size", self.axis_size.is_some()),
+            ("in_axes", self.in_axes.is_some()),
+            ("out_axes", self.out_axes.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(n, _)| n)
+        .collect();
+        if !set.is_empty() {
+            return Err(bad(format!(
+                "mesh() replaces {}: the mesh gives the devices and axis names, in_specs/out_specs say what is split (e.g. P![\"data\", None] for rows over \"data\")",
+                set.join(", ")
+            )));
+        }
+        let Some(in_specs) = &self.in_specs else {
+            return Err(bad(format!(
+                "with a mesh, in_specs is required: one PartitionSpec per argument ({} here), P![] for an argument every device needs whole",
+                args.len()
+            )));
+        };
+        if in_specs.len() != args.len() {
+            return Err(bad(format!(
+                "in_specs has {} entries but {} arguments were given: give one PartitionSpec per argument",
+                in_specs.len(),
+                args.len()
+            )));
+        }
+        if self.out_specs.is_none() {
+            return Err(bad(
+                "with a mesh, out_specs is required: one PartitionSpec per output (or one for all), e.g. P![\"data\"] to join the blocks along axis 0, P![] for a value identical on every device".into(),
+            ));
+        }
+        if let Some(&s) = self.static_argnums.iter().find(|&&s| s >= args.len()) {
+            return Err(Error::BadParallelArg {
+                op: "shard_map",
+                detail: format!(
+                    "static_argnums names argument {s} but only {} arguments were given",
+                    args.len()
+                ),
+            });
+        }
+        let is_static = |i: usize| self.static_argnums.contains(&i);
+        let mut shardings = Vec::new();
+        let mut shard_avals = Vec::new();
+        for (i, (x, spec)) in args.iter().zip(in_specs).enumerate() {
+            if is_static(i) {
+                continue;
+            }
+            let s = NamedSharding::checked("shard_map", mesh, spec.clone())?;
+            let local = s.shard_shape_for("shard_map", x.shape(), Some(i))?;
+            // An array already spread over other devices is not moved silently (JAX refuses too).
+            let on = x.shard_devices();
+            if !on.is_empty() && !on.iter().all(|d| mesh.devices().contains(d)) {
+                let ids = |ds: &[Device]| {
+                    ds.iter()
+                        .map(|d| d.index().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                return Err(bad(format!(
+                    "argument {i} is sharded over devices [{}], which are not all in the mesh (devices [{}]): move it first with device_put(&x, &NamedSharding::new(&mesh, spec)?)",
+                    ids(on),
+                    ids(mesh.devices())
+                )));
+            }
+            shard_avals.push(Aval::new(local, x.dtype()));
+            shardings.push(s);
+        }
+        let exe = self.cached_exe(args, shard_avals, mesh.devices(), |key| {
+            self.trace_mesh(mesh, args, key, &shardings)
+        })?;
+        Ok((exe, shardings))
+    }
+
+    fn trace_mesh(
+        &self,
+        mesh: &Mesh,
+        args: &[Array],
+        key: &Key,
+        shardings: &[NamedSharding],
+    ) -> Result<ParallelExe> {
+        let axes = mesh.axes().to_vec();
+        let traced = self.trace_graph(args, key, &axes)?;
+        let graph = crate::ops::control::inline_conds(&traced);
+        let outs = graph.outputs.len();
+        let specs = self.out_specs.as_deref().unwrap_or_default();
+        let specs: Vec<PartitionSpec> = match specs.len() {
+            1 => vec![specs[0].clone(); outs],
+            k if k == outs => specs.to_vec(),
+            k => {
+                return Err(Error::BadSharding {
+                    op: "shard_map",
+                    detail: format!(
+                        "out_specs has {k} entries but the function returns {outs} outputs: give one entry, or one per output"
+                    ),
+                });
+            }
+        };
+        // Per mesh axis: why each variable differs between devices along it.
+        let traced_args: Vec<usize> = (0..args.len())
+            .filter(|i| !self.static_argnums.contains(i))
+            .collect();
+        let along: Vec<Vec<Option<String>>> = axes
+            .iter()
+            .map(|(a, _)| {
+                let ins = shardings
+                    .iter()
+                    .zip(&traced_args)
+                    .map(|(s, i)| {
+                        s.spec().named_axes().contains(&a.as_str()).then(|| {
+                            format!(
+                                "it depends on argument {i}, split over '{a}' ({})",
+                                s.spec()
+                            )
+                        })
+                    })
+                    .collect();
+                varying(&graph, ins, Some(a))
+            })
+            .collect();
+        let mut out_layouts = Vec::with_capacity(outs);
+        for (j, (&v, spec)) in graph.outputs.iter().zip(&specs).enumerate() {
+            let s = NamedSharding::checked("shard_map", mesh, spec.clone())?;
+            let local = &graph.aval(v).shape;
+            if spec.entries().len() > local.len() {
+                return Err(Error::BadSharding {
+                    op: "shard_map",
+                    detail: format!(
+                        "out_specs[{j}] is {spec} but output {j} has rank {} per device (shape {local:?}): give at most one entry per dimension",
+                        local.len()
+                    ),
+                });
+            }
+            for ((a, size), why) in axes.iter().zip(&along) {
+                // Nothing differs along an axis of one device.
+                if *size == 1 || spec.named_axes().contains(&a.as_str()) {
+                    continue;
+                }
+                if let Some(w) = &why[v.idx()] {
+                    return Err(Error::BadSharding {
+                        op: "shard_map",
+                        detail: format!(
+                            "out_specs[{j}] is {spec}, which does not name the mesh axis '{a}', so output {j} must be identical along '{a}'; it differs ({w}): name '{a}' in its spec to join the blocks, or make it identical first with psum/pmean/all_gather over '{a}'"
+                        ),
+                    });
+                }
+            }
+            out_layouts.push(ShardLayout::Named(s));
+        }
+        Ok(ParallelExe::build(traced, axes, out_layouts))
+    }
+
+    /// Each device's block of every traced argument, on that device. Arguments already placed as
+    /// their spec says, on the mesh's devices, are used in place.
+    pub(super) async fn mesh_args(
+        &self,
+        args: &[Array],
+        shardings: &[NamedSharding],
+    ) -> Result<Vec<Vec<Array>>> {
+        let Some(first) = shardings.first() else {
+            let n = self.mesh.as_ref().map_or(0, Mesh::size);
+            return Ok(vec![Vec::new(); n]);
+        };
+        let devices = first.mesh().devices();
+        let mut per_device: Vec<Vec<Array>> = vec![Vec::new(); devices.len()];
+        let traced = args
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.static_argnums.contains(i))
+            .map(|(_, x)| x);
+        for (x, s) in traced.zip(shardings) {
+            let in_place = x.sharding().is_some_and(|t| t.same_placement(s, x.ndim()))
+                && !matches!(x.shard_layout(), Some(ShardLayout::Stacked { .. }));
+            let placed = if x.host().is_some() || in_place {
+                x.to_sharding(s)?
+            } else {
+                // Read back once (awaited, so this works in the browser too), then cut.
+                Array::from_host(read_all(std::slice::from_ref(x)).await?.remove(0))
+                    .to_sharding(s)?
+            };
+            for (d, b) in placed.shards().unwrap_or_default().iter().enumerate() {
+                per_device[d].push(b.clone());
+            }
+        }
+        Ok(per_device)
+    }
+}
