@@ -40,7 +40,7 @@ pub use error::{Error, Result};
 pub use host::{Element, HostArray, HostData};
 pub use ops::conv::{ConvOptions, Padding};
 pub use ops::{Window, WindowOp};
-pub use plan::{Plan, plan};
+pub use plan::{MemoryAnalysis, Plan, plan};
 pub use tensor::{Axes, TakeMode, Tensor, select};
 pub use trace::graph::{Aval, Graph, Var};
 pub use transform::control::{Branch, ScanOptions, cond, fori_loop, scan, scan_with, switch};
