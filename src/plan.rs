@@ -41,10 +41,13 @@ pub struct Plan {
     /// Most examples whose largest buffer fits the binding limit (`usize::MAX` when no buffer
     /// grows with the batch).
     pub binding_cap: usize,
-    /// Most examples whose call fits the memory budget, counted as the budget counts (the pool's
-    /// capacities, [`MemoryAnalysis::pool_peak_bytes`]); None without a budget, `usize::MAX` when
-    /// nothing grows with the batch. The whole budget is assumed free: arrays the device already
-    /// holds count against it too.
+    /// Most examples whose call fits the memory budget on a device that holds nothing else,
+    /// counted as the budget counts: each buffer of the call's plan, in the order the call
+    /// allocates them, takes its pool bucket where that fits under the budget and its exact size
+    /// where only that does (so the cap lies between the batches whose
+    /// [`MemoryAnalysis::pool_peak_bytes`] and [`MemoryAnalysis::peak_bytes`] fill the budget).
+    /// None without a budget, `usize::MAX` when nothing grows with the batch. Arrays the device
+    /// already holds count against the budget too.
     pub budget_cap: Option<usize>,
     /// Most examples one device can take: the smaller of `binding_cap` and `budget_cap`.
     pub batch_cap: usize,
@@ -84,8 +87,7 @@ impl fmt::Display for Plan {
 /// example, the per-device cap and the number of devices `batch_total` examples need.
 ///
 /// The cap is the largest batch whose largest buffer fits the device's storage-binding limit
-/// and, when the device has a memory budget, whose call ([`MemoryAnalysis::pool_peak_bytes`] of
-/// the batched program) fits the budget.
+/// and, when the device has a memory budget, whose call fits the budget ([`Plan::budget_cap`]).
 ///
 /// ```
 /// use brigade::{plan, Aval, DType, Tensor};
@@ -115,8 +117,9 @@ where
     let limits = *device.limits();
     let limit = limits.max_array_bytes();
     let batched = crate::transform::vmap::vmap(&f);
-    // The memory analysis and largest buffer of the program for `b` examples.
-    let measure = |b: usize| -> Result<(MemoryAnalysis, u64)> {
+    // The memory analysis and largest buffer of the program for `b` examples, and whether its
+    // buffers fit the budget.
+    let measure = |b: usize| -> Result<Measured> {
         let avals: Vec<Aval> = example
             .iter()
             .map(|a| {
@@ -131,13 +134,18 @@ where
         let (g, _) = crate::debug::strip_prints(&g);
         let p = lower(&g, &crate::device::DeviceLimits::host())?;
         let largest = p.slot_bytes.iter().copied().max().unwrap_or(0);
-        Ok((MemoryAnalysis::of(&p, &[], limit), largest))
+        let fits = |budget: u64| pool_fits(&p.slot_bytes, budget, limit);
+        Ok(Measured {
+            analysis: MemoryAnalysis::of(&p, &[], limit),
+            largest,
+            fits: device.memory_limit().is_none_or(fits),
+        })
     };
     // Two batch sizes large enough that buffer rounding does not matter.
     let (b1, b2) = (64usize, 128usize);
-    let (m1, l1) = measure(b1)?;
-    let (m2, l2) = measure(b2)?;
-    let (t1, t2) = (m1.peak_bytes, m2.peak_bytes);
+    let (m1, m2) = (measure(b1)?, measure(b2)?);
+    let (l1, l2) = (m1.largest, m2.largest);
+    let (t1, t2) = (m1.analysis.peak_bytes, m2.analysis.peak_bytes);
     let d = (b2 - b1) as u64;
     let per = t2.saturating_sub(t1) / d;
     let lper = l2.saturating_sub(l1) / d;
@@ -171,7 +179,7 @@ where
     };
     let cap = budget_cap.map_or(binding_cap, |c| c.min(binding_cap));
     let devices_needed = batch_total.div_ceil(cap);
-    let (per_device, _) = measure(batch_total.div_ceil(devices_needed))?;
+    let per_device = measure(batch_total.div_ceil(devices_needed))?.analysis;
     Ok(Plan {
         batch_total,
         bytes_per_sample: per,
@@ -188,27 +196,54 @@ where
     })
 }
 
+/// What `plan` measures of the batched program for one batch size.
+struct Measured {
+    analysis: MemoryAnalysis,
+    largest: u64,
+    /// Its buffers fit the device's memory budget ([`pool_fits`]); true without one.
+    fits: bool,
+}
+
+/// Whether buffers of `slots` bytes, allocated in this order on a device holding nothing else,
+/// stay under `budget` as the pool allocates them: each takes its bucket
+/// ([`crate::device::bucket_size`]) where that fits, else its exact size (rounded to 4 bytes)
+/// where that fits.
+fn pool_fits(slots: &[u64], budget: u64, max_buffer: u64) -> bool {
+    let mut in_use = 0u64;
+    for &b in slots {
+        let exact = b.max(4).next_multiple_of(4);
+        let Some(take) = [bucket_size(b, max_buffer), exact]
+            .into_iter()
+            .find(|&c| in_use.saturating_add(c) <= budget)
+        else {
+            return false;
+        };
+        in_use += take;
+    }
+    true
+}
+
 /// The largest batch (at most `binding_cap`, the search's upper end when nothing grows) whose
-/// call's pool capacities fit `budget`: searched between the linear estimate from the requested
-/// bytes (`fixed + per · b`, which the capacities never undercut) and a quarter below it (pool
-/// buckets waste at most a quarter of a large buffer), measuring the compiled plan at each probe.
+/// call fits `budget` ([`pool_fits`]): searched up to the linear estimate from the requested
+/// bytes (`fixed + per · b`, which the pool never undercuts) from a quarter below it (buckets
+/// waste at most a quarter of a large buffer), measuring the compiled plan at each probe.
 fn budget_cap(
-    measure: &dyn Fn(usize) -> Result<(MemoryAnalysis, u64)>,
+    measure: &dyn Fn(usize) -> Result<Measured>,
     budget: u64,
     per: u64,
     fixed: u64,
     binding_cap: usize,
     device: &Device,
 ) -> Result<usize> {
-    let fits = |b: usize| -> Result<bool> { Ok(measure(b)?.0.pool_peak_bytes <= budget) };
-    if !fits(1)? {
-        let needed = measure(1)?.0.pool_peak_bytes;
+    let fits = |b: usize| -> Result<bool> { Ok(measure(b)?.fits) };
+    let one = measure(1)?;
+    if !one.fits {
         return Err(Error::OutOfMemory {
             device: device.name().to_string(),
             detail: format!(
-                "one example of this function needs {needed} bytes of buffers (pool capacities) but the \
-                 memory budget is {budget} bytes: raise the budget (memory_limit, BRIGADE_MEMORY_LIMIT) \
-                 or shrink the example"
+                "one example of this function needs {} bytes of buffers but the memory budget is {budget} \
+                 bytes: raise the budget (memory_limit, BRIGADE_MEMORY_LIMIT) or shrink the example",
+                one.analysis.peak_bytes
             ),
         });
     }
