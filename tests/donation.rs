@@ -318,6 +318,10 @@ fn memory_analysis_matches_hand_derived_numbers() {
         "{md}"
     );
 
+    // Shapes alone give the same analysis (no data made).
+    let avals = [x.aval().clone()];
+    assert_eq!(jit(chain).on(dev).memory_analysis_avals(&avals).unwrap(), m);
+
     // (a @ b) @ c: the product a @ b is a real temporary.
     let (sa, sb, sc) = ([32usize, 64], [64usize, 16], [16usize, 8]);
     let mm = |a: &[Tensor]| vec![a[0].matmul(&a[1]).matmul(&a[2])];

@@ -62,6 +62,16 @@ impl CompileCache {
         capacity: Option<usize>,
     ) -> Result<Arc<Executable>> {
         let avals: Vec<Aval> = args.iter().map(|a| a.aval().clone()).collect();
+        self.executable_for(label, f, avals, capacity)
+    }
+    /// [`CompileCache::executable`] for arguments of these shapes and dtypes (no data needed).
+    pub(crate) fn executable_for(
+        &self,
+        label: &str,
+        f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+        avals: Vec<Aval>,
+        capacity: Option<usize>,
+    ) -> Result<Arc<Executable>> {
         if let Some(e) = self.map.get(&avals) {
             return Ok(e);
         }

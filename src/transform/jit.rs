@@ -10,7 +10,7 @@ use crate::exec::{CompileCache, RunOpts};
 use crate::lower::Program;
 use crate::plan::MemoryAnalysis;
 use crate::tensor::Tensor;
-use crate::trace::graph::Graph;
+use crate::trace::graph::{Aval, Graph};
 
 /// A function compiled with [`jit`]: traced once per input signature, lowered and cached per device.
 ///
@@ -171,14 +171,33 @@ where
     pub fn memory_analysis(&self, args: &[Array]) -> Result<MemoryAnalysis> {
         let refs: Vec<&Array> = args.iter().collect();
         let dev = crate::exec::pick_device(self.device.as_ref(), &refs)?;
+        let avals = args.iter().map(|a| a.aval().clone()).collect();
+        self.analysis_on(&dev, avals)
+    }
+
+    /// [`Jit::memory_analysis`] for arguments of these shapes and dtypes, without data (JAX's
+    /// `jit(f).lower(jax.ShapeDtypeStruct(..))`): plan a program too large to hold on the host.
+    /// Runs on the [`Jit::on`] device, else the global runtime's first.
+    ///
+    /// ```
+    /// use brigade::{jit, Aval, DType, Tensor};
+    /// // x·y + x on 4096² floats: two 64 MiB arguments, a 64 MiB result, no temporary (fused).
+    /// let f = jit(|a: &[Tensor]| vec![&a[0] * &a[1] + &a[0]]);
+    /// let sq = Aval::new(vec![4096, 4096], DType::F32);
+    /// let m = f.memory_analysis_avals(&[sq.clone(), sq])?;
+    /// assert_eq!((m.argument_bytes, m.output_bytes, m.temp_bytes), (2 << 26, 1 << 26, 0));
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn memory_analysis_avals(&self, avals: &[Aval]) -> Result<MemoryAnalysis> {
+        let dev = crate::exec::pick_device(self.device.as_ref(), &[])?;
+        self.analysis_on(&dev, avals.to_vec())
+    }
+
+    fn analysis_on(&self, dev: &Device, avals: Vec<Aval>) -> Result<MemoryAnalysis> {
+        let capacity = Some(dev.program_cache_capacity());
         self.cache
-            .executable(
-                &self.label,
-                &self.f,
-                args,
-                Some(dev.program_cache_capacity()),
-            )?
-            .memory_analysis(&dev)
+            .executable_for(&self.label, &self.f, avals, capacity)?
+            .memory_analysis(dev)
     }
 
     /// Number of argument signatures whose programs this function holds (at most the
