@@ -1,6 +1,7 @@
 //! Device planning: how many chefs does a banquet need? `N = ceil(B_total / b_cap)`, where `b_cap`
 //! is the most examples one device can take — from the device's real limits and the function's
-//! memory per example, measured by compiling it (`brigade::plan`).
+//! memory per example, measured by compiling it (`brigade::plan`); with `BRIGADE_MEMORY_LIMIT` set,
+//! the memory budget caps the batch too.
 //!
 //! ```sh
 //! cargo run --release --example device_planning
@@ -57,9 +58,18 @@ pub fn run(quick: bool) -> Result<bool> {
         sums.len(),
         if rows_ok { "✓" } else { "✗" }
     );
+    // The cap is planned for a device holding nothing else.
+    drop((ran, fits));
     let over = random::normal(&random::key(4), &[p.batch_cap + 1, features]).to_array()?;
+    // Over the binding limit can never fit (OverLimit); over a memory budget
+    // (BRIGADE_MEMORY_LIMIT), when that is the tighter cap, is out of memory.
+    let by_budget = p.budget_cap.is_some_and(|c| c < p.binding_cap);
     let refused = match batched.call(std::slice::from_ref(&over)) {
-        Err(e @ Error::OverLimit { .. }) => {
+        Err(e @ Error::OverLimit { .. }) if !by_budget => {
+            println!("  {} examples are refused ✓:\n    {e}", p.batch_cap + 1);
+            true
+        }
+        Err(e @ Error::OutOfMemory { .. }) if by_budget => {
             println!("  {} examples are refused ✓:\n    {e}", p.batch_cap + 1);
             true
         }

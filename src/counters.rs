@@ -26,6 +26,13 @@ pub struct Counters {
     /// Programs evicted from a full program cache of `jit`, `pmap`/`shard_map` or eager ops
     /// ([`crate::Device::program_cache_capacity`]).
     pub programs_evicted: u64,
+    /// Donated arguments whose buffer became an output (`Jit::donate_argnums`): no buffer was
+    /// allocated for that output.
+    pub donations_reused: u64,
+    /// Donated arguments whose buffer was still held elsewhere (a clone of the array, an app's
+    /// handle, a call with borrowed arguments): the output got a fresh buffer, filled with a copy
+    /// of the argument, and the argument kept its values.
+    pub donations_copied: u64,
 }
 
 impl Counters {
@@ -46,6 +53,12 @@ impl Counters {
             programs_evicted: self
                 .programs_evicted
                 .saturating_sub(earlier.programs_evicted),
+            donations_reused: self
+                .donations_reused
+                .saturating_sub(earlier.donations_reused),
+            donations_copied: self
+                .donations_copied
+                .saturating_sub(earlier.donations_copied),
         }
     }
 }
@@ -53,7 +66,7 @@ impl Counters {
 thread_local! {
     static COUNTERS: Cell<Counters> = const { Cell::new(Counters {
         traces: 0, pipelines_created: 0, dispatches: 0, submits: 0, bytes_uploaded: 0, bytes_downloaded: 0,
-        kernels_evicted: 0, programs_evicted: 0,
+        kernels_evicted: 0, programs_evicted: 0, donations_reused: 0, donations_copied: 0,
     }) };
 }
 

@@ -129,6 +129,16 @@ pub enum Error {
     #[error("{op}: {detail}")]
     TraceMismatch { op: &'static str, detail: String },
 
+    /// `Jit::donate_argnums` names an argument that cannot be donated: one past the arguments
+    /// (`other` None), or an array also passed at position `other` (its buffer would be
+    /// overwritten while the program still reads it there).
+    #[error("donate_argnums: {detail}")]
+    BadDonation {
+        donated: usize,
+        other: Option<usize>,
+        detail: String,
+    },
+
     /// The function was called with the wrong number of arguments.
     #[error("{what}: expected {expected} arguments, got {got}")]
     Arity {
@@ -370,6 +380,7 @@ impl Error {
                 | Error::TracedValue { .. }
                 | Error::TraceMismatch { .. }
                 | Error::Arity { .. }
+                | Error::BadDonation { .. }
                 | Error::IndivisibleSplit { .. }
                 | Error::TooManyShards { .. }
                 | Error::MappedSizeMismatch { .. }

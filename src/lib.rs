@@ -42,7 +42,7 @@ pub use host::{Element, HostArray, HostData};
 pub use mesh::{Mesh, NamedSharding, PartitionSpec, SpecEntry};
 pub use ops::conv::{ConvOptions, Padding};
 pub use ops::{Window, WindowOp};
-pub use plan::{Plan, plan};
+pub use plan::{MemoryAnalysis, Plan, plan};
 pub use tensor::{Axes, TakeMode, Tensor, select};
 pub use trace::graph::{Aval, Graph, Var};
 pub use transform::control::{Branch, ScanOptions, cond, fori_loop, scan, scan_with, switch};

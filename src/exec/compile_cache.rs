@@ -22,6 +22,8 @@ use crate::trace::trace_fn;
 /// inside its own `jit`) — see [`crate::cache`].
 pub(crate) struct CompileCache {
     map: SyncLru<Vec<Aval>, Arc<Executable>>,
+    /// Arguments whose buffers the programs may give to their outputs (`Jit::donate_argnums`).
+    donate: Vec<usize>,
 }
 
 /// Count (and drop) programs evicted from a full program cache.
@@ -35,8 +37,14 @@ pub(crate) fn count_program_evictions<T>(evicted: Vec<T>) {
 
 impl CompileCache {
     pub(crate) fn new() -> CompileCache {
+        CompileCache::donating(&[])
+    }
+    /// A cache whose programs take the buffers of the arguments at positions `donate` for
+    /// their outputs where they can (see [`crate::lower::lower_donating`]).
+    pub(crate) fn donating(donate: &[usize]) -> CompileCache {
         CompileCache {
             map: SyncLru::new(crate::device::DEFAULT_PROGRAM_CACHE_CAPACITY),
+            donate: donate.to_vec(),
         }
     }
     /// Signatures held.
@@ -54,11 +62,21 @@ impl CompileCache {
         capacity: Option<usize>,
     ) -> Result<Arc<Executable>> {
         let avals: Vec<Aval> = args.iter().map(|a| a.aval().clone()).collect();
+        self.executable_for(label, f, avals, capacity)
+    }
+    /// [`CompileCache::executable`] for arguments of these shapes and dtypes (no data needed).
+    pub(crate) fn executable_for(
+        &self,
+        label: &str,
+        f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+        avals: Vec<Aval>,
+        capacity: Option<usize>,
+    ) -> Result<Arc<Executable>> {
         if let Some(e) = self.map.get(&avals) {
             return Ok(e);
         }
         let g = trace_fn(label, &f, &avals)?;
-        let e = Arc::new(Executable::new(g));
+        let e = Arc::new(Executable::donating(g, &self.donate));
         let kept = self.map.insert_or_keep(avals, e, capacity, |_| true);
         count_program_evictions(kept.evicted);
         Ok(kept.value)

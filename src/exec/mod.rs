@@ -17,7 +17,7 @@ use crate::cache::SyncLru;
 use crate::device::{BufferCopy, Command, Device, DeviceBuffer, DeviceLimits, Dispatch, Kernel};
 use crate::error::{Error, Result};
 use crate::host::HostArray;
-use crate::lower::{Op, Program, lower_with};
+use crate::lower::{Op, Program, lower_donating};
 use crate::trace::graph::Graph;
 
 /// A graph with its per-device compiled programs, pipelines and constant buffers. `Send + Sync`:
@@ -29,6 +29,8 @@ pub(crate) struct Executable {
     /// What runs: `graph` without its prints, the printed values as extra outputs.
     run_graph: Graph,
     prints: Vec<crate::debug::PrintSpec>,
+    /// Arguments donated to the outputs (`Jit::donate_argnums`), sorted, no repeats.
+    donate: Vec<usize>,
     /// By device and the limits the program was planned against, with the device's cache epoch
     /// when compiled (an entry from before [`Device::clear_caches`] is compiled again). Bounded:
     /// devices that come and go (new runtimes) do not pile up programs here.
@@ -53,11 +55,20 @@ pub(crate) fn same_device(a: &Device, b: &Device) -> bool {
 
 impl Executable {
     pub(crate) fn new(graph: Graph) -> Executable {
+        Executable::donating(graph, &[])
+    }
+
+    /// An executable whose arguments `donate` (positions) give their buffers to the outputs.
+    pub(crate) fn donating(graph: Graph, donate: &[usize]) -> Executable {
         let (run_graph, prints) = crate::debug::strip_prints(&graph);
+        let mut donate = donate.to_vec();
+        donate.sort_unstable();
+        donate.dedup();
         Executable {
             graph,
             run_graph,
             prints,
+            donate,
             compiled: SyncLru::new(DEVICES_PER_EXECUTABLE),
         }
     }
@@ -76,7 +87,8 @@ impl Executable {
         }
         // Matmul kernels are picked by measurement on this device (cached per adapter and shape).
         let chooser = crate::device::tune::DeviceChooser { dev };
-        let program = lower_with(&self.run_graph, limits, &chooser).map_err(|e| match e {
+        let (g, donate) = (&self.run_graph, &self.donate);
+        let program = lower_donating(g, limits, &chooser, donate).map_err(|e| match e {
             // The lowering knows the limits, not the device: name it here.
             Error::OverLimit {
                 what,
@@ -121,6 +133,24 @@ impl Executable {
     /// The program compiled for `dev` (compiling it if needed).
     pub(crate) fn program_for(&self, dev: &Device) -> Result<Program> {
         Ok(self.compiled_for(dev, dev.limits())?.program.clone())
+    }
+
+    /// The memory a call on `dev` takes, from the program it runs there (on the cpu device,
+    /// which interprets the graph, the plan a GPU device of its limits would allocate).
+    pub(crate) fn memory_analysis(&self, dev: &Device) -> Result<crate::plan::MemoryAnalysis> {
+        let limits = dev.limits();
+        let max = limits.max_array_bytes();
+        if dev.is_cpu() {
+            let chooser = crate::ops::matmul::kernel::DefaultChooser;
+            let p = lower_donating(&self.run_graph, limits, &chooser, &self.donate)?;
+            return Ok(crate::plan::MemoryAnalysis::of(&p, &self.donate, max));
+        }
+        let c = self.compiled_for(dev, limits)?;
+        Ok(crate::plan::MemoryAnalysis::of(
+            &c.program,
+            &self.donate,
+            max,
+        ))
     }
 
     /// Run on `dev`. Arguments not on `dev` are copied there first. Returns without waiting for the
@@ -203,6 +233,7 @@ impl Executable {
                 got: args.len(),
             });
         }
+        check_donation(&self.donate, args)?;
         if dev.is_cpu() && (opts.into.is_some() || opts.encoder.is_some()) {
             return Err(Error::Unsupported {
                 op: if opts.into.is_some() {
@@ -240,9 +271,20 @@ impl Executable {
             usages,
             into,
             encoder,
+            owned,
         } = opts;
         crate::device::check_output_usages(usages, "Jit::output_usages")?;
         let extra = dev.output_usages() | usages;
+        // Donated arguments an output takes (before the slots below hold more handles).
+        let donated: Vec<usize> = {
+            let mut d: Vec<usize> = p.donated.iter().map(|&(a, _)| a).collect();
+            d.dedup();
+            d
+        };
+        let reusable: Vec<bool> = donated
+            .iter()
+            .map(|&a| donation_reusable(&args[a], dev, owned, extra))
+            .collect();
         let mut slots: Vec<Option<Arc<DeviceBuffer>>> = vec![None; p.slot_bytes.len()];
         for (arg, &s) in args.iter().zip(&p.input_slots) {
             let on_dev = match (arg.device(), arg.buffer()) {
@@ -260,6 +302,21 @@ impl Executable {
         }
         for (s, b) in &c.consts {
             slots[*s] = Some(b.clone());
+        }
+        // A donated buffer someone else still holds (a clone of the array, an app, a view) keeps
+        // its values: the output gets a fresh buffer, filled with the argument first, and the
+        // program updates that instead.
+        let mut donation_copies: Vec<(Arc<DeviceBuffer>, usize, u64)> = Vec::new();
+        for (&a, &reuse) in donated.iter().zip(&reusable) {
+            let s = p.input_slots[a];
+            if reuse {
+                crate::counters::bump(|c| c.donations_reused += 1);
+                continue;
+            }
+            crate::counters::bump(|c| c.donations_copied += 1);
+            let src = slots[s].take().expect("argument slot filled");
+            slots[s] = Some(dev.alloc_with(p.slot_bytes[s], extra)?);
+            donation_copies.push((src, s, args[a].aval().size_bytes() as u64));
         }
         // With `into`: each output is written into the caller's buffer. Bound as the output slot
         // itself where nothing else uses that slot's buffer and the sizes agree (kernels see the
@@ -326,6 +383,19 @@ impl Executable {
             })
             .collect();
         let buf = |s: usize| &**slots[s].as_ref().expect("every slot is filled");
+        let firsts: Vec<Command<'_>> = donation_copies
+            .iter()
+            .filter(|(_, _, bytes)| *bytes > 0)
+            .map(|(src, s, bytes)| {
+                Command::Copy(BufferCopy {
+                    src,
+                    src_offset: 0,
+                    dst: buf(*s),
+                    dst_offset: 0,
+                    size: *bytes,
+                })
+            })
+            .collect();
         // The copies into the caller's buffers, after the program.
         let mut finals: Vec<Command<'_>> = Vec::new();
         for &i in &copy_after {
@@ -358,6 +428,9 @@ impl Executable {
                 // at any iteration count). Submit and return: outputs are ready when read (reads
                 // wait on the queue).
                 let mut rec = dev.recorder(&dispatches)?;
+                for c in firsts {
+                    rec.push(c)?;
+                }
                 walk(&p.schedule, 0, &buf, &mut |c| rec.push(c))?;
                 for c in finals {
                     rec.push(c)?;
@@ -366,6 +439,9 @@ impl Executable {
             }
             Some(enc) => {
                 let mut commands: Vec<Command<'_>> = Vec::new();
+                for c in firsts {
+                    push_encoded(&mut commands, c)?;
+                }
                 walk(&p.schedule, 0, &buf, &mut |c| {
                     push_encoded(&mut commands, c)
                 })?;
@@ -443,6 +519,9 @@ pub(crate) struct RunOpts<'o> {
     pub(crate) into: Option<&'o [Array]>,
     /// Record into this encoder instead of submitting (`encode`).
     pub(crate) encoder: Option<&'o mut wgpu::CommandEncoder>,
+    /// The caller gave up its handles to the arguments (`Jit::call_donating`): a donated
+    /// argument's buffer that nothing else holds may become an output.
+    pub(crate) owned: bool,
 }
 
 impl Default for RunOpts<'_> {
@@ -451,7 +530,62 @@ impl Default for RunOpts<'_> {
             usages: wgpu::BufferUsages::empty(),
             into: None,
             encoder: None,
+            owned: false,
         }
+    }
+}
+
+/// Refuse a donation the program cannot honour: a donated position past the arguments, or an
+/// array (or its buffer) given at a donated position and at another one (JAX refuses both).
+fn check_donation(donate: &[usize], args: &[Array]) -> Result<()> {
+    for &d in donate {
+        let Some(a) = args.get(d) else {
+            return Err(Error::BadDonation {
+                donated: d,
+                other: None,
+                detail: format!(
+                    "the function takes {} argument(s), so there is no argument {d} to donate: \
+                     donate_argnums counts from 0",
+                    args.len()
+                ),
+            });
+        };
+        let same = |b: &Array| {
+            Arc::ptr_eq(&a.inner, &b.inner)
+                || matches!((a.buffer(), b.buffer()), (Some(x), Some(y)) if x.same_wgpu_buffer(y))
+        };
+        if let Some(j) = (0..args.len()).find(|&j| j != d && same(&args[j])) {
+            return Err(Error::BadDonation {
+                donated: d,
+                other: Some(j),
+                detail: format!(
+                    "argument {d} is donated (its buffer may become an output) but the same array is also \
+                     argument {j}, which the program still reads: pass a copy at one of them \
+                     (`array.to_device(&device)` of a host copy) or do not donate argument {d}"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether donated argument `arg`'s buffer may become an output on `dev`: an upload made for this
+/// call always may; a device array only when the caller handed it over (`owned`) and nothing else
+/// holds it: no clone of the array, no other array on the buffer, not an app's buffer or one
+/// handed to the app, and with the usages the outputs get.
+fn donation_reusable(arg: &Array, dev: &Device, owned: bool, extra: wgpu::BufferUsages) -> bool {
+    match (arg.device(), arg.buffer()) {
+        (Some(d), Some(b)) if same_device(d, dev) => {
+            owned
+                && Arc::strong_count(&arg.inner) == 1
+                && Arc::strong_count(b) == 1
+                && !b.imported
+                && !b.is_shared()
+                && b.extra == extra
+        }
+        // Uploaded for this call: a fresh buffer nobody else holds (a replicated array has its
+        // own shard on `dev` instead, which it keeps).
+        _ => arg.shards().is_none() && extra.is_empty(),
     }
 }
 

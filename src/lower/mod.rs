@@ -82,6 +82,9 @@ pub struct Program {
     pub const_slots: Vec<(usize, HostArray)>,
     pub output_slots: Vec<usize>,
     pub output_avals: Vec<Aval>,
+    /// Donated arguments whose buffer an output takes: `(argument, output)`, the output's slot
+    /// being the argument's ([`crate::Jit::donate_argnums`]).
+    pub donated: Vec<(usize, usize)>,
 }
 
 impl Program {
@@ -669,6 +672,22 @@ pub(crate) fn lower_with(
     limits: &DeviceLimits,
     chooser: &dyn MatmulChooser,
 ) -> Result<Program> {
+    lower_donating(graph, limits, chooser, &[])
+}
+
+/// [`lower_with`] where the inputs numbered in `donate` are donated (`Jit::donate_argnums`): an
+/// output may be computed into a donated input's slot when it has the input's byte size and the
+/// input is read by no later step, so the program needs no buffer of its own for that output.
+/// The step that reads the input last may be the one writing the output when it reads the whole
+/// input before writing (a two-pass reduction), or when it is a fused elementwise kernel reading
+/// the input only at the element it writes (then it runs in place). Which argument became which
+/// output is [`Program::donated`]; a donated input no output can take keeps its own slot.
+pub(crate) fn lower_donating(
+    graph: &Graph,
+    limits: &DeviceLimits,
+    chooser: &dyn MatmulChooser,
+    donate: &[usize],
+) -> Result<Program> {
     graph.check()?;
     refuse_collectives(graph)?;
     refuse_f64(graph)?;
@@ -684,7 +703,7 @@ pub(crate) fn lower_with(
 
     // Fuse as much as the binding limit allows: when a kernel reads too many buffers, store the
     // fusable operand that contributes the most of them and try again.
-    let steps = loop {
+    let mut steps = loop {
         let steps = plan_steps(&g, &producers, &mat, limits, chooser)?;
         let over = steps.iter().find_map(|s| match s {
             Step::Kernel { src, out }
@@ -731,9 +750,40 @@ pub(crate) fn lower_with(
     let mut launches = Vec::new();
     let mut schedule = Vec::new();
     let mut const_slots: Vec<(usize, HostArray)> = Vec::new();
-    let mut holders: Vec<Vec<Var>> = Vec::new(); // variables sharing each slot
-    for (i, s) in steps.iter().enumerate() {
+    let mut holders: Vec<Vec<Var>> = vec![Vec::new(); slot_bytes.len()]; // variables sharing each slot
+    // Donated inputs no output has taken yet, and the (input, output) pairs that share a slot.
+    let mut donors: Vec<usize> = donate.to_vec();
+    let mut donated: Vec<(usize, usize)> = Vec::new();
+    for i in 0..steps.len() {
+        let taken = take_donor(
+            &g,
+            &producers,
+            &mat,
+            &mut steps,
+            i,
+            &Donors {
+                candidates: &donors,
+                slot_of: &slot_of,
+                holders: &holders,
+                last_use: &last_use,
+            },
+            limits.max_compute_workgroups_per_dimension,
+        );
+        if let Some(d) = taken {
+            donors.retain(|&x| x != d);
+            let out = steps[i].writes(&g)[0];
+            let sl = slot_of[g.inputs[d].idx()].expect("input slot");
+            slot_of[out.idx()] = Some(sl);
+            holders[sl].push(out);
+            for (o, _) in g.outputs.iter().enumerate().filter(|(_, v)| **v == out) {
+                donated.push((d, o));
+            }
+        }
+        let s = &steps[i];
         for out in s.writes(&g) {
+            if slot_of[out.idx()].is_some() {
+                continue; // in a donated input's slot
+            }
             let slot = if let Step::Alias { input, .. } = s {
                 slot_of[input.idx()].expect("materialized input has a slot")
             } else {
@@ -891,7 +941,83 @@ pub(crate) fn lower_with(
         const_slots,
         output_slots,
         output_avals,
+        donated,
     })
+}
+
+/// What [`take_donor`] looks at: the donated inputs still free and the slot plan so far.
+struct Donors<'a> {
+    candidates: &'a [usize],
+    slot_of: &'a [Option<usize>],
+    holders: &'a [Vec<Var>],
+    last_use: &'a [usize],
+}
+
+/// The donated input (its position among the graph's inputs) whose slot step `i`'s output can
+/// take, if any (see [`lower_donating`]); an elementwise step that must run in place for it is
+/// replaced by its in-place kernel.
+fn take_donor(
+    g: &Graph,
+    producers: &[Option<usize>],
+    mat: &[bool],
+    steps: &mut [Step],
+    i: usize,
+    d: &Donors<'_>,
+    max_wg: u32,
+) -> Option<usize> {
+    let out = match &steps[i] {
+        Step::Kernel { out, .. } | Step::TwoPass { out, .. } | Step::Passes { out, .. } => *out,
+        Step::Alias { .. } | Step::Scan { .. } => return None,
+    };
+    if !g.outputs.contains(&out) {
+        return None;
+    }
+    // The real sizes, not the slots' (at least 16 bytes): the argument's buffer is the caller's,
+    // of exactly its array's size.
+    let size = |v: Var| g.aval(v).size_bytes();
+    for &k in d.candidates {
+        let x = g.inputs[k];
+        let sl = d.slot_of[x.idx()].expect("input slot");
+        let sharing: Vec<Var> = std::iter::once(x)
+            .chain(d.holders[sl].iter().copied())
+            .collect();
+        let read_at = |v: Var| Some(d.last_use[v.idx()]).filter(|&u| u != usize::MAX);
+        if size(x) != size(out)
+            || g.aval(x).dtype.size_bytes() != g.aval(out).dtype.size_bytes()
+            || sharing.iter().any(|v| g.outputs.contains(v))
+            || sharing.iter().any(|&v| read_at(v).is_some_and(|u| u > i))
+        {
+            continue;
+        }
+        let read_here: Vec<Var> = sharing
+            .iter()
+            .copied()
+            .filter(|&v| read_at(v) == Some(i))
+            .collect();
+        if read_here.is_empty() {
+            return Some(k);
+        }
+        // A two-pass reduction reads everything in its first pass, the second writes the output.
+        if matches!(steps[i], Step::TwoPass { .. }) {
+            return Some(k);
+        }
+        let elementwise = matches!(steps[i], Step::Kernel { .. })
+            && matches!(
+                g.eqns[producers[out.idx()]?].prim.lowering(),
+                Lowering::Elementwise
+                    | Lowering::Constant
+                    | Lowering::Remap { .. }
+                    | Lowering::Keyed
+            );
+        if elementwise && read_here == [x] {
+            if let Some(src) = wgsl::elementwise_kernel_in_place(g, producers, mat, out, x, max_wg)
+            {
+                steps[i] = Step::Kernel { src, out };
+                return Some(k);
+            }
+        }
+    }
+    None
 }
 
 /// Where a loop body's program is appended in its parent's.

@@ -8,8 +8,9 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::exec::{CompileCache, RunOpts};
 use crate::lower::Program;
+use crate::plan::MemoryAnalysis;
 use crate::tensor::Tensor;
-use crate::trace::graph::Graph;
+use crate::trace::graph::{Aval, Graph};
 
 /// A function compiled with [`jit`]: traced once per input signature, lowered and cached per device.
 ///
@@ -109,6 +110,96 @@ where
             )?
             .program_for(device)
     }
+    /// Donate the arguments at positions `argnums` (JAX's `donate_argnums`): the program may
+    /// compute an output into a donated argument's buffer instead of a buffer of its own, so an
+    /// update `p = f(p, ..)` (an optimizer step) needs no second copy of `p` on the device.
+    ///
+    /// A donated argument's buffer becomes the first output of its byte size that is computed
+    /// after the program's last read of it ([`MemoryAnalysis::donated`] says which; a donated
+    /// argument no output can take is listed in [`MemoryAnalysis::unused_donations`] and keeps
+    /// its buffer). A fused elementwise kernel that reads the argument only at the element it
+    /// writes (`p - lr * g`) runs in place.
+    ///
+    /// Arrays are shared handles, so the buffer is taken only from a call that owns its
+    /// arguments, [`Jit::call_donating`], and only when nothing else holds it: no clone of the
+    /// array, no buffer exported to the app. Otherwise (a clone is alive, or a call with borrowed
+    /// arguments, `call`) the program writes a fresh buffer filled with a copy of the argument
+    /// and every other holder keeps the old values; [`crate::Counters::donations_reused`] and
+    /// [`crate::Counters::donations_copied`] count which happened. A host argument is uploaded
+    /// into a buffer of the call's own, which the output takes.
+    ///
+    /// ```
+    /// use brigade::{jit, Array, Tensor};
+    /// let sgd = jit(|a: &[Tensor]| vec![&a[0] - &a[1] * 0.1]).donate_argnums(&[0]);
+    /// # let Some(dev) = brigade::Runtime::global()?.devices().iter().find(|d| !d.is_cpu()).cloned() else { return Ok(()) };
+    /// let mut p = Array::from_vec(vec![1.0f32, 2.0], &[2])?.to_device(&dev)?;
+    /// let g = Array::from_vec(vec![1.0f32, 1.0], &[2])?.to_device(&dev)?;
+    /// for _ in 0..10 {
+    ///     // p is moved in; its buffer is updated in place and comes back as the output.
+    ///     p = sgd.call_donating(vec![p, g.clone()])?.remove(0);
+    /// }
+    /// let got = p.to_vec::<f32>()?;
+    /// assert!((got[0] - 0.0).abs() < 1e-5 && (got[1] - 1.0).abs() < 1e-5);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    ///
+    /// Errors (at the call): [`Error::BadDonation`](crate::Error::BadDonation) when a position
+    /// is past the arguments, or when a donated array (or another array on its buffer) is also
+    /// passed at another position, naming both.
+    pub fn donate_argnums(mut self, argnums: &[usize]) -> Self {
+        self.cache = CompileCache::donating(argnums);
+        self
+    }
+
+    /// Call with arguments given up by the caller, so that donated arguments
+    /// ([`Jit::donate_argnums`]) can give their buffers to the outputs. Otherwise as `call`.
+    pub fn call_donating(&self, args: Vec<Array>) -> Result<Vec<Array>> {
+        let opts = RunOpts {
+            usages: self.usages,
+            owned: true,
+            ..RunOpts::default()
+        };
+        self.cache
+            .call_with(&self.label, &self.f, self.device.as_ref(), &args, opts)
+    }
+
+    /// The device memory a call with arguments like `args` takes on the device it would run on
+    /// (JAX's `jit(f).lower(..).compile().memory_analysis()`): bytes of arguments, outputs,
+    /// temporaries and the peak, from the buffer plan the call allocates. Compiles the program
+    /// (cached for later calls) but runs nothing; `args` may be host arrays of the shapes.
+    /// See [`MemoryAnalysis`].
+    pub fn memory_analysis(&self, args: &[Array]) -> Result<MemoryAnalysis> {
+        let refs: Vec<&Array> = args.iter().collect();
+        let dev = crate::exec::pick_device(self.device.as_ref(), &refs)?;
+        let avals = args.iter().map(|a| a.aval().clone()).collect();
+        self.analysis_on(&dev, avals)
+    }
+
+    /// [`Jit::memory_analysis`] for arguments of these shapes and dtypes, without data (JAX's
+    /// `jit(f).lower(jax.ShapeDtypeStruct(..))`): plan a program too large to hold on the host.
+    /// Runs on the [`Jit::on`] device, else the global runtime's first.
+    ///
+    /// ```
+    /// use brigade::{jit, Aval, DType, Tensor};
+    /// // x·y + x on 4096² floats: two 64 MiB arguments, a 64 MiB result, no temporary (fused).
+    /// let f = jit(|a: &[Tensor]| vec![&a[0] * &a[1] + &a[0]]);
+    /// let sq = Aval::new(vec![4096, 4096], DType::F32);
+    /// let m = f.memory_analysis_avals(&[sq.clone(), sq])?;
+    /// assert_eq!((m.argument_bytes, m.output_bytes, m.temp_bytes), (2 << 26, 1 << 26, 0));
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn memory_analysis_avals(&self, avals: &[Aval]) -> Result<MemoryAnalysis> {
+        let dev = crate::exec::pick_device(self.device.as_ref(), &[])?;
+        self.analysis_on(&dev, avals.to_vec())
+    }
+
+    fn analysis_on(&self, dev: &Device, avals: Vec<Aval>) -> Result<MemoryAnalysis> {
+        let capacity = Some(dev.program_cache_capacity());
+        self.cache
+            .executable_for(&self.label, &self.f, avals, capacity)?
+            .memory_analysis(dev)
+    }
+
     /// Number of argument signatures whose programs this function holds (at most the
     /// [`Device::program_cache_capacity`] of the device it last compiled for).
     pub fn programs_cached(&self) -> usize {
@@ -175,6 +266,7 @@ where
             usages: self.usages,
             into: Some(outs),
             encoder: None,
+            owned: false,
         };
         self.cache
             .call_with(&self.label, &self.f, self.device.as_ref(), args, opts)
@@ -208,6 +300,7 @@ where
             usages: self.usages,
             into: None,
             encoder: Some(encoder),
+            owned: false,
         };
         self.cache
             .call_with(&self.label, &self.f, self.device.as_ref(), args, opts)
@@ -225,6 +318,7 @@ where
             usages: self.usages,
             into: Some(outs),
             encoder: Some(encoder),
+            owned: false,
         };
         self.cache
             .call_with(&self.label, &self.f, self.device.as_ref(), args, opts)

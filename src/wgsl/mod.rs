@@ -45,6 +45,12 @@ pub(crate) struct Emitter<'a> {
     lanes: Option<Lanes>,
     /// Per input binding, after lane mode: whether it is declared `array<vec4<T>>`.
     vec_inputs: Vec<bool>,
+    /// A materialized input that lives in the output's own buffer (a donated argument updated in
+    /// place, see [`elementwise_kernel_in_place`]): read from `out0`, never bound on its own.
+    in_place: Option<Var>,
+    /// Set when `in_place` was read anywhere but at the invocation's own output positions: the
+    /// kernel would then read elements another invocation may already have overwritten.
+    off_root: bool,
 }
 
 /// Lane state of an [`Emitter`] whose kernel computes `LANES` adjacent output elements per
@@ -107,6 +113,8 @@ impl<'a> Emitter<'a> {
             root: None,
             lanes: None,
             vec_inputs: Vec::new(),
+            in_place: None,
+            off_root: false,
         }
     }
     /// Declare the kernel's output index (see `root`).
@@ -254,6 +262,9 @@ impl<'a> Emitter<'a> {
     /// by the lanes when they read 4 adjacent aligned elements, one load shared by all lanes when the
     /// index does not depend on the lane, else a load of its own.
     fn lane_load(&mut self, v: Var, idx: &[String]) -> String {
+        if self.in_place == Some(v) {
+            return self.in_place_lane_load(v, idx);
+        }
         let aval = self.g.aval(v).clone();
         let (b, vec) = self.lane_binding(v);
         let l = self.lanes.as_ref().expect("lane mode");
@@ -289,21 +300,7 @@ impl<'a> Emitter<'a> {
             }
         };
         if let Some(vi) = shared_vec {
-            let key = (b, format!("v:{vi}"));
-            let known = self.lanes.as_ref().and_then(|l| l.memo.get(&key).cloned());
-            let name = match known {
-                Some(n) => n,
-                None => {
-                    let t = self.tmp("w");
-                    self.line(&format!("let {t} = in{b}[{vi}];"));
-                    if top {
-                        let l = self.lanes.as_mut().expect("lane mode");
-                        l.tainted.remove(&t);
-                        l.memo.insert(key, t.clone());
-                    }
-                    t
-                }
-            };
+            let name = self.vec_load((b, format!("v:{vi}")), format!("in{b}[{vi}]"), top);
             let t = self.tmp("v");
             let field = format!("{name}.{}", LANE_FIELDS[lane]);
             self.line(&format!("let {t} = {};", wrap(field)));
@@ -334,6 +331,54 @@ impl<'a> Emitter<'a> {
         }
         t
     }
+    /// The name of a `vec4` load shared by the lanes (`load`, memoized under `key` when made at
+    /// the body's top level, `top`).
+    fn vec_load(&mut self, key: (usize, String), load: String, top: bool) -> String {
+        if let Some(n) = self.lanes.as_ref().and_then(|l| l.memo.get(&key).cloned()) {
+            return n;
+        }
+        let t = self.tmp("w");
+        self.line(&format!("let {t} = {load};"));
+        if top {
+            let l = self.lanes.as_mut().expect("lane mode");
+            l.tainted.remove(&t);
+            l.memo.insert(key, t.clone());
+        }
+        t
+    }
+    /// A lane's load of the in-place input `v`: its own element of `out0`, one `vec4` load shared by
+    /// the lanes when the output is stored as `vec4` (the in-place input has the output's length
+    /// and element type, so it is laid out as the output is).
+    fn in_place_lane_load(&mut self, v: Var, idx: &[String]) -> String {
+        let aval = self.g.aval(v).clone();
+        let l = self.lanes.as_ref().expect("lane mode");
+        let (lane, top, root_vec) = (l.lane, self.indent == l.top, l.root_vec.clone());
+        let root_lin = match &self.root {
+            Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => Some(rl.clone()),
+            _ => None,
+        };
+        let Some(lin) = root_lin else {
+            self.off_root = true;
+            return "0".into();
+        };
+        let wrap = |e: String| {
+            if aval.dtype == DType::Bool {
+                format!("({e} != 0u)")
+            } else {
+                e
+            }
+        };
+        let load = if aval.size().is_multiple_of(LANES) {
+            let key = (usize::MAX, format!("v:{root_vec}"));
+            let name = self.vec_load(key, format!("out0[{root_vec}]"), top);
+            format!("{name}.{}", LANE_FIELDS[lane])
+        } else {
+            format!("out0[{lin}]")
+        };
+        let t = self.tmp("v");
+        self.line(&format!("let {t} = {};", wrap(load)));
+        t
+    }
     /// Whether expression `e` depends on the lane (lane mode only).
     fn lane_dep(&self, e: &str) -> bool {
         self.lanes
@@ -347,16 +392,22 @@ impl<'a> Emitter<'a> {
             if self.lanes.is_some() {
                 return self.lane_load(v, idx);
             }
-            let b = self.binding(v);
-            let lin = match &self.root {
-                Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => rl.clone(),
-                _ => layout::linear_wgsl(&aval.shape, idx),
+            let root_lin = match &self.root {
+                Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => Some(rl.clone()),
+                _ => None,
             };
+            let buffer = if self.in_place == Some(v) {
+                self.off_root |= root_lin.is_none();
+                "out0".to_string()
+            } else {
+                format!("in{}", self.binding(v))
+            };
+            let lin = root_lin.unwrap_or_else(|| layout::linear_wgsl(&aval.shape, idx));
             let t = self.tmp("v");
             let load = if aval.dtype == DType::Bool {
-                format!("(in{b}[{lin}] != 0u)")
+                format!("({buffer}[{lin}] != 0u)")
             } else {
-                format!("in{b}[{lin}]")
+                format!("{buffer}[{lin}]")
             };
             self.line(&format!("let {t} = {load};"));
             return t;
@@ -563,6 +614,38 @@ pub(crate) fn elementwise_kernel(
     root: Var,
     max_wg: u32,
 ) -> KernelSrc {
+    elementwise_kernel_with(g, producers, materialized, root, None, max_wg)
+        .expect("a kernel without an in-place input is always made")
+}
+
+/// [`elementwise_kernel`] computing `root` in place of materialized `input` (a donated argument
+/// of the same length and storage type): `input` is read from the output buffer `out0` instead of
+/// a binding of its own, so one buffer is both. None when that is unsafe: when the body reads
+/// `input` anywhere but at the element being written (a transpose or broadcast of it), another
+/// invocation could overwrite an element before it is read.
+pub(crate) fn elementwise_kernel_in_place(
+    g: &Graph,
+    producers: &[Option<usize>],
+    materialized: &[bool],
+    root: Var,
+    input: Var,
+    max_wg: u32,
+) -> Option<KernelSrc> {
+    let (a, b) = (g.aval(input), g.aval(root));
+    if a.size() != b.size() || a.dtype.wgsl_storage() != b.dtype.wgsl_storage() {
+        return None;
+    }
+    elementwise_kernel_with(g, producers, materialized, root, Some(input), max_wg)
+}
+
+fn elementwise_kernel_with(
+    g: &Graph,
+    producers: &[Option<usize>],
+    materialized: &[bool],
+    root: Var,
+    in_place: Option<Var>,
+    max_wg: u32,
+) -> Option<KernelSrc> {
     let aval = g.aval(root).clone();
     let n = aval.size();
     // Emit with `root` itself treated as computed (it is the output, not an input).
@@ -576,12 +659,16 @@ pub(crate) fn elementwise_kernel(
     // body calls.
     let (ix1, idx1) = index_lets(&aval.shape, "gb", "i", 1);
     let mut em1 = Emitter::new(g, producers, &mat, 1).with_root(&idx1, &aval.shape, "gb");
+    em1.in_place = in_place;
     let val1 = em1.value(root, &idx1);
     let heavy = calls_soft_float(&em1.helpers);
     let lanes = if n >= LANES && !heavy { LANES } else { 1 };
     let nv = n.div_ceil(lanes);
     let (index, body, store, inputs, vec_inputs, helpers);
     if lanes == 1 {
+        if em1.off_root {
+            return None;
+        }
         index = ix1;
         store = format!("    out0[gb] = {};", store_expr(aval.dtype, &val1));
         (body, inputs, vec_inputs, helpers) = (em1.body, em1.inputs, Vec::new(), em1.helpers);
@@ -624,6 +711,7 @@ pub(crate) fn elementwise_kernel(
             }
         }
         let mut em = Emitter::new(g, producers, &mat, 1).with_lanes(tainted, last, "gv");
+        em.in_place = in_place;
         let mut vals = Vec::new();
         for (c, (idx, lin)) in lane_idx.iter().enumerate() {
             em.lanes.as_mut().expect("lane mode").lane = c;
@@ -643,6 +731,9 @@ pub(crate) fn elementwise_kernel(
             }
             s
         };
+        if em.off_root {
+            return None;
+        }
         let l = em.lanes.take().expect("lane mode");
         (body, inputs, vec_inputs, helpers) = (em.body, em.inputs, l.vec_inputs, em.helpers);
     }
@@ -674,12 +765,13 @@ pub(crate) fn elementwise_kernel(
             ("STORE", &indent(&store)),
         ],
     );
-    KernelSrc {
-        label: format!("fused_{name}_{}", aval),
+    let place = if in_place.is_some() { "_inplace" } else { "" };
+    Some(KernelSrc {
+        label: format!("fused_{name}{place}_{}", aval),
         wgsl,
         inputs,
         workgroups: balanced_grid(nv.div_ceil(WG as usize * reps), max_wg),
-    }
+    })
 }
 
 #[cfg(test)]
