@@ -487,3 +487,39 @@ fn mesh_and_sharding_errors_are_typed() {
         .unwrap();
     assert_eq!(vals(&y[0]), vals(&x));
 }
+
+#[test]
+fn one_axis_outputs_are_named_shardings_and_feed_a_mesh_in_place() {
+    let devs = devices_with("vulkan:4");
+    let x = rand_f32(&[8, 3], 9);
+    // shard_map over the four devices (one axis): blocks of two rows each.
+    let y = shard_map(|a: &[Tensor]| vec![&a[0] * 2.0])
+        .devices(&devs)
+        .call(std::slice::from_ref(&x))
+        .unwrap()
+        .remove(0);
+    let s = y.sharding().expect("sharded");
+    assert_eq!(s.mesh().devices(), &devs[..]);
+    assert_eq!(s.mesh().axes(), &[("shard".to_string(), 4)]);
+    assert_eq!(s.spec(), &P!["shard"]);
+    // The same placement over a mesh whose axis has another name: used in place, nothing uploaded.
+    let mesh = Mesh::new(&devs, &[("data", 4)]).unwrap();
+    let f = shard_map(|a: &[Tensor]| vec![&a[0] + 1.0])
+        .mesh(&mesh)
+        .in_specs(&[P!["data"]])
+        .out_specs(&[P!["data"]]);
+    f.call(std::slice::from_ref(&y)).unwrap(); // compile first
+    let before = brigade::counters();
+    let z = f.call(std::slice::from_ref(&y)).unwrap().remove(0);
+    let moved = brigade::counters().since(&before);
+    assert_eq!(moved.bytes_uploaded, 0, "the blocks were moved: {moved:?}");
+    let want: Vec<f32> = vals(&x).iter().map(|v| v * 2.0 + 1.0).collect();
+    assert_eq!(vals(&z), want);
+    // pmap's stacked outputs describe the same placement (one entry of axis 0 per device).
+    let p = pmap(|a: &[Tensor]| vec![&a[0] * 3.0])
+        .devices(&devs)
+        .call(&[rand_f32(&[4, 5], 10)])
+        .unwrap()
+        .remove(0);
+    assert_eq!(p.sharding().unwrap().spec(), &P!["shard"]);
+}
