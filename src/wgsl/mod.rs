@@ -45,6 +45,28 @@ pub(crate) struct Emitter<'a> {
     lanes: Option<Lanes>,
     /// Per input binding, after lane mode: whether it is declared `array<vec4<T>>`.
     vec_inputs: Vec<bool>,
+    /// For a kernel over one segment of its output (see [`Segment`]): reads of the inputs bound at
+    /// that segment only are shifted by its start.
+    seg: Option<SegReads>,
+}
+
+/// One segment of an elementwise kernel's output: elements `base..base + len`, with the inputs
+/// `vars` (same shape as the output, too large to bind whole) bound at the same elements. The
+/// kernel computes global indices, so operands bound whole (broadcasts, small arrays) are read
+/// as usual; `base` is a multiple of [`LANES`].
+#[derive(Clone, Debug)]
+pub(crate) struct Segment {
+    pub base: usize,
+    pub len: usize,
+    pub vars: Vec<Var>,
+}
+
+/// What an [`Emitter`] over a [`Segment`] shifts, and which segment-bound inputs it read away
+/// from the output's own index (a segment binding cannot serve those).
+struct SegReads {
+    vars: Vec<Var>,
+    base: usize,
+    off_root: Vec<Var>,
 }
 
 /// Lane state of an [`Emitter`] whose kernel computes `LANES` adjacent output elements per
@@ -107,6 +129,20 @@ impl<'a> Emitter<'a> {
             root: None,
             lanes: None,
             vec_inputs: Vec::new(),
+            seg: None,
+        }
+    }
+    /// The index `lin` of a read of `v` (in units of `per` elements), relative to `v`'s segment
+    /// binding when it has one; `at_root` says whether the read is at the output's own index.
+    fn seg_lin(&mut self, v: Var, lin: String, at_root: bool, per: usize) -> String {
+        match &mut self.seg {
+            Some(s) if s.vars.contains(&v) => {
+                if !at_root && !s.off_root.contains(&v) {
+                    s.off_root.push(v);
+                }
+                format!("({lin} - {}u)", s.base / per)
+            }
+            _ => lin,
         }
     }
     /// Declare the kernel's output index (see `root`).
@@ -289,6 +325,7 @@ impl<'a> Emitter<'a> {
             }
         };
         if let Some(vi) = shared_vec {
+            let vi = self.seg_lin(v, vi, is_root, LANES);
             let key = (b, format!("v:{vi}"));
             let known = self.lanes.as_ref().and_then(|l| l.memo.get(&key).cloned());
             let name = match known {
@@ -313,6 +350,7 @@ impl<'a> Emitter<'a> {
             Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => rl.clone(),
             _ => layout::linear_wgsl(&aval.shape, idx),
         };
+        let lin = self.seg_lin(v, lin, is_root, 1);
         let invariant = !self.lane_dep(&lin);
         let key = (b, format!("s:{lin}"));
         if invariant {
@@ -348,10 +386,13 @@ impl<'a> Emitter<'a> {
                 return self.lane_load(v, idx);
             }
             let b = self.binding(v);
-            let lin = match &self.root {
-                Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => rl.clone(),
-                _ => layout::linear_wgsl(&aval.shape, idx),
+            let (lin, at_root) = match &self.root {
+                Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => {
+                    (rl.clone(), true)
+                }
+                _ => (layout::linear_wgsl(&aval.shape, idx), false),
             };
+            let lin = self.seg_lin(v, lin, at_root, 1);
             let t = self.tmp("v");
             let load = if aval.dtype == DType::Bool {
                 format!("(in{b}[{lin}] != 0u)")
@@ -563,8 +604,34 @@ pub(crate) fn elementwise_kernel(
     root: Var,
     max_wg: u32,
 ) -> KernelSrc {
+    elementwise_segment(g, producers, materialized, root, max_wg, None).0
+}
+
+/// [`elementwise_kernel`] over one segment of the output (all of it with `None`): the kernel
+/// writes elements `seg.base..seg.base + seg.len` into an output bound at those elements only,
+/// reading the inputs `seg.vars` bound likewise. The WGSL differs from the whole kernel's only
+/// in where `gv` starts and in the shifted reads and stores. Also returns the segment-bound
+/// inputs read away from the output's own index (a transpose, a slice): the caller must not
+/// run such a kernel.
+pub(crate) fn elementwise_segment(
+    g: &Graph,
+    producers: &[Option<usize>],
+    materialized: &[bool],
+    root: Var,
+    max_wg: u32,
+    seg: Option<&Segment>,
+) -> (KernelSrc, Vec<Var>) {
     let aval = g.aval(root).clone();
     let n = aval.size();
+    let seg_reads = || {
+        seg.map(|s| SegReads {
+            vars: s.vars.clone(),
+            base: s.base,
+            off_root: Vec::new(),
+        })
+    };
+    // Shifts of the stores (elements, and groups of LANES) and of the first group.
+    let (base, len) = seg.map_or((0, n), |s| (s.base, s.len));
     // Emit with `root` itself treated as computed (it is the output, not an input).
     let mut mat = materialized.to_vec();
     mat[root.idx()] = false;
@@ -576,14 +643,22 @@ pub(crate) fn elementwise_kernel(
     // body calls.
     let (ix1, idx1) = index_lets(&aval.shape, "gb", "i", 1);
     let mut em1 = Emitter::new(g, producers, &mat, 1).with_root(&idx1, &aval.shape, "gb");
+    em1.seg = seg_reads();
     let val1 = em1.value(root, &idx1);
     let heavy = calls_soft_float(&em1.helpers);
     let lanes = if n >= LANES && !heavy { LANES } else { 1 };
-    let nv = n.div_ceil(lanes);
-    let (index, body, store, inputs, vec_inputs, helpers);
+    // Groups this kernel computes, and the shift of the stores in elements.
+    let nv = len.div_ceil(lanes);
+    let sb = if base > 0 {
+        format!(" - {base}u")
+    } else {
+        String::new()
+    };
+    let (index, body, store, inputs, vec_inputs, helpers, off_root);
     if lanes == 1 {
         index = ix1;
-        store = format!("    out0[gb] = {};", store_expr(aval.dtype, &val1));
+        store = format!("    out0[gb{sb}] = {};", store_expr(aval.dtype, &val1));
+        off_root = em1.seg.map(|s| s.off_root).unwrap_or_default();
         (body, inputs, vec_inputs, helpers) = (em1.body, em1.inputs, Vec::new(), em1.helpers);
     } else {
         let rank = aval.rank();
@@ -624,6 +699,7 @@ pub(crate) fn elementwise_kernel(
             }
         }
         let mut em = Emitter::new(g, producers, &mat, 1).with_lanes(tainted, last, "gv");
+        em.seg = seg_reads();
         let mut vals = Vec::new();
         for (c, (idx, lin)) in lane_idx.iter().enumerate() {
             em.lanes.as_mut().expect("lane mode").lane = c;
@@ -633,16 +709,22 @@ pub(crate) fn elementwise_kernel(
         }
         index = ix;
         store = if n.is_multiple_of(LANES) {
-            format!("    out0[gv] = vec4<{st}>({});", vals.join(", "))
+            let sv = if base > 0 {
+                format!(" - {}u", base / LANES)
+            } else {
+                String::new()
+            };
+            format!("    out0[gv{sv}] = vec4<{st}>({});", vals.join(", "))
         } else {
-            let mut s = format!("    out0[gb] = {};", vals[0]);
+            let mut s = format!("    out0[gb{sb}] = {};", vals[0]);
             for (c, v) in vals.iter().enumerate().skip(1) {
                 s.push_str(&format!(
-                    "\n    if (gb + {c}u < {n}u) {{\n        out0[gb + {c}u] = {v};\n    }}"
+                    "\n    if (gb + {c}u < {n}u) {{\n        out0[gb + {c}u{sb}] = {v};\n    }}"
                 ));
             }
             s
         };
+        off_root = em.seg.take().map(|s| s.off_root).unwrap_or_default();
         let l = em.lanes.take().expect("lane mode");
         (body, inputs, vec_inputs, helpers) = (em.body, em.inputs, l.vec_inputs, em.helpers);
     }
@@ -653,6 +735,12 @@ pub(crate) fn elementwise_kernel(
         .into_iter()
         .find(|&r| !heavy && nv >= r * WG as usize * MIN_WORKGROUPS)
         .unwrap_or(1);
+    // The segment's first group: `gv` stays the global group index.
+    let gv = if base > 0 {
+        format!("g0 + rep * stride + {}u", base / lanes)
+    } else {
+        "g0 + rep * stride".to_string()
+    };
     let out_elem = if lanes == LANES && n.is_multiple_of(LANES) {
         format!("vec4<{st}>")
     } else {
@@ -666,7 +754,8 @@ pub(crate) fn elementwise_kernel(
                 &bindings_vec(g, &inputs, &vec_inputs, &out_elem),
             ),
             ("HELPERS", &helpers_src(&helpers)),
-            ("NV", &nv.to_string()),
+            ("GV", &gv),
+            ("NV", &(base / lanes + nv).to_string()),
             ("LANES", &lanes.to_string()),
             ("REPS", &reps.to_string()),
             ("INDEX", &indent(index.trim_end())),
@@ -674,12 +763,19 @@ pub(crate) fn elementwise_kernel(
             ("STORE", &indent(&store)),
         ],
     );
-    KernelSrc {
-        label: format!("fused_{name}_{}", aval),
-        wgsl,
-        inputs,
-        workgroups: balanced_grid(nv.div_ceil(WG as usize * reps), max_wg),
-    }
+    let label = match seg {
+        Some(s) => format!("fused_{name}_{}_seg{}+{}", aval, s.base, s.len),
+        None => format!("fused_{name}_{}", aval),
+    };
+    (
+        KernelSrc {
+            label,
+            wgsl,
+            inputs,
+            workgroups: balanced_grid(nv.div_ceil(WG as usize * reps), max_wg),
+        },
+        off_root,
+    )
 }
 
 #[cfg(test)]
