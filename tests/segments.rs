@@ -200,8 +200,12 @@ where
     let devs = devices();
     let program = jit(f.clone()).program(args, &devs[0]).unwrap();
     assert!(
-        program.launches.iter().any(|l| !l.views.is_empty()),
-        "no segmented launch in the program"
+        program.launches.iter().any(|l| !l.views.is_empty())
+            || program
+                .schedule
+                .iter()
+                .any(|o| matches!(o, brigade::lower::Op::Copy { .. })),
+        "no segmented launch or copy in the program"
     );
     for l in &program.launches {
         for v in l.views.iter().flatten() {
@@ -363,6 +367,27 @@ fn matmuls_over_row_blocks_match_the_reference() {
     );
 }
 
+#[test]
+fn slices_and_concatenations_are_buffer_copies() {
+    let a = rand_f32(&ODD, 71);
+    let b = rand_f32(&[100, ODD[1]], 72);
+    check_segmented(
+        |x: &[Tensor]| {
+            vec![
+                // Whole rows: one run; a block: one run per row, then an elementwise kernel.
+                x[0].slice(&[3, 0], &[250, ODD[1]], None),
+                x[0].slice(&[10, 5], &[20, 200], None) * 2.0,
+                // Along rows, along columns (one run per row and operand), and stacked.
+                Tensor::concatenate(&[&x[0], &x[1]], 0),
+                Tensor::concatenate(&[&x[1], &(&x[1] + 1.0)], 1),
+                Tensor::stack(&[&x[1], &x[1]], 0),
+            ]
+        },
+        &[a, b],
+        Tol::EXACT,
+    );
+}
+
 /// The typed refusal of a family that does not bind segments yet.
 fn refused(dev: &Device, f: impl Fn(&[Tensor]) -> Vec<Tensor>, args: &[Array], family: &str) {
     match jit(f).on(dev).call(args) {
@@ -403,7 +428,7 @@ fn families_not_segmented_yet_refuse_with_typed_errors() {
         );
         refused(
             &dev,
-            |x: &[Tensor]| vec![x[0].slice(&[0, 0], &[3, 5], None)],
+            |x: &[Tensor]| vec![x[0].slice(&[0, 0], &[300, 257], Some(&[2, 1]))],
             std::slice::from_ref(&a),
             "layout ops",
         );

@@ -498,6 +498,12 @@ enum Step {
         blocked: segments::Blocked,
         out: Var,
     },
+    /// A slice or concatenation over arrays larger than one binding, as buffer copies (see
+    /// `segments::copies`).
+    Copies {
+        runs: Vec<segments::Run>,
+        out: Var,
+    },
     /// `out` shares `input`'s buffer (reshape of a materialized value).
     Alias {
         input: Var,
@@ -521,6 +527,15 @@ impl Step {
             Step::Kernel { src, .. } | Step::TwoPass { first: src, .. } => src.inputs.clone(),
             Step::Segmented { launches, .. } => launches[0].0.inputs.clone(),
             Step::Blocked { blocked, .. } => blocked.reads(),
+            Step::Copies { runs, .. } => {
+                let mut v: Vec<Var> = Vec::new();
+                for r in runs {
+                    if !v.contains(&r.src) {
+                        v.push(r.src);
+                    }
+                }
+                v
+            }
             Step::Alias { input, .. } => vec![*input],
             Step::Passes { plan, .. } => {
                 let mut v: Vec<Var> = Vec::new();
@@ -543,6 +558,7 @@ impl Step {
             | Step::TwoPass { out, .. }
             | Step::Segmented { out, .. }
             | Step::Blocked { out, .. }
+            | Step::Copies { out, .. }
             | Step::Alias { out, .. }
             | Step::Passes { out, .. } => vec![*out],
             Step::Scan { eqn } => g.eqns[*eqn].outs().collect(),
@@ -568,6 +584,12 @@ fn plan_steps(
             Lowering::Matmul(d) => is_canonical_dot(d),
             _ => true,
         };
+        if e.inputs.iter().all(|v| mat[v.idx()]) {
+            if let Some(runs) = segments::copies(g, e, limits)? {
+                steps.push(Step::Copies { runs, out: e.out });
+                continue;
+            }
+        }
         if canonical && segments::blocks_operands(e) && e.inputs.iter().all(|v| mat[v.idx()]) {
             if let Some(blocked) = segments::blocked(g, e, limits, chooser)? {
                 steps.push(Step::Blocked {
@@ -745,6 +767,17 @@ pub(crate) fn lower_with(
         {
             mat[e.out.idx()] = true;
         }
+        // Slices and concatenations of such arrays are buffer copies: stored, with stored
+        // operands (an elementwise operand becomes a segmented kernel of its own).
+        let large = std::iter::once(e.out)
+            .chain(e.inputs.iter().copied())
+            .any(|v| segments::too_big(&g, v, limits));
+        if large && segments::copies_operands(e) {
+            mat[e.out.idx()] = true;
+            for &v in &e.inputs {
+                mat[v.idx()] = true;
+            }
+        }
     }
 
     // Fuse as much as the binding limit allows: when a kernel reads too many buffers, store the
@@ -857,6 +890,23 @@ pub(crate) fn lower_with(
         };
         match s {
             Step::Kernel { src, out } => kernel(src, &[], *out, &mut launches, &mut schedule),
+            Step::Copies { runs, out } => {
+                for r in runs {
+                    schedule.push(Op::Copy {
+                        src: slot_of_var(r.src),
+                        src_at: At {
+                            base: r.src_offset,
+                            stride: 0,
+                        },
+                        dst: slot_of_var(*out),
+                        dst_at: At {
+                            base: r.dst_offset,
+                            stride: 0,
+                        },
+                        bytes: r.bytes,
+                    });
+                }
+            }
             Step::Blocked { blocked, .. } => {
                 let temps: Vec<usize> = blocked
                     .temps
@@ -1378,6 +1428,7 @@ fn check_bindings(
             Step::Passes { plan, out } => (*out, s.reads(g), plan.temp_bytes.clone()),
             Step::Segmented { .. }
             | Step::Blocked { .. }
+            | Step::Copies { .. }
             | Step::Alias { .. }
             | Step::Scan { .. } => continue,
         };

@@ -11,7 +11,8 @@
 //! (the index space is cut at segment boundaries; broadcast and small operands are bound whole);
 //! reductions, arg-reductions and matmuls as small programs over blocks of rows ([`blocked`]:
 //! each block's arrays fit one binding, partial reductions over the cut axis are combined by one
-//! more program).
+//! more program); slices (unit strides) and concatenations as buffer copies of contiguous runs
+//! ([`copies`]).
 
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
@@ -492,4 +493,126 @@ pub(crate) fn blocks_operands(e: &Eqn) -> bool {
         e.prim.lowering(),
         Lowering::Matmul(_) | Lowering::Reduce { .. } | Lowering::ArgReduce { .. }
     )
+}
+
+/// One byte run of a [`copies`] step: `bytes` from `src` at `src_offset` to the output at
+/// `dst_offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    pub src: Var,
+    pub src_offset: u64,
+    pub dst_offset: u64,
+    pub bytes: u64,
+}
+
+/// Most runs one [`copies`] step may schedule (each is one buffer copy command).
+const MAX_RUNS: usize = 4096;
+
+/// Whether `e` is a layout op [`copies`] may turn into buffer copies: its operands and result
+/// are then stored.
+pub(crate) fn copies_operands(e: &Eqn) -> bool {
+    matches!(
+        e.prim,
+        Prim::Layout(LayoutOp::Slice { .. } | LayoutOp::Concatenate { .. })
+    )
+}
+
+/// A slice (unit strides) or concatenation involving an array over one binding, as buffer-to-
+/// buffer copies of contiguous runs (copies are bounded by the buffer size only): `None` when
+/// every array fits a binding, or the op is not one of these. Errors ([`unsupported`]) for a
+/// strided slice and for more than 4096 runs.
+pub(crate) fn copies(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Result<Option<Vec<Run>>> {
+    if !copies_operands(e)
+        || !std::iter::once(e.out)
+            .chain(e.inputs.iter().copied())
+            .any(|v| too_big(g, v, limits))
+    {
+        return Ok(None);
+    }
+    let elem = g.aval(e.out).dtype.size_bytes() as u64;
+    let name = e.prim.name();
+    let refuse = |why: &str| {
+        let v = e
+            .inputs
+            .iter()
+            .copied()
+            .find(|&v| too_big(g, v, limits))
+            .unwrap_or(e.out);
+        unsupported(
+            g,
+            v,
+            limits,
+            &format!("copied by `{name}` ({why})"),
+            "layout ops",
+        )
+    };
+    let mut runs = Vec::new();
+    match &e.prim {
+        Prim::Layout(LayoutOp::Slice {
+            start,
+            limit,
+            stride,
+        }) => {
+            if stride.iter().any(|&s| s != 1) {
+                return Err(refuse("a strided slice"));
+            }
+            let shape = &g.aval(e.inputs[0]).shape;
+            let rank = shape.len();
+            // The last axis cut short: every axis after it is whole, so each index of the
+            // axes before it (and of it) starts one contiguous run.
+            let c = (0..rank)
+                .rev()
+                .find(|&a| start[a] != 0 || limit[a] != shape[a])
+                .unwrap_or(0);
+            let inner: usize = shape[c + 1..].iter().product();
+            let run = ((limit[c] - start[c]) * inner) as u64 * elem;
+            let outer: Vec<usize> = (0..c).map(|a| limit[a] - start[a]).collect();
+            let count: usize = outer.iter().product();
+            if count > MAX_RUNS {
+                return Err(refuse(&format!("{count} runs, at most {MAX_RUNS}")));
+            }
+            let strides = crate::host::strides(shape);
+            for k in 0..count {
+                // Unravel k over the leading axes, offset by the slice's start.
+                let (mut rest, mut off) = (k, start[c] * strides[c]);
+                for a in (0..c).rev() {
+                    off += (start[a] + rest % outer[a]) * strides[a];
+                    rest /= outer[a];
+                }
+                runs.push(Run {
+                    src: e.inputs[0],
+                    src_offset: off as u64 * elem,
+                    dst_offset: k as u64 * run,
+                    bytes: run,
+                });
+            }
+        }
+        Prim::Layout(LayoutOp::Concatenate { axis }) => {
+            let out = &g.aval(e.out).shape;
+            let outer: usize = out[..*axis].iter().product();
+            if outer * e.inputs.len() > MAX_RUNS {
+                return Err(refuse(&format!(
+                    "{} runs, at most {MAX_RUNS}",
+                    outer * e.inputs.len()
+                )));
+            }
+            let out_row = out[*axis..].iter().product::<usize>() as u64 * elem;
+            for o in 0..outer {
+                let mut at = o as u64 * out_row;
+                for &v in &e.inputs {
+                    let row = g.aval(v).shape[*axis..].iter().product::<usize>() as u64 * elem;
+                    runs.push(Run {
+                        src: v,
+                        src_offset: o as u64 * row,
+                        dst_offset: at,
+                        bytes: row,
+                    });
+                    at += row;
+                }
+            }
+        }
+        _ => return Ok(None),
+    }
+    runs.retain(|r| r.bytes > 0);
+    Ok(Some(runs))
 }
