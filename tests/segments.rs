@@ -460,3 +460,38 @@ fn families_not_segmented_yet_refuse_with_typed_errors() {
         assert_eq!(y[0].to_vec::<f32>().unwrap(), vec![2.0, 3.0]);
     }
 }
+
+/// pmap over a Vulkan and a GL device with the forced limit: every shard over one binding, a
+/// segmented elementwise body, a blocked matmul, and `psum` (host-mediated: shards are read back
+/// and written whole) on them; equal to the reference of the whole computation.
+#[test]
+fn pmap_and_psum_over_segmented_shards() {
+    let devs = devices();
+    let x = rand_f32(&[2, TALL[0], TALL[1]], 81);
+    let w = rand_f32(&[TALL[1], 5], 82);
+    let p = brigade::pmap(|a: &[Tensor]| {
+        let y = (&a[0] * 0.5).tanh();
+        vec![brigade::psum(&y, "i"), brigade::psum(&y.matmul(&a[1]), "i")]
+    })
+    .axis_name("i")
+    .in_axes(&[Some(0), None])
+    .devices(&devs);
+    let outs = {
+        let _g = device_guard(&devs[1]);
+        p.call(&[x.clone(), w.clone()]).unwrap()
+    };
+    // The reference: the same sums on the host.
+    let want = jit(|a: &[Tensor]| {
+        let y = (&a[0] * 0.5).tanh();
+        let s = y.sum(0i64, false);
+        let m = y.matmul(&a[1]).sum(0i64, false);
+        vec![Tensor::stack(&[&s, &s], 0), Tensor::stack(&[&m, &m], 0)]
+    })
+    .on(&devices_with("cpu:1")[0])
+    .call(&[x, w])
+    .unwrap();
+    let _g = device_guard(&devs[1]);
+    for (k, (o, w)) in outs.iter().zip(&want).enumerate() {
+        assert_close(&host(o), &host(w), Tol::REDUCE, &format!("output {k}"));
+    }
+}
