@@ -344,6 +344,19 @@ fn matmuls_over_row_blocks_match_the_reference() {
         &[a.clone(), w.clone()],
         Tol::REDUCE,
     );
+    // B over the limit too: row blocks of A and C, the contraction in chunks of 64 rows of B
+    // (200 = 3 x 64 + 8), summed through a temporary: [300, 200] x [200, 150].
+    check_segmented(
+        |x: &[Tensor]| vec![x[0].matmul(&x[1])],
+        &[rand_f32(&[300, 200], 65), rand_f32(&[200, 150], 66)],
+        Tol::REDUCE,
+    );
+    // An odd number of chunks (the first sum lands in C, not the temporary): k = 130.
+    check_segmented(
+        |x: &[Tensor]| vec![x[0].matmul(&x[1])],
+        &[rand_f32(&[300, 130], 67), rand_f32(&[130, 150], 68)],
+        Tol::REDUCE,
+    );
     // A batched matmul cut along the batch: 300 x [8, 16] x [16, 8].
     check_segmented(
         |x: &[Tensor]| vec![x[0].matmul(&x[1])],
@@ -445,7 +458,7 @@ fn families_not_segmented_yet_refuse_with_typed_errors() {
             std::slice::from_ref(&a),
             "reductions",
         );
-        // The right operand of a matmul over one binding.
+        // The right operand of a matmul over one binding, with rows too wide to cut.
         refused(
             &dev,
             |x: &[Tensor]| vec![x[1].matmul(&x[0])],

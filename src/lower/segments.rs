@@ -11,7 +11,7 @@
 //! (the index space is cut at segment boundaries; broadcast and small operands are bound whole);
 //! reductions, arg-reductions and matmuls as small programs over blocks of rows ([`blocked`]:
 //! each block's arrays fit one binding, partial reductions over the cut axis are combined by one
-//! more program); slices (unit strides) and concatenations as buffer copies of contiguous runs
+//! more program, a matmul whose `B` is over the limit also sums over chunks of its contraction); slices (unit strides) and concatenations as buffer copies of contiguous runs
 //! ([`copies`]).
 
 use crate::device::DeviceLimits;
@@ -203,13 +203,17 @@ impl Blocked {
     }
 }
 
-/// Rows per block when cutting arrays along one axis whose rows hold `row_bytes` bytes each (one
-/// entry per array cut): the most rows, a multiple of 64, that keep every array's block within one
-/// binding. A multiple of 64 rows of 4-byte elements starts every block at a multiple of 256
-/// bytes. `None` when not even 64 rows fit.
-fn rows_per_block(row_bytes: &[usize], limits: &DeviceLimits) -> Option<usize> {
+/// Rows per block when cutting `rows` rows of arrays along one axis whose rows hold `row_bytes`
+/// bytes each (one entry per array cut): all of them when they fit one binding, else the most
+/// rows, a multiple of 64, that keep every array's block within one binding (64 rows of 4-byte
+/// elements start every block at a multiple of 256 bytes). `None` when not even 64 rows fit.
+fn rows_per_block(rows: usize, row_bytes: &[usize], limits: &DeviceLimits) -> Option<usize> {
     let widest = row_bytes.iter().copied().max().unwrap_or(1).max(1);
-    let r = (limits.max_storage_buffer_binding_size as usize / widest) / 64 * 64;
+    let fit = limits.max_storage_buffer_binding_size as usize / widest;
+    if rows <= fit {
+        return Some(rows.max(1));
+    }
+    let r = fit / 64 * 64;
     (r > 0).then_some(r)
 }
 
@@ -284,14 +288,11 @@ pub(crate) fn blocked(
             let (batch, m, k, n) = (a.shape[0], a.shape[1], a.shape[2], b.shape[2]);
             if batch == 1 {
                 if big(e.inputs[1]) {
-                    return Err(refuse(
-                        e.inputs[1],
-                        "the right operand is cut only along its batch axis",
-                    ));
+                    return k_chunks(e, g, limits, &lower, &refuse).map(Some);
                 }
                 // Rows of A and C, B whole: a [1, r, k] x [1, k, n] matmul per block.
                 let elem = a.dtype.size_bytes();
-                let Some(r) = rows_per_block(&[k * elem, n * elem], limits) else {
+                let Some(r) = rows_per_block(m, &[k * elem, n * elem], limits) else {
                     return Err(refuse(first_big, "64 rows exceed one binding"));
                 };
                 let mut blocks = Vec::new();
@@ -318,7 +319,7 @@ pub(crate) fn blocked(
             }
             // Blocks of the batch: A, B and C all cut along it.
             let rows = [row_bytes(a), row_bytes(b), row_bytes(c)];
-            let Some(r) = rows_per_block(&rows, limits) else {
+            let Some(r) = rows_per_block(batch, &rows, limits) else {
                 return Err(refuse(first_big, "64 batch entries exceed one binding"));
             };
             let mut blocks = Vec::new();
@@ -357,7 +358,8 @@ pub(crate) fn blocked(
             let rows = xs.shape[0];
             if !axes.contains(&0) {
                 // Rows are independent: each block reduces its rows into the same rows of out.
-                let Some(r) = rows_per_block(&[row_bytes(&xs), row_bytes(out)], limits) else {
+                let Some(r) = rows_per_block(rows, &[row_bytes(&xs), row_bytes(out)], limits)
+                else {
                     return Err(refuse(first_big, "64 rows exceed one binding"));
                 };
                 let mut blocks = Vec::new();
@@ -384,7 +386,7 @@ pub(crate) fn blocked(
             }
             // Over the first axis too: each block's partial result goes to its own 256-byte
             // aligned place of a temporary, and one more program reduces the partials.
-            let Some(r) = rows_per_block(&[row_bytes(&xs)], limits) else {
+            let Some(r) = rows_per_block(rows, &[row_bytes(&xs)], limits) else {
                 return Err(refuse(first_big, "64 rows exceed one binding"));
             };
             let nb = rows.div_ceil(r);
@@ -454,7 +456,8 @@ pub(crate) fn blocked(
                     "arg-reductions are cut along another axis",
                 ));
             }
-            let Some(r) = rows_per_block(&[row_bytes(x), row_bytes(out)], limits) else {
+            let Some(r) = rows_per_block(x.shape[0], &[row_bytes(x), row_bytes(out)], limits)
+            else {
                 return Err(refuse(first_big, "64 rows exceed one binding"));
             };
             let rows = x.shape[0];
@@ -484,6 +487,113 @@ pub(crate) fn blocked(
         | Lowering::StageBoundary
         | Lowering::HostOnly => Ok(None),
     }
+}
+
+/// A `[1, m, k] x [1, k, n]` matmul whose `B` is over one binding: for every block of rows of
+/// `A` and `C`, the contraction is cut into chunks of rows of `B` (contiguous in its buffer), each
+/// chunk's product `A[rows, chunk] @ B[chunk]` added to the sum of the chunks before it. The sums
+/// alternate between temporary `0` and the block of `C`, so that no dispatch reads and writes one
+/// buffer and the last lands in `C`.
+fn k_chunks(
+    e: &Eqn,
+    g: &Graph,
+    limits: &DeviceLimits,
+    lower: &dyn Fn(&Graph) -> Result<Program>,
+    refuse: &dyn Fn(Var, &str) -> Error,
+) -> Result<Blocked> {
+    let (a, b, c) = (g.aval(e.inputs[0]), g.aval(e.inputs[1]), g.aval(e.out));
+    let (m, k, n) = (a.shape[1], a.shape[2], b.shape[2]);
+    let elem = c.dtype.size_bytes();
+    // Rows of A are bound whole (each block slices its chunk of columns out of them).
+    let Some(r) = rows_per_block(m, &[k * a.dtype.size_bytes(), n * elem], limits) else {
+        return Err(refuse(
+            e.inputs[0],
+            "64 rows of the left operand exceed one binding",
+        ));
+    };
+    let Some(rk) = rows_per_block(k, &[n * b.dtype.size_bytes()], limits) else {
+        return Err(refuse(
+            e.inputs[1],
+            "64 rows of the right operand exceed one binding",
+        ));
+    };
+    let chunks: Vec<(usize, usize)> = (0..k).step_by(rk).map(|k0| (k0, rk.min(k - k0))).collect();
+    let add = Prim::Elementwise(crate::ops::ElementwiseOp::Binary(crate::ops::BinaryOp::Add));
+    let mut blocks = Vec::new();
+    for r0 in (0..m).step_by(r) {
+        let len = r.min(m - r0);
+        let shaped = |x: &Aval, rows: usize, cols: usize| {
+            let mut x = x.clone();
+            x.shape[1] = rows;
+            x.shape[2] = cols;
+            x
+        };
+        let c_block = (Place::Var(e.out), rows_view(r0, len, n * elem));
+        let temp = (
+            Place::Temp(0),
+            Some(View {
+                offset: 0,
+                size: (len * n * elem).max(4) as u64,
+            }),
+        );
+        for (j, &(k0, klen)) in chunks.iter().enumerate() {
+            // The chunk's product, plus the running sum from the chunk before.
+            let mut sub = Graph::default();
+            let ai = sub.new_var(shaped(a, len, k));
+            let bj = sub.new_var(shaped(b, klen, n));
+            let s = sub.new_var(shaped(a, len, klen));
+            let d = sub.new_var(shaped(c, len, n));
+            sub.inputs = vec![ai, bj];
+            sub.eqns.push(Eqn::new(
+                Prim::Layout(LayoutOp::Slice {
+                    start: vec![0, 0, k0],
+                    limit: vec![1, len, k0 + klen],
+                    stride: vec![1, 1, 1],
+                }),
+                vec![ai],
+                s,
+            ));
+            sub.eqns.push(Eqn::new(e.prim.clone(), vec![s, bj], d));
+            let mut ins = vec![
+                (
+                    Place::Var(e.inputs[0]),
+                    rows_view(r0, len, k * a.dtype.size_bytes()),
+                ),
+                (
+                    Place::Var(e.inputs[1]),
+                    rows_view(k0, klen, n * b.dtype.size_bytes()),
+                ),
+            ];
+            // Chunk j writes C when an even number of chunks follow it, else the temporary.
+            let dest = |j: usize| {
+                if (chunks.len() - 1 - j).is_multiple_of(2) {
+                    c_block
+                } else {
+                    temp
+                }
+            };
+            let out = if j == 0 {
+                d
+            } else {
+                let prev = sub.new_var(shaped(c, len, n));
+                let o = sub.new_var(shaped(c, len, n));
+                sub.inputs.push(prev);
+                sub.eqns.push(Eqn::new(add.clone(), vec![prev, d], o));
+                ins.push(dest(j - 1));
+                o
+            };
+            sub.outputs = vec![out];
+            blocks.push(Block {
+                program: lower(&sub)?,
+                ins,
+                out: dest(j),
+            });
+        }
+    }
+    Ok(Blocked {
+        temps: vec![(r.min(m) * n * elem) as u64],
+        blocks,
+    })
 }
 
 /// Whether equation `e` is lowered by [`blocked`] when its arrays are over one binding: its
