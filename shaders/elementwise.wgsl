@@ -15,7 +15,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // {{REPS}} groups per invocation, a whole grid apart (neighbouring invocations read neighbouring
     // memory in every round).
     for (var rep = 0u; rep < {{REPS}}u; rep++) {
-        let gv = g0 + rep * stride;
+        let gv = {{GV}};
         if (gv >= {{NV}}u) {
             return;
         }

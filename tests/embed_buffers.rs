@@ -432,7 +432,7 @@ fn bad_imports_are_typed_errors_naming_the_fix() {
                 "offset",
             ],
         );
-        let huge = (limits.max_storage_buffer_binding_size as usize) / 4 + 1;
+        let huge = (limits.max_buffer_size as usize) / 4 + 1;
         assert!(matches!(
             import(&ok, 0, &[huge], DType::F32),
             Err(Error::OverLimit { .. })

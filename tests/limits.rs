@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use brigade::device::{MEMORY_LIMIT_ENV, Runtime, parse_memory_limit};
 use brigade::{Array, DType, Device, Error, HostArray, Scalar, Tensor, jit};
-use common::{Tol, assert_close, check_on, device_guard, devices_with, gpu_devices, host};
+use common::{
+    Tol, assert_close, check_on, device_guard, devices_with, gpu_devices, host, run_child_test,
+};
 
 /// A bad-input counter per test, printed at the end of each test.
 struct Tally {
@@ -108,11 +110,12 @@ fn over_limit(t: &Tally, what: &str, r: brigade::Result<Vec<Array>>, dev: &Devic
                 unreachable!()
             };
             assert!(needed > limit, "{what}: needed {needed} <= limit {limit}");
-            // The first limit the program meets: a binding's bytes, or 32-bit kernel indexing.
+            // The first limit the program meets: a buffer's or a binding's bytes, or 32-bit
+            // kernel indexing.
             let l = dev.limits();
             let binding = l.max_storage_buffer_binding_size.min(l.max_buffer_size);
             assert!(
-                *limit == binding || *limit == u32::MAX as u64,
+                *limit == binding || *limit == l.max_buffer_size || *limit == u32::MAX as u64,
                 "{what} on {}: limit {limit} ({limit_name}), binding limit {binding}",
                 dev.name()
             );
@@ -385,7 +388,8 @@ fn jit_constants_are_computed_on_the_device() {
                 .call(&[]),
             &dev,
         );
-        // 4 GiB of f32 is within 32-bit indexing: the binding limit refuses it.
+        // 4 GiB of f32 is within 32-bit indexing: the buffer limit refuses it (arrays over one
+        // binding but within a buffer are stored and computed in segments, tests/segments.rs).
         let l = over_limit(
             &t,
             "jit full [2^30] f32",
@@ -395,10 +399,7 @@ fn jit_constants_are_computed_on_the_device() {
             &dev,
         );
         let dl = dev.limits();
-        assert_eq!(
-            l,
-            dl.max_storage_buffer_binding_size.min(dl.max_buffer_size)
-        );
+        assert_eq!(l, dl.max_buffer_size);
         over_limit(
             &t,
             "jit Array::full input broadcast to [2^40]",
@@ -540,7 +541,7 @@ fn a_memory_limit_gives_out_of_memory_and_the_device_recovers() {
             &[format!("{limit} bytes")],
         );
         // More than the whole budget but within the binding limit: still OutOfMemory (it would
-        // fit after a bigger budget); beyond the binding limit: OverLimit (it can never fit).
+        // fit after a bigger budget); beyond the buffer limit: OverLimit (it can never fit).
         out_of_memory(
             &t,
             "alloc over the budget",
@@ -549,7 +550,7 @@ fn a_memory_limit_gives_out_of_memory_and_the_device_recovers() {
             &[format!("{} bytes", 16 * MIB)],
         );
         t.bump();
-        let over = dev.alloc(dev.limits().max_array_bytes() + 4).unwrap_err();
+        let over = dev.alloc(dev.limits().max_buffer_size + 4).unwrap_err();
         assert!(matches!(over, Error::OverLimit { .. }), "{name}: {over:?}");
 
         // Drop everything: the memory is free again (the pool may keep free buffers, which count
@@ -692,23 +693,10 @@ fn memory_limit_values_are_checked() {
 /// Run this test binary's `env_child` test in a child process with `BRIGADE_MEMORY_LIMIT=value`
 /// (the environment of this multi-threaded process is not changed).
 fn run_child(value: &str, mode: &str) -> String {
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args(["--exact", "env_child", "--nocapture", "--test-threads=1"])
-        .env(MEMORY_LIMIT_ENV, value)
-        .env("BRIGADE_LIMITS_CHILD", mode)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "child ({mode}, {value}) failed:\n{text}"
-    );
-    text
+    run_child_test(
+        "env_child",
+        &[(MEMORY_LIMIT_ENV, value), ("BRIGADE_LIMITS_CHILD", mode)],
+    )
 }
 
 #[test]

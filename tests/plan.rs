@@ -19,7 +19,7 @@ fn plan_measures_memory_per_example_and_caps_by_the_binding_limit() {
     assert_eq!(p.binding_limit, limit);
     assert_eq!(p.batch_cap as u64, limit / (4 * features as u64), "{p}");
     assert_eq!(p.devices_needed, 1_000_000usize.div_ceil(p.batch_cap));
-    // Tight: the cap runs, one more example is refused with the typed over-limit error.
+    // The cap runs (every buffer within one binding).
     let batched = vmap(f).on(&dev);
     let fits = common::rand_f32(&[p.batch_cap, features], 5);
     let out = batched.call(std::slice::from_ref(&fits)).unwrap();
@@ -27,15 +27,12 @@ fn plan_measures_memory_per_example_and_caps_by_the_binding_limit() {
     for i in (0..x.len()).step_by(4099) {
         assert!((y[i] - (2.0 * x[i] + 1.0)).abs() < 1e-5, "element {i}");
     }
+    // One example more is over one binding: elementwise kernels bind it in segments.
     let over = common::rand_f32(&[p.batch_cap + 1, features], 6);
-    match batched.call(std::slice::from_ref(&over)) {
-        Err(Error::OverLimit {
-            needed, limit: l, ..
-        }) => {
-            assert_eq!(needed, ((p.batch_cap + 1) * features * 4) as u64);
-            assert_eq!(l, limit);
-        }
-        other => panic!("expected OverLimit for batch_cap + 1, got {other:?}"),
+    let out = batched.call(std::slice::from_ref(&over)).unwrap();
+    let (x, y) = (common::host(&over).to_f64(), common::host(&out[0]).to_f64());
+    for i in (0..x.len()).step_by(4099).chain([x.len() - 1]) {
+        assert!((y[i] - (2.0 * x[i] + 1.0)).abs() < 1e-5, "element {i}");
     }
 }
 

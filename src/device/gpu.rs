@@ -405,8 +405,17 @@ impl Device {
         adapter: &wgpu::AdapterInfo,
         device: wgpu::Device,
         queue: wgpu::Queue,
+        max_binding: Option<u64>,
     ) -> Device {
-        let dev = Device::wrap_gpu(index, adapter_index, adapter, device, queue, false);
+        let dev = Device::wrap_gpu(
+            index,
+            adapter_index,
+            adapter,
+            device,
+            queue,
+            false,
+            max_binding,
+        );
         if let Some(g) = &dev.inner.gpu {
             install_handlers(g, &dev.inner.label, true, true);
         }
@@ -485,7 +494,7 @@ impl Device {
         device: wgpu::Device,
         queue: wgpu::Queue,
     ) -> Result<Device> {
-        Device::from_app(0, 0, &adapter_info, device, queue)
+        Device::from_app(0, 0, &adapter_info, device, queue, None)
     }
 
     /// [`Device::from_wgpu`] at a position of a runtime.
@@ -495,6 +504,7 @@ impl Device {
         adapter: &wgpu::AdapterInfo,
         device: wgpu::Device,
         queue: wgpu::Queue,
+        max_binding: Option<u64>,
     ) -> Result<Device> {
         let limits = device.limits();
         let label = format!(
@@ -503,7 +513,15 @@ impl Device {
             adapter.name
         );
         check_kernel_limits(&label, &limits)?;
-        let dev = Device::wrap_gpu(index, adapter_index, adapter, device, queue, true);
+        let dev = Device::wrap_gpu(
+            index,
+            adapter_index,
+            adapter,
+            device,
+            queue,
+            true,
+            max_binding,
+        );
         let g = dev.gpu("Device::from_wgpu")?;
         // A lost callback chains in the browser (`lost.then`); natively it would replace the app's.
         #[cfg(target_arch = "wasm32")]
@@ -565,14 +583,20 @@ impl Device {
         device: wgpu::Device,
         queue: wgpu::Queue,
         app_owned: bool,
+        max_binding: Option<u64>,
     ) -> Device {
+        let mut limits = DeviceLimits::from_wgpu(&device.limits());
+        // A forced binding limit (`BRIGADE_MAX_BINDING`) only ever lowers the device's own.
+        if let Some(b) = max_binding {
+            limits.max_storage_buffer_binding_size = limits.max_storage_buffer_binding_size.min(b);
+        }
         let info = DeviceInfo {
             index,
             adapter_index,
             adapter_name: adapter.name.clone(),
             backend: backend_name(adapter.backend).to_string(),
             device_type: device_type_name(adapter.device_type).to_string(),
-            limits: DeviceLimits::from_wgpu(&device.limits()),
+            limits,
         };
         let gpu = Gpu {
             queue,
@@ -757,16 +781,16 @@ impl Device {
     }
 
     /// Check that an array of `bytes` bytes can live in one buffer here.
+    ///
+    /// Only `max_buffer_size` bounds it: an array larger than one storage binding
+    /// (`max_storage_buffer_binding_size`) is stored in one buffer all the same and bound in
+    /// segments, aligned sub-ranges each within the binding limit (see `lower::segments`).
+    /// One buffer rather than several keeps every transfer (`write_buffer`, reads, device-to-device
+    /// and cross-device copies) unchanged, since copies are bounded by the buffer size only; the
+    /// memory budget counts it like any buffer. An array beyond `max_buffer_size` (2 GiB on
+    /// lavapipe) is refused here with [`Error::OverLimit`].
     pub(crate) fn check_fits(&self, bytes: u64, what: impl FnOnce() -> String) -> Result<u64> {
-        let l = &self.inner.info.limits;
-        let (limit, limit_name) = if l.max_storage_buffer_binding_size <= l.max_buffer_size {
-            (
-                l.max_storage_buffer_binding_size,
-                "max_storage_buffer_binding_size",
-            )
-        } else {
-            (l.max_buffer_size, "max_buffer_size")
-        };
+        let limit = self.inner.info.limits.max_buffer_size;
         match bytes.max(4).checked_next_multiple_of(4) {
             Some(size) if size <= limit => Ok(size),
             _ => Err(Error::OverLimit {
@@ -775,7 +799,7 @@ impl Device {
                 needed: bytes,
                 limit,
                 unit: "bytes",
-                limit_name,
+                limit_name: "max_buffer_size",
             }),
         }
     }
@@ -783,8 +807,8 @@ impl Device {
     /// A buffer of at least `bytes` bytes (minimum 4), from the pool when one of the same bucket is
     /// free (see [`bucket_size`]). Its contents are unspecified.
     ///
-    /// Errors: [`Error::OverLimit`] when `bytes` exceeds the device's storage-binding or buffer size
-    /// limit (never fits: split the work), [`Error::OutOfMemory`] when it does not fit the device's
+    /// Errors: [`Error::OverLimit`] when `bytes` exceeds the device's `max_buffer_size` (never
+    /// fits: split the work; arrays over the storage-binding limit are bound in segments), [`Error::OutOfMemory`] when it does not fit the device's
     /// memory budget ([`Device::set_memory_limit`]) next to the buffers in use, or the device cannot
     /// allocate it, even after the pool released its free buffers (free arrays and retry; the
     /// message names the bytes requested, in use and the limit), [`Error::DeviceLost`],
@@ -802,7 +826,7 @@ impl Device {
     ) -> Result<Arc<DeviceBuffer>> {
         let gpu = self.gpu("alloc")?;
         let size = self.check_fits(bytes, || format!("a buffer of {}", human_bytes(bytes)))?;
-        let bucket = bucket_size(size, self.inner.info.limits.max_array_bytes());
+        let bucket = bucket_size(size, self.inner.info.limits.max_buffer_size);
         let mut freed = Vec::new();
         let reserved = {
             let mut pool = lock(&gpu.pool);
@@ -1252,6 +1276,23 @@ impl Device {
                     });
                 }
                 let binding = &k.bindings()[j];
+                // Arrays beyond the binding limit live in larger buffers (see `check_fits`):
+                // binding one whole is refused here, typed, before wgpu's validation would.
+                let max_binding = self.inner.info.limits.max_storage_buffer_binding_size;
+                if binding.texture.is_none() && b.size > max_binding {
+                    return Err(Error::OverLimit {
+                        device: self.inner.label.clone(),
+                        what: format!(
+                            "binding {j} of dispatch {i} (kernel `{}`), a buffer range of {}",
+                            k.label(),
+                            human_bytes(b.size)
+                        ),
+                        needed: b.size,
+                        limit: max_binding,
+                        unit: "bytes",
+                        limit_name: "max_storage_buffer_binding_size",
+                    });
+                }
                 if let Some(why) = binding
                     .texture
                     .and_then(|t| super::texture::check_buffer(binding, t, b.offset, b.size))

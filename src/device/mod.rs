@@ -76,8 +76,8 @@ pub use kernel::{DUMP_WGSL_ENV, Kernel, KernelBinding, SKIP_WORKGROUP_ZERO_INIT,
 pub use layout::{BackendKind, DeviceLayout};
 pub use pool::{DeviceBuffer, MemoryStats, PoolStats, bucket_size};
 pub use runtime::{
-    AdapterSummary, DEVICES_ENV, MAPPED_READS_ENV, MEMORY_LIMIT_ENV, Runtime, RuntimeBuilder, init,
-    parse_memory_limit,
+    AdapterSummary, DEVICES_ENV, MAPPED_READS_ENV, MAX_BINDING_ENV, MEMORY_LIMIT_ENV, Runtime,
+    RuntimeBuilder, init, parse_max_binding, parse_memory_limit,
 };
 pub use transfer::download_all;
 pub(crate) use transfer::{download_arrays, read_mapped};
@@ -89,9 +89,11 @@ pub use tune::{MATMUL_CACHE_FILE, TEXTURE_ENV, TUNE_ENV, TuneStats, tune_stats};
 /// capabilities, not wgpu's conservative defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DeviceLimits {
-    /// Largest storage-buffer binding, in bytes. No single array on the device may be larger.
+    /// Largest storage-buffer binding, in bytes (lowered by [`MAX_BINDING_ENV`] /
+    /// [`RuntimeBuilder::max_binding`]). A larger array is bound in segments; the kernel
+    /// families that do not do that yet refuse it with [`crate::Error::OverLimit`].
     pub max_storage_buffer_binding_size: u64,
-    /// Largest buffer, in bytes.
+    /// Largest buffer, in bytes: no single array on the device may be larger.
     pub max_buffer_size: u64,
     /// Storage buffers one compute shader may bind (Vulkan llvmpipe: 32; GL: often 16 or 8).
     pub max_storage_buffers_per_shader_stage: u32,
@@ -158,8 +160,9 @@ impl DeviceLimits {
         }
     }
 
-    /// The largest array, in bytes, that can live in one buffer on this device: the smaller of the
-    /// binding limit and the buffer limit.
+    /// The largest array, in bytes, that one kernel binding holds whole: the smaller of the
+    /// binding limit and the buffer limit. Arrays up to `max_buffer_size` are stored too, and
+    /// bound in segments.
     pub fn max_array_bytes(&self) -> u64 {
         self.max_storage_buffer_binding_size
             .min(self.max_buffer_size)

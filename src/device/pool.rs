@@ -369,6 +369,24 @@ impl DeviceBuffer {
             && self.buffer.usage().contains(wgpu::BufferUsages::MAP_READ)
     }
 
+    /// Bytes `offset..offset + size` of this buffer, for binding one segment of an array larger
+    /// than a storage binding (`offset` a multiple of the storage-offset alignment). The view is
+    /// never pooled or counted (the whole buffer is); it keeps the wgpu buffer alive, not this
+    /// [`DeviceBuffer`], so hold both while the view is used.
+    pub(crate) fn view(&self, offset: u64, size: u64) -> Arc<DeviceBuffer> {
+        debug_assert!(offset + size <= self.capacity, "a view inside its buffer");
+        Arc::new(DeviceBuffer {
+            buffer: self.buffer.clone(),
+            offset: self.offset + offset,
+            size,
+            capacity: size,
+            owner: self.owner.clone(),
+            extra: self.extra,
+            imported: true,
+            shared: AtomicBool::new(self.is_shared()),
+        })
+    }
+
     /// True when `self` and `other` use the same wgpu buffer (any range of it: wgpu refuses a
     /// dispatch that binds one buffer both read-only and writable, and a copy within one buffer).
     pub(crate) fn same_wgpu_buffer(&self, other: &DeviceBuffer) -> bool {

@@ -18,6 +18,63 @@ pub const DEVICES_ENV: &str = "BRIGADE_DEVICES";
 /// [`parse_memory_limit`] and [`crate::Device::set_memory_limit`].
 pub const MEMORY_LIMIT_ENV: &str = "BRIGADE_MEMORY_LIMIT";
 
+/// The environment variable that lowers every GPU device's storage-binding limit
+/// (`max_storage_buffer_binding_size`) when [`RuntimeBuilder::max_binding`] is not called: bytes
+/// in the syntax of [`MEMORY_LIMIT_ENV`] (`64K`, `1M`, `65536`). Arrays larger than the limit are
+/// stored and computed in segments, so a small value drives those paths with small arrays (tests,
+/// CI); it never raises a device's own limit. See [`parse_max_binding`].
+pub const MAX_BINDING_ENV: &str = "BRIGADE_MAX_BINDING";
+
+/// Parse a forced binding limit ([`MAX_BINDING_ENV`], [`RuntimeBuilder::max_binding`]): the
+/// syntax of [`parse_memory_limit`], and the value must be a multiple of 4 bytes (a storage
+/// binding's granularity) and at least 256 bytes (one segment of an array is at least one
+/// storage-offset alignment, at most 256 bytes on every adapter).
+///
+/// Errors: [`Error::BadDeviceSpec`] naming the value and the nearest sizes that work.
+///
+/// ```
+/// use brigade::device::parse_max_binding;
+/// assert_eq!(parse_max_binding("64K").unwrap(), 64 << 10);
+/// assert!(parse_max_binding("1001").is_err()); // not a multiple of 4
+/// assert!(parse_max_binding("128").is_err()); // below 256 bytes
+/// ```
+pub fn parse_max_binding(text: &str) -> Result<u64> {
+    let bytes = parse_memory_limit(text).map_err(|e| match e {
+        Error::BadDeviceSpec { spec, detail } => Error::BadDeviceSpec {
+            spec,
+            detail: detail.replace("a memory limit is", "a binding limit is"),
+        },
+        e => e,
+    })?;
+    check_max_binding(text, bytes)
+}
+
+/// The checks of [`parse_max_binding`] on a number of bytes.
+fn check_max_binding(spec: &str, bytes: u64) -> Result<u64> {
+    let bad = |detail: String| Error::BadDeviceSpec {
+        spec: spec.to_string(),
+        detail,
+    };
+    if bytes < MIN_MAX_BINDING {
+        return Err(bad(format!(
+            "a binding limit of {bytes} bytes is below {MIN_MAX_BINDING} bytes (the largest storage-offset \
+             alignment, the smallest segment of an array); give at least {MIN_MAX_BINDING}"
+        )));
+    }
+    if !bytes.is_multiple_of(4) {
+        return Err(bad(format!(
+            "a binding limit of {bytes} bytes is not a multiple of 4 bytes (storage bindings hold 4-byte words); \
+             use {} or {}",
+            bytes / 4 * 4,
+            bytes.next_multiple_of(4)
+        )));
+    }
+    Ok(bytes)
+}
+
+/// The smallest forced binding limit ([`parse_max_binding`]).
+const MIN_MAX_BINDING: u64 = 256;
+
 /// Parse a memory budget: bytes (`1048576`), or a number with a binary suffix `K`, `M`, `G` or `T`
 /// (×1024 each step), optionally followed by `iB` or `B` (`512M`, `512MiB`, `2G`, `1.5GB`; case
 /// and surrounding spaces ignored).
@@ -142,6 +199,7 @@ pub struct RuntimeBuilder {
     from_env: bool,
     allow_cpu_fallback: bool,
     memory_limit: Option<u64>,
+    max_binding: Option<u64>,
     /// Cache capacities given to every device (None: the defaults or the environment's).
     kernel_cache_capacity: Option<usize>,
     program_cache_capacity: Option<usize>,
@@ -167,6 +225,7 @@ impl Default for RuntimeBuilder {
             from_env: false,
             allow_cpu_fallback: true,
             memory_limit: None,
+            max_binding: None,
             kernel_cache_capacity: None,
             program_cache_capacity: None,
             app_devices: Vec::new(),
@@ -227,6 +286,46 @@ impl RuntimeBuilder {
     pub fn memory_limit(mut self, bytes: u64) -> Self {
         self.memory_limit = Some(bytes);
         self
+    }
+
+    /// Lower every GPU device's storage-binding limit (`max_storage_buffer_binding_size` in
+    /// [`crate::DeviceLimits`]) to `bytes`; a device whose own limit is lower keeps its own.
+    /// Arrays larger than the limit are stored in segments that kernels bind one at a time, so a
+    /// small limit runs those paths with small arrays (how the tests cover them). Overrides
+    /// [`MAX_BINDING_ENV`]; [`RuntimeBuilder::build`] refuses values [`parse_max_binding`]
+    /// refuses (below 256 bytes, not a multiple of 4).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> brigade::Result<()> {
+    /// let rt = brigade::Runtime::builder().max_binding(64 << 10).build().await?;
+    /// assert!(rt.devices()[0].limits().max_storage_buffer_binding_size <= 64 << 10);
+    /// # Ok(()) }
+    /// ```
+    pub fn max_binding(mut self, bytes: u64) -> Self {
+        self.max_binding = Some(bytes);
+        self
+    }
+
+    /// The forced binding limit in effect: the builder's, else [`MAX_BINDING_ENV`] when set and
+    /// not empty.
+    fn max_binding_in_effect(&self) -> Result<Option<u64>> {
+        match self.max_binding {
+            Some(b) => check_max_binding(&format!("max_binding({b})"), b).map(Some),
+            None => match std::env::var(MAX_BINDING_ENV) {
+                Ok(v) if !v.trim().is_empty() => {
+                    parse_max_binding(&v).map(Some).map_err(|e| match e {
+                        Error::BadDeviceSpec { spec, detail } => Error::BadDeviceSpec {
+                            spec: format!("{MAX_BINDING_ENV}={spec}"),
+                            detail: format!(
+                                "{detail} (from the environment variable {MAX_BINDING_ENV})"
+                            ),
+                        },
+                        e => e,
+                    })
+                }
+                _ => Ok(None),
+            },
+        }
     }
 
     /// Add a wgpu device the app created itself (see [`Device::from_wgpu`] for what brigade
@@ -322,7 +421,8 @@ impl RuntimeBuilder {
     /// Discover adapters and request the devices.
     ///
     /// Errors: [`Error::BadDeviceSpec`] (layout, backend names, subset, `devices_per_adapter(0)`,
-    /// `memory_limit(0)`, a bad [`MEMORY_LIMIT_ENV`]),
+    /// `memory_limit(0)`, a bad [`MEMORY_LIMIT_ENV`], a bad [`RuntimeBuilder::max_binding`] or
+    /// [`MAX_BINDING_ENV`]),
     /// [`Error::NoDevice`] (a requested backend has no adapter; the message lists what was found),
     /// [`Error::Wgpu`] (a device request failed).
     pub async fn build(self) -> Result<Runtime> {
@@ -363,6 +463,7 @@ impl RuntimeBuilder {
             (wgpu::Backends::empty(), false)
         };
         let memory_limit = self.memory_budget()?;
+        let max_binding = self.max_binding_in_effect()?;
 
         // Enumerate adapters unless the layout needs none.
         let needs_adapters = discover && !layout.cpu_only() && !wgpu_backends.is_empty();
@@ -420,7 +521,7 @@ impl RuntimeBuilder {
                             })?;
                         &fresh
                     };
-                    request_device(adapter, index, a).await?
+                    request_device(adapter, index, a, max_binding).await?
                 }
             };
             device.set_memory_limit(memory_limit);
@@ -440,6 +541,7 @@ impl RuntimeBuilder {
                 &app.info,
                 app.device.clone(),
                 app.queue.clone(),
+                max_binding,
             )?;
             summaries.push(summary_of(adapter_index, &app.info, &app.device.limits()));
             device.set_memory_limit(memory_limit);
@@ -735,6 +837,7 @@ async fn request_device(
     adapter: &wgpu::Adapter,
     index: usize,
     adapter_index: usize,
+    max_binding: Option<u64>,
 ) -> Result<Device> {
     let info = adapter.get_info();
     let label = format!("brigade device {index}");
@@ -751,7 +854,14 @@ async fn request_device(
             device: format!("{index} [{}: {}]", backend_name(info.backend), info.name),
             message: format!("request_device failed: {e}"),
         })?;
-    Ok(Device::new_gpu(index, adapter_index, &info, device, queue))
+    Ok(Device::new_gpu(
+        index,
+        adapter_index,
+        &info,
+        device,
+        queue,
+        max_binding,
+    ))
 }
 
 impl Runtime {

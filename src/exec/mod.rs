@@ -368,16 +368,40 @@ impl Executable {
                 staged[i] = Some(dev.alloc(targets[i].size())?);
             }
         }
+        // Segments of arrays larger than one binding: sub-ranges of their slots' buffers.
+        let views: Vec<Vec<Option<Arc<DeviceBuffer>>>> = p
+            .launches
+            .iter()
+            .map(|l| {
+                l.views
+                    .iter()
+                    .zip(&l.slots)
+                    .map(|(v, &s)| {
+                        v.map(|v| {
+                            slots[s]
+                                .as_ref()
+                                .expect("every slot is filled")
+                                .view(v.offset, v.size)
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
         let dispatches: Vec<Dispatch<'_>> = p
             .launches
             .iter()
             .zip(&c.kernels)
-            .map(|(l, k)| Dispatch {
+            .zip(&views)
+            .map(|((l, k), views)| Dispatch {
                 kernel: k,
                 buffers: l
                     .slots
                     .iter()
-                    .map(|&s| &**slots[s].as_ref().expect("every slot is filled"))
+                    .enumerate()
+                    .map(|(j, &s)| match views.get(j) {
+                        Some(Some(v)) => &**v,
+                        _ => &**slots[s].as_ref().expect("every slot is filled"),
+                    })
                     .collect(),
                 workgroups: l.workgroups,
             })

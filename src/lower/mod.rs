@@ -7,6 +7,7 @@
 //! variable is inlined into the kernel that consumes it, so a tree of elementwise ops with broadcasts
 //! becomes one kernel, and a reduction absorbs its elementwise prologue.
 
+mod segments;
 pub mod stages;
 
 use crate::device::DeviceLimits;
@@ -29,6 +30,16 @@ pub struct Launch {
     pub wgsl: String,
     pub workgroups: [u32; 3],
     pub slots: Vec<usize>,
+    /// Per slot, the byte range bound when not the whole buffer: one segment of an array larger
+    /// than a storage binding. Empty when every slot is bound whole.
+    pub views: Vec<Option<View>>,
+}
+
+/// A byte range of a slot's buffer that a [`Launch`] binds (`offset` a multiple of 256).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct View {
+    pub offset: u64,
+    pub size: u64,
 }
 
 /// Where a copy of the schedule reads or writes: byte `base + stride * i`, `i` the iteration of
@@ -478,6 +489,24 @@ enum Step {
         temp_bytes: u64,
         out: Var,
     },
+    /// An elementwise kernel over an array larger than one binding: one dispatch per segment
+    /// (see `segments`), all reading the same variables.
+    Segmented {
+        launches: Vec<segments::SegLaunch>,
+        out: Var,
+    },
+    /// A reduction or matmul over arrays larger than one binding: small programs over blocks
+    /// of rows (see `segments::blocked`).
+    Blocked {
+        blocked: segments::Blocked,
+        out: Var,
+    },
+    /// A slice or concatenation over arrays larger than one binding, as buffer copies (see
+    /// `segments::copies`).
+    Copies {
+        runs: Vec<segments::Run>,
+        out: Var,
+    },
     /// `out` shares `input`'s buffer (reshape of a materialized value).
     Alias {
         input: Var,
@@ -499,6 +528,17 @@ impl Step {
     fn reads(&self, g: &Graph) -> Vec<Var> {
         match self {
             Step::Kernel { src, .. } | Step::TwoPass { first: src, .. } => src.inputs.clone(),
+            Step::Segmented { launches, .. } => launches[0].0.inputs.clone(),
+            Step::Blocked { blocked, .. } => blocked.reads(),
+            Step::Copies { runs, .. } => {
+                let mut v: Vec<Var> = Vec::new();
+                for r in runs {
+                    if !v.contains(&r.src) {
+                        v.push(r.src);
+                    }
+                }
+                v
+            }
             Step::Alias { input, .. } => vec![*input],
             Step::Passes { plan, .. } => {
                 let mut v: Vec<Var> = Vec::new();
@@ -519,6 +559,9 @@ impl Step {
         match self {
             Step::Kernel { out, .. }
             | Step::TwoPass { out, .. }
+            | Step::Segmented { out, .. }
+            | Step::Blocked { out, .. }
+            | Step::Copies { out, .. }
             | Step::Alias { out, .. }
             | Step::Passes { out, .. } => vec![*out],
             Step::Scan { eqn } => g.eqns[*eqn].outs().collect(),
@@ -540,6 +583,25 @@ fn plan_steps(
             continue;
         }
         let aval = g.aval(e.out);
+        let canonical = match e.prim.lowering() {
+            Lowering::Matmul(d) => is_canonical_dot(d),
+            _ => true,
+        };
+        if e.inputs.iter().all(|v| mat[v.idx()]) {
+            if let Some(runs) = segments::copies(g, e, limits)? {
+                steps.push(Step::Copies { runs, out: e.out });
+                continue;
+            }
+        }
+        if canonical && segments::blocks_operands(e) && e.inputs.iter().all(|v| mat[v.idx()]) {
+            if let Some(blocked) = segments::blocked(g, e, limits, chooser)? {
+                steps.push(Step::Blocked {
+                    blocked,
+                    out: e.out,
+                });
+                continue;
+            }
+        }
         match e.prim.lowering() {
             Lowering::Loop => steps.push(Step::Scan { eqn: i }),
             // A reshape (or identity transpose) of a stored value shares its buffer.
@@ -589,8 +651,17 @@ fn plan_steps(
             }),
             Lowering::Matmul(d) if is_canonical_dot(d) => {
                 let ops = dot_operands(g, producers, e);
+                // Over one binding this kernel never runs (it is planned again over blocks, or
+                // refused): no measuring on buffers of these sizes.
+                let large = [ops.a, ops.b, e.out]
+                    .iter()
+                    .any(|&v| segments::too_big(g, v, limits));
                 let p = ops.problem;
-                let chosen = chooser.choose(&p, max_wg);
+                let chosen = if large {
+                    p.heuristic()
+                } else {
+                    chooser.choose(&p, max_wg)
+                };
                 let cfg = if chosen.supports(&p) {
                     chosen
                 } else {
@@ -642,10 +713,16 @@ fn plan_steps(
             Lowering::Elementwise
             | Lowering::Constant
             | Lowering::Remap { .. }
-            | Lowering::Keyed => steps.push(Step::Kernel {
-                src: wgsl::elementwise_kernel(g, producers, mat, e.out, max_wg),
-                out: e.out,
-            }),
+            | Lowering::Keyed => {
+                let src = wgsl::elementwise_kernel(g, producers, mat, e.out, max_wg);
+                match segments::elementwise(g, producers, mat, &src, e.out, limits)? {
+                    None => steps.push(Step::Kernel { src, out: e.out }),
+                    Some(launches) => steps.push(Step::Segmented {
+                        launches,
+                        out: e.out,
+                    }),
+                }
+            }
             // Conds are inlined, collectives cut out by the parallel executor and prints taken
             // out before lowering: reaching the planner is a bug upstream.
             Lowering::Inline | Lowering::StageBoundary | Lowering::HostOnly => {
@@ -700,6 +777,27 @@ pub(crate) fn lower_donating(
     check_sizes(&g, limits)?;
     let producers = g.producers();
     let mut mat = materialize(&g, &producers);
+    // A reshape of a stored array over one binding shares its buffer instead of being read
+    // through in a fused kernel: kernels bind such arrays in segments, read at their own index.
+    for e in &g.eqns {
+        if matches!(e.prim.lowering(), Lowering::Remap { alias: true, .. })
+            && mat[e.inputs[0].idx()]
+            && segments::too_big(&g, e.inputs[0], limits)
+        {
+            mat[e.out.idx()] = true;
+        }
+        // Slices and concatenations of such arrays are buffer copies: stored, with stored
+        // operands (an elementwise operand becomes a segmented kernel of its own).
+        let large = std::iter::once(e.out)
+            .chain(e.inputs.iter().copied())
+            .any(|v| segments::too_big(&g, v, limits));
+        if large && segments::copies_operands(e) {
+            mat[e.out.idx()] = true;
+            for &v in &e.inputs {
+                mat[v.idx()] = true;
+            }
+        }
+    }
 
     // Fuse as much as the binding limit allows: when a kernel reads too many buffers, store the
     // fusable operand that contributes the most of them and try again.
@@ -710,8 +808,20 @@ pub(crate) fn lower_donating(
             | Step::TwoPass {
                 first: src, out, ..
             } if src.inputs.len() > max_inputs => Some(*out),
+            Step::Segmented { launches, out } if launches[0].0.inputs.len() > max_inputs => {
+                Some(*out)
+            }
             _ => None,
         });
+        // A reduction or matmul whose kernel would bind an array over one binding runs over
+        // blocks of its operands' buffers: store its operands (an elementwise prologue becomes
+        // a kernel of its own, segmented where large) and plan again.
+        if let Some(e) = unblocked(&g, &producers, &mat, &steps, limits) {
+            for &v in &g.eqns[e].inputs {
+                mat[v.idx()] = true;
+            }
+            continue;
+        }
         let Some(out) = over else { break steps };
         let cut = pick_cut(&g, &producers, &mat, out).ok_or_else(|| Error::OverLimit {
             device: "target".into(),
@@ -723,6 +833,7 @@ pub(crate) fn lower_donating(
         })?;
         mat[cut.idx()] = true;
     };
+    check_bindings(&g, &producers, &steps, limits)?;
     // Buffer slots: one per materialized variable, aliases share, freed slots are reused by later
     // values of the same size.
     let mut slot_of: Vec<Option<usize>> = vec![None; g.avals.len()];
@@ -810,20 +921,74 @@ pub(crate) fn lower_donating(
             schedule.push(Op::Launch(launches.len()));
             launches.push(l);
         };
+        // One kernel writing `out`, binding `views` (empty: every slot whole).
+        let kernel = |src: &KernelSrc,
+                      views: &[Option<View>],
+                      out: Var,
+                      launches: &mut Vec<Launch>,
+                      schedule: &mut Vec<Op>| {
+            let mut slots = ins(src);
+            slots.push(slot_of_var(out));
+            let l = Launch {
+                label: src.label.clone(),
+                wgsl: src.wgsl.clone(),
+                workgroups: src.workgroups,
+                slots,
+                views: views.to_vec(),
+            };
+            launch(l, launches, schedule);
+        };
         match s {
-            Step::Kernel { src, out } => {
-                let mut slots = ins(src);
-                slots.push(slot_of_var(*out));
-                launch(
-                    Launch {
-                        label: src.label.clone(),
-                        wgsl: src.wgsl.clone(),
-                        workgroups: src.workgroups,
-                        slots,
-                    },
-                    &mut launches,
-                    &mut schedule,
-                );
+            Step::Kernel { src, out } => kernel(src, &[], *out, &mut launches, &mut schedule),
+            Step::Copies { runs, out } => {
+                for r in runs {
+                    schedule.push(Op::Copy {
+                        src: slot_of_var(r.src),
+                        src_at: At {
+                            base: r.src_offset,
+                            stride: 0,
+                        },
+                        dst: slot_of_var(*out),
+                        dst_at: At {
+                            base: r.dst_offset,
+                            stride: 0,
+                        },
+                        bytes: r.bytes,
+                    });
+                }
+            }
+            Step::Blocked { blocked, .. } => {
+                let temps: Vec<usize> = blocked
+                    .temps
+                    .iter()
+                    .map(|&b| new_slot(&mut slot_bytes, b.max(16)))
+                    .collect();
+                for b in &blocked.blocks {
+                    let place = |p: &segments::Place| match p {
+                        segments::Place::Var(v) => slot_of_var(*v),
+                        segments::Place::Temp(t) => temps[*t],
+                    };
+                    let fresh = embed_block(
+                        b,
+                        &place,
+                        &mut Embed {
+                            launches: &mut launches,
+                            slot_bytes: &mut slot_bytes,
+                            const_slots: &mut const_slots,
+                            schedule: &mut schedule,
+                        },
+                    )?;
+                    free.extend(fresh);
+                }
+                free.extend(temps);
+            }
+            Step::Segmented {
+                launches: segs,
+                out,
+            } => {
+                for (src, views) in segs {
+                    kernel(src, views, *out, &mut launches, &mut schedule);
+                }
             }
             Step::TwoPass {
                 first,
@@ -840,6 +1005,7 @@ pub(crate) fn lower_donating(
                         wgsl: first.wgsl.clone(),
                         workgroups: first.workgroups,
                         slots,
+                        views: Vec::new(),
                     },
                     &mut launches,
                     &mut schedule,
@@ -850,6 +1016,7 @@ pub(crate) fn lower_donating(
                         wgsl: second.wgsl.clone(),
                         workgroups: second.workgroups,
                         slots: vec![temp, slot_of_var(*out)],
+                        views: Vec::new(),
                     },
                     &mut launches,
                     &mut schedule,
@@ -874,6 +1041,7 @@ pub(crate) fn lower_donating(
                             wgsl: p.src.wgsl.clone(),
                             workgroups: p.src.workgroups,
                             slots,
+                            views: Vec::new(),
                         },
                         &mut launches,
                         &mut schedule,
@@ -967,7 +1135,12 @@ fn take_donor(
 ) -> Option<usize> {
     let out = match &steps[i] {
         Step::Kernel { out, .. } | Step::TwoPass { out, .. } | Step::Passes { out, .. } => *out,
-        Step::Alias { .. } | Step::Scan { .. } => return None,
+        // Steps over segments bind their output in pieces: not planned into a donated buffer.
+        Step::Alias { .. }
+        | Step::Scan { .. }
+        | Step::Segmented { .. }
+        | Step::Blocked { .. }
+        | Step::Copies { .. } => return None,
     };
     if !g.outputs.contains(&out) {
         return None;
@@ -1018,6 +1191,71 @@ fn take_donor(
         }
     }
     None
+}
+
+/// Append block `b` of a blocked step (see `segments::blocked`) to the parent program: its
+/// input and output slots become ranges of the parent's slots (`place`), its other slots new
+/// ones, which are returned (free once the block has run).
+fn embed_block(
+    b: &segments::Block,
+    place: &dyn Fn(&segments::Place) -> usize,
+    to: &mut Embed<'_>,
+) -> Result<Vec<usize>> {
+    let p = &b.program;
+    let mut map: Vec<Option<(usize, Option<View>)>> = vec![None; p.slot_bytes.len()];
+    for (k, &s) in p.input_slots.iter().enumerate() {
+        let (pl, view) = &b.ins[k];
+        map[s] = Some((place(pl), *view));
+    }
+    let [o] = p.output_slots.as_slice() else {
+        unreachable!("a block computes one output")
+    };
+    if map[*o].is_some() {
+        return Err(Error::Unsupported {
+            op: "segments",
+            detail: "a block whose output is one of its inputs (internal)".into(),
+        });
+    }
+    map[*o] = Some((place(&b.out.0), b.out.1));
+    let mut fresh = Vec::new();
+    let map: Vec<(usize, Option<View>)> = map
+        .into_iter()
+        .enumerate()
+        .map(|(s, m)| {
+            m.unwrap_or_else(|| {
+                to.slot_bytes.push(p.slot_bytes[s]);
+                fresh.push(to.slot_bytes.len() - 1);
+                (to.slot_bytes.len() - 1, None)
+            })
+        })
+        .collect();
+    let base = to.launches.len();
+    to.launches.extend(p.launches.iter().map(|l| {
+        let views: Vec<Option<View>> = l.slots.iter().map(|&s| map[s].1).collect();
+        Launch {
+            slots: l.slots.iter().map(|&s| map[s].0).collect(),
+            views: if views.iter().any(Option::is_some) {
+                views
+            } else {
+                Vec::new()
+            },
+            ..l.clone()
+        }
+    }));
+    to.const_slots
+        .extend(p.const_slots.iter().map(|(s, h)| (map[*s].0, h.clone())));
+    for op in &p.schedule {
+        match op {
+            Op::Launch(i) => to.schedule.push(Op::Launch(base + i)),
+            Op::Copy { .. } | Op::Loop { .. } => {
+                return Err(Error::Unsupported {
+                    op: "segments",
+                    detail: "a block program with copies or loops (internal)".into(),
+                });
+            }
+        }
+    }
+    Ok(fresh)
 }
 
 /// Where a loop body's program is appended in its parent's.
@@ -1241,8 +1479,9 @@ fn fresh_outputs(g: &Graph) -> Graph {
     g
 }
 
-/// Refuse arrays that can never fit: kernels index with 32-bit integers and each buffer must fit
-/// one storage binding. (Automatic chunking of oversized arrays is future work.)
+/// Refuse arrays that can never fit: kernels index with 32-bit integers and each array must fit
+/// one buffer. Arrays larger than one storage binding are bound in segments (see `segments`;
+/// [`check_bindings`] refuses the kernels that cannot).
 fn check_sizes(g: &Graph, limits: &DeviceLimits) -> Result<()> {
     for a in &g.avals {
         let (n, bytes) = (a.size() as u64, a.size_bytes() as u64);
@@ -1256,12 +1495,94 @@ fn check_sizes(g: &Graph, limits: &DeviceLimits) -> Result<()> {
                 limit_name: "32-bit kernel indexing",
             });
         }
-        if bytes > limits.max_storage_buffer_binding_size {
+        if bytes > limits.max_buffer_size {
             return Err(Error::OverLimit {
                 device: "target".into(),
                 what: format!("an array of shape {:?} ({})", a.shape, a.dtype),
                 needed: bytes,
-                limit: limits.max_storage_buffer_binding_size,
+                limit: limits.max_buffer_size,
+                unit: "bytes",
+                limit_name: "max_buffer_size",
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The equation of a step that fuses operands into a reduction or matmul kernel binding an array
+/// over one binding: with its operands stored, [`segments::blocked`] runs it over blocks.
+fn unblocked(
+    g: &Graph,
+    producers: &[Option<usize>],
+    mat: &[bool],
+    steps: &[Step],
+    limits: &DeviceLimits,
+) -> Option<usize> {
+    steps.iter().find_map(|s| {
+        let (src, out) = match s {
+            Step::Kernel { src, out }
+            | Step::TwoPass {
+                first: src, out, ..
+            } => (src, *out),
+            _ => return None,
+        };
+        let e = producers[out.idx()]?;
+        let eqn = &g.eqns[e];
+        let large = src
+            .inputs
+            .iter()
+            .chain([&out])
+            .any(|&v| segments::too_big(g, v, limits));
+        (large && segments::blocks_operands(eqn) && eqn.inputs.iter().any(|v| !mat[v.idx()]))
+            .then_some(e)
+    })
+}
+
+/// Refuse a planned kernel that would bind an array (or a temporary) larger than one storage
+/// binding whole: only segmented steps bind such arrays, one segment at a time.
+fn check_bindings(
+    g: &Graph,
+    producers: &[Option<usize>],
+    steps: &[Step],
+    limits: &DeviceLimits,
+) -> Result<()> {
+    let max = limits.max_storage_buffer_binding_size;
+    for s in steps {
+        let (out, inputs, temps): (Var, Vec<Var>, Vec<u64>) = match s {
+            Step::Kernel { src, out } => (*out, src.inputs.clone(), Vec::new()),
+            Step::TwoPass {
+                first,
+                temp_bytes,
+                out,
+                ..
+            } => (*out, first.inputs.clone(), vec![*temp_bytes]),
+            Step::Passes { plan, out } => (*out, s.reads(g), plan.temp_bytes.clone()),
+            Step::Segmented { .. }
+            | Step::Blocked { .. }
+            | Step::Copies { .. }
+            | Step::Alias { .. }
+            | Step::Scan { .. } => continue,
+        };
+        let prim = &g.eqns[producers[out.idx()].expect("steps compute produced variables")].prim;
+        let family = segments::family(prim);
+        if let Some(&v) = inputs.iter().find(|&&v| segments::too_big(g, v, limits)) {
+            let how = format!("read by the `{}` kernel", prim.name());
+            return Err(segments::unsupported(g, v, limits, &how, &family));
+        }
+        if segments::too_big(g, out, limits) {
+            let how = format!("written by the `{}` kernel", prim.name());
+            return Err(segments::unsupported(g, out, limits, &how, &family));
+        }
+        if let Some(&t) = temps.iter().find(|&&t| t > max) {
+            return Err(Error::OverLimit {
+                device: "target".into(),
+                what: format!(
+                    "a temporary of the `{}` kernels computing {}: segmented {family} are not supported yet",
+                    prim.name(),
+                    g.aval(out)
+                ),
+                needed: t,
+                limit: max,
                 unit: "bytes",
                 limit_name: "max_storage_buffer_binding_size",
             });

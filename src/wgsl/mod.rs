@@ -45,12 +45,34 @@ pub(crate) struct Emitter<'a> {
     lanes: Option<Lanes>,
     /// Per input binding, after lane mode: whether it is declared `array<vec4<T>>`.
     vec_inputs: Vec<bool>,
+    /// For a kernel over one segment of its output (see [`Segment`]): reads of the inputs bound at
+    /// that segment only are shifted by its start.
+    seg: Option<SegReads>,
     /// A materialized input that lives in the output's own buffer (a donated argument updated in
     /// place, see [`elementwise_kernel_in_place`]): read from `out0`, never bound on its own.
     in_place: Option<Var>,
     /// Set when `in_place` was read anywhere but at the invocation's own output positions: the
     /// kernel would then read elements another invocation may already have overwritten.
-    off_root: bool,
+    in_place_off_root: bool,
+}
+
+/// One segment of an elementwise kernel's output: elements `base..base + len`, with the inputs
+/// `vars` (same shape as the output, too large to bind whole) bound at the same elements. The
+/// kernel computes global indices, so operands bound whole (broadcasts, small arrays) are read
+/// as usual; `base` is a multiple of [`LANES`].
+#[derive(Clone, Debug)]
+pub(crate) struct Segment {
+    pub base: usize,
+    pub len: usize,
+    pub vars: Vec<Var>,
+}
+
+/// What an [`Emitter`] over a [`Segment`] shifts, and which segment-bound inputs it read away
+/// from the output's own index (a segment binding cannot serve those).
+struct SegReads {
+    vars: Vec<Var>,
+    base: usize,
+    off_root: Vec<Var>,
 }
 
 /// Lane state of an [`Emitter`] whose kernel computes `LANES` adjacent output elements per
@@ -113,8 +135,22 @@ impl<'a> Emitter<'a> {
             root: None,
             lanes: None,
             vec_inputs: Vec::new(),
+            seg: None,
             in_place: None,
-            off_root: false,
+            in_place_off_root: false,
+        }
+    }
+    /// The index `lin` of a read of `v` (in units of `per` elements), relative to `v`'s segment
+    /// binding when it has one; `at_root` says whether the read is at the output's own index.
+    fn seg_lin(&mut self, v: Var, lin: String, at_root: bool, per: usize) -> String {
+        match &mut self.seg {
+            Some(s) if s.vars.contains(&v) => {
+                if !at_root && !s.off_root.contains(&v) {
+                    s.off_root.push(v);
+                }
+                format!("({lin} - {}u)", s.base / per)
+            }
+            _ => lin,
         }
     }
     /// Declare the kernel's output index (see `root`).
@@ -300,6 +336,7 @@ impl<'a> Emitter<'a> {
             }
         };
         if let Some(vi) = shared_vec {
+            let vi = self.seg_lin(v, vi, is_root, LANES);
             let name = self.vec_load((b, format!("v:{vi}")), format!("in{b}[{vi}]"), top);
             let t = self.tmp("v");
             let field = format!("{name}.{}", LANE_FIELDS[lane]);
@@ -310,6 +347,7 @@ impl<'a> Emitter<'a> {
             Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => rl.clone(),
             _ => layout::linear_wgsl(&aval.shape, idx),
         };
+        let lin = self.seg_lin(v, lin, is_root, 1);
         let invariant = !self.lane_dep(&lin);
         let key = (b, format!("s:{lin}"));
         if invariant {
@@ -358,7 +396,7 @@ impl<'a> Emitter<'a> {
             _ => None,
         };
         let Some(lin) = root_lin else {
-            self.off_root = true;
+            self.in_place_off_root = true;
             return "0".into();
         };
         let wrap = |e: String| {
@@ -392,17 +430,19 @@ impl<'a> Emitter<'a> {
             if self.lanes.is_some() {
                 return self.lane_load(v, idx);
             }
-            let root_lin = match &self.root {
-                Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => Some(rl.clone()),
-                _ => None,
+            let (lin, at_root) = match &self.root {
+                Some((ri, rs, rl)) if ri.as_slice() == idx && rs == &aval.shape => {
+                    (rl.clone(), true)
+                }
+                _ => (layout::linear_wgsl(&aval.shape, idx), false),
             };
             let buffer = if self.in_place == Some(v) {
-                self.off_root |= root_lin.is_none();
+                self.in_place_off_root |= !at_root;
                 "out0".to_string()
             } else {
                 format!("in{}", self.binding(v))
             };
-            let lin = root_lin.unwrap_or_else(|| layout::linear_wgsl(&aval.shape, idx));
+            let lin = self.seg_lin(v, lin, at_root, 1);
             let t = self.tmp("v");
             let load = if aval.dtype == DType::Bool {
                 format!("({buffer}[{lin}] != 0u)")
@@ -614,8 +654,9 @@ pub(crate) fn elementwise_kernel(
     root: Var,
     max_wg: u32,
 ) -> KernelSrc {
-    elementwise_kernel_with(g, producers, materialized, root, None, max_wg)
+    elementwise_kernel_with(g, producers, materialized, root, max_wg, None, None)
         .expect("a kernel without an in-place input is always made")
+        .0
 }
 
 /// [`elementwise_kernel`] computing `root` in place of materialized `input` (a donated argument
@@ -635,19 +676,50 @@ pub(crate) fn elementwise_kernel_in_place(
     if a.size() != b.size() || a.dtype.wgsl_storage() != b.dtype.wgsl_storage() {
         return None;
     }
-    elementwise_kernel_with(g, producers, materialized, root, Some(input), max_wg)
+    elementwise_kernel_with(g, producers, materialized, root, max_wg, None, Some(input))
+        .map(|k| k.0)
 }
 
+/// [`elementwise_kernel`] over one segment of the output (all of it with `None`): the kernel
+/// writes elements `seg.base..seg.base + seg.len` into an output bound at those elements only,
+/// reading the inputs `seg.vars` bound likewise. The WGSL differs from the whole kernel's only
+/// in where `gv` starts and in the shifted reads and stores. Also returns the segment-bound
+/// inputs read away from the output's own index (a transpose, a slice): the caller must not
+/// run such a kernel.
+pub(crate) fn elementwise_segment(
+    g: &Graph,
+    producers: &[Option<usize>],
+    materialized: &[bool],
+    root: Var,
+    max_wg: u32,
+    seg: Option<&Segment>,
+) -> (KernelSrc, Vec<Var>) {
+    elementwise_kernel_with(g, producers, materialized, root, max_wg, seg, None)
+        .expect("a kernel without an in-place input is always made")
+}
+
+/// The elementwise kernel over `seg` (or the whole output) with `in_place` read from `out0`; None
+/// when the in-place input is read away from the element being written.
 fn elementwise_kernel_with(
     g: &Graph,
     producers: &[Option<usize>],
     materialized: &[bool],
     root: Var,
-    in_place: Option<Var>,
     max_wg: u32,
-) -> Option<KernelSrc> {
+    seg: Option<&Segment>,
+    in_place: Option<Var>,
+) -> Option<(KernelSrc, Vec<Var>)> {
     let aval = g.aval(root).clone();
     let n = aval.size();
+    let seg_reads = || {
+        seg.map(|s| SegReads {
+            vars: s.vars.clone(),
+            base: s.base,
+            off_root: Vec::new(),
+        })
+    };
+    // Shifts of the stores (elements, and groups of LANES) and of the first group.
+    let (base, len) = seg.map_or((0, n), |s| (s.base, s.len));
     // Emit with `root` itself treated as computed (it is the output, not an input).
     let mut mat = materialized.to_vec();
     mat[root.idx()] = false;
@@ -659,18 +731,26 @@ fn elementwise_kernel_with(
     // body calls.
     let (ix1, idx1) = index_lets(&aval.shape, "gb", "i", 1);
     let mut em1 = Emitter::new(g, producers, &mat, 1).with_root(&idx1, &aval.shape, "gb");
+    em1.seg = seg_reads();
     em1.in_place = in_place;
     let val1 = em1.value(root, &idx1);
     let heavy = calls_soft_float(&em1.helpers);
     let lanes = if n >= LANES && !heavy { LANES } else { 1 };
-    let nv = n.div_ceil(lanes);
-    let (index, body, store, inputs, vec_inputs, helpers);
+    // Groups this kernel computes, and the shift of the stores in elements.
+    let nv = len.div_ceil(lanes);
+    let sb = if base > 0 {
+        format!(" - {base}u")
+    } else {
+        String::new()
+    };
+    let (index, body, store, inputs, vec_inputs, helpers, off_root);
     if lanes == 1 {
-        if em1.off_root {
+        index = ix1;
+        store = format!("    out0[gb{sb}] = {};", store_expr(aval.dtype, &val1));
+        if em1.in_place_off_root {
             return None;
         }
-        index = ix1;
-        store = format!("    out0[gb] = {};", store_expr(aval.dtype, &val1));
+        off_root = em1.seg.map(|s| s.off_root).unwrap_or_default();
         (body, inputs, vec_inputs, helpers) = (em1.body, em1.inputs, Vec::new(), em1.helpers);
     } else {
         let rank = aval.rank();
@@ -711,6 +791,7 @@ fn elementwise_kernel_with(
             }
         }
         let mut em = Emitter::new(g, producers, &mat, 1).with_lanes(tainted, last, "gv");
+        em.seg = seg_reads();
         em.in_place = in_place;
         let mut vals = Vec::new();
         for (c, (idx, lin)) in lane_idx.iter().enumerate() {
@@ -721,19 +802,25 @@ fn elementwise_kernel_with(
         }
         index = ix;
         store = if n.is_multiple_of(LANES) {
-            format!("    out0[gv] = vec4<{st}>({});", vals.join(", "))
+            let sv = if base > 0 {
+                format!(" - {}u", base / LANES)
+            } else {
+                String::new()
+            };
+            format!("    out0[gv{sv}] = vec4<{st}>({});", vals.join(", "))
         } else {
-            let mut s = format!("    out0[gb] = {};", vals[0]);
+            let mut s = format!("    out0[gb{sb}] = {};", vals[0]);
             for (c, v) in vals.iter().enumerate().skip(1) {
                 s.push_str(&format!(
-                    "\n    if (gb + {c}u < {n}u) {{\n        out0[gb + {c}u] = {v};\n    }}"
+                    "\n    if (gb + {c}u < {n}u) {{\n        out0[gb + {c}u{sb}] = {v};\n    }}"
                 ));
             }
             s
         };
-        if em.off_root {
+        if em.in_place_off_root {
             return None;
         }
+        off_root = em.seg.take().map(|s| s.off_root).unwrap_or_default();
         let l = em.lanes.take().expect("lane mode");
         (body, inputs, vec_inputs, helpers) = (em.body, em.inputs, l.vec_inputs, em.helpers);
     }
@@ -744,6 +831,12 @@ fn elementwise_kernel_with(
         .into_iter()
         .find(|&r| !heavy && nv >= r * WG as usize * MIN_WORKGROUPS)
         .unwrap_or(1);
+    // The segment's first group: `gv` stays the global group index.
+    let gv = if base > 0 {
+        format!("g0 + rep * stride + {}u", base / lanes)
+    } else {
+        "g0 + rep * stride".to_string()
+    };
     let out_elem = if lanes == LANES && n.is_multiple_of(LANES) {
         format!("vec4<{st}>")
     } else {
@@ -757,7 +850,8 @@ fn elementwise_kernel_with(
                 &bindings_vec(g, &inputs, &vec_inputs, &out_elem),
             ),
             ("HELPERS", &helpers_src(&helpers)),
-            ("NV", &nv.to_string()),
+            ("GV", &gv),
+            ("NV", &(base / lanes + nv).to_string()),
             ("LANES", &lanes.to_string()),
             ("REPS", &reps.to_string()),
             ("INDEX", &indent(index.trim_end())),
@@ -766,12 +860,19 @@ fn elementwise_kernel_with(
         ],
     );
     let place = if in_place.is_some() { "_inplace" } else { "" };
-    Some(KernelSrc {
-        label: format!("fused_{name}{place}_{}", aval),
-        wgsl,
-        inputs,
-        workgroups: balanced_grid(nv.div_ceil(WG as usize * reps), max_wg),
-    })
+    let label = match seg {
+        Some(s) => format!("fused_{name}{place}_{}_seg{}+{}", aval, s.base, s.len),
+        None => format!("fused_{name}{place}_{}", aval),
+    };
+    Some((
+        KernelSrc {
+            label,
+            wgsl,
+            inputs,
+            workgroups: balanced_grid(nv.div_ceil(WG as usize * reps), max_wg),
+        },
+        off_root,
+    ))
 }
 
 #[cfg(test)]

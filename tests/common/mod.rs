@@ -62,6 +62,54 @@ pub fn runtime_with(layout: &str) -> &'static Runtime {
     })
 }
 
+/// A runtime with a forced layout and every device's storage-binding limit lowered to
+/// `max_binding` bytes (`RuntimeBuilder::max_binding`), built once per (layout, limit) and test
+/// binary: small arrays then take the segmented paths of arrays larger than one binding.
+pub fn runtime_max_binding(layout: &str, max_binding: u64) -> &'static Runtime {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static RTS: OnceLock<Mutex<HashMap<(String, u64), &'static Runtime>>> = OnceLock::new();
+    let _ = env_logger::builder().is_test(true).try_init();
+    let mut map = RTS
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    map.entry((layout.to_string(), max_binding))
+        .or_insert_with(|| {
+            let rt = pollster::block_on(
+                Runtime::builder()
+                    .layout_str(layout)
+                    .max_binding(max_binding)
+                    .allow_cpu_fallback(false)
+                    .build(),
+            )
+            .unwrap_or_else(|e| panic!("no runtime for layout {layout}: {e}. {INSTALL}"));
+            Box::leak(Box::new(rt))
+        })
+}
+
+/// Run this test binary's test `child` alone in a child process with the extra environment
+/// `envs` (the environment of this multi-threaded process is not changed); panics, with its
+/// output, unless it passes. Returns its output.
+pub fn run_child_test(child: &str, envs: &[(&str, &str)]) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--exact", child, "--nocapture", "--test-threads=1"])
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "child {child} with {envs:?} failed:\n{text}"
+    );
+    text
+}
+
 /// The devices of [`runtime_with`]`(layout)`.
 pub fn devices_with(layout: &str) -> Vec<Device> {
     runtime_with(layout).devices().to_vec()
