@@ -18,6 +18,9 @@ use brigade::{Array, Device, HostArray, Result, Runtime, Tensor, jit, reference}
 // The multi-device chapters are the standalone examples themselves: `run` is shared, their
 // `main` is unused here.
 #[allow(dead_code)]
+#[path = "big_matmul.rs"]
+mod big_matmul;
+#[allow(dead_code)]
 #[path = "cnn_training.rs"]
 mod cnn_training;
 #[allow(dead_code)]
@@ -212,6 +215,11 @@ fn main() -> Result<()> {
         "Model parallelism: one course per chef, a pipeline over microbatches (examples/model_parallel.rs)",
     );
     all_ok &= model_parallel::run(quick)?;
+
+    chapter(
+        "The big product: 8192² over four devices, B past one storage binding (examples/big_matmul.rs)",
+    );
+    all_ok &= big_matmul::run(quick)?;
 
     chapter(
         "The big model: a transformer's layers over stages, its heads over a \"model\" axis, decoding token by token (examples/sharded_inference.rs)",
