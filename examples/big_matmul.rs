@@ -21,16 +21,10 @@ use brigade::{
     Array, Device, Mesh, NamedSharding, P, Result, Runtime, Tensor, device_put, jit, shard_map,
 };
 
-/// Deterministic data in [-1, 1).
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
-}
+#[allow(dead_code)]
+#[path = "common/util.rs"]
+mod util;
+use util::data;
 
 /// Four logical devices on the first adapter (or `BRIGADE_DEVICES`), with the binding limit
 /// forced down to `max_binding` bytes when given.
@@ -153,9 +147,7 @@ pub fn run(quick: bool) -> Result<bool> {
 
 #[allow(dead_code)]
 fn main() -> Result<()> {
-    let quick = std::env::args().any(|a| a == "--quick")
-        || std::env::var("BRIGADE_QUICK").is_ok_and(|v| v == "1");
-    if !run(quick)? {
+    if !run(util::quick_requested())? {
         println!("\nTHE PRODUCT DIFFERS ✗");
         std::process::exit(1);
     }

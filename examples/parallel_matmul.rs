@@ -19,20 +19,15 @@ use std::time::{Duration, Instant};
 
 use brigade::{Array, Device, Result, Tensor, counters, jit, shard_map};
 
+#[allow(dead_code)]
+#[path = "common/util.rs"]
+mod util;
+use util::data;
+pub use util::quick_requested;
+
 /// Relative tolerance (to the largest |value|) between devices of different adapter types, and
 /// between the device result and the f64 host rows: f32 sums of up to 1024 products.
 const TOL: f64 = 1e-5;
-
-/// Deterministic data in [-1, 1), never all zero.
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// Median wall time of `reps` calls of each of `fs`. The calls are interleaved (every round runs
 /// each function once) so that a change in the machine's load affects them all alike.
@@ -347,12 +342,6 @@ fn speed_up(r: &Row) -> f64 {
 /// Compute time (one device's call minus its transfer round trip) per transfer time.
 fn ratio(r: &Row) -> f64 {
     r.single.saturating_sub(r.transfer).as_secs_f64() / r.transfer.as_secs_f64().max(1e-9)
-}
-
-/// `--quick` or `BRIGADE_QUICK=1`: a tiny sweep (the tour also runs it quick in debug builds).
-pub fn quick_requested() -> bool {
-    std::env::args().any(|a| a == "--quick")
-        || std::env::var("BRIGADE_QUICK").is_ok_and(|v| v == "1")
 }
 
 fn main() -> Result<()> {

@@ -24,6 +24,10 @@ use brigade::{
     random, shard_map,
 };
 
+#[allow(dead_code)]
+#[path = "common/util.rs"]
+mod util;
+
 /// The model's sizes.
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
@@ -385,9 +389,7 @@ pub fn run(quick: bool) -> Result<bool> {
 
 #[allow(dead_code)]
 fn main() -> Result<()> {
-    let quick = std::env::args().any(|a| a == "--quick")
-        || std::env::var("BRIGADE_QUICK").is_ok_and(|v| v == "1");
-    if !run(quick)? {
+    if !run(util::quick_requested())? {
         println!("\nA PLACEMENT DECODED OTHER TOKENS ✗");
         std::process::exit(1);
     }

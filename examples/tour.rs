@@ -11,6 +11,10 @@
 //! line, and data-parallel training with pmap(grad) + pmean. Debug builds (and `--quick` or
 //! `BRIGADE_QUICK=1`) run the short versions of the multi-device chapters.
 
+// Each chapter is a standalone example that includes `examples/common/util.rs` itself; the tour
+// includes several of them, so that file is loaded once per chapter here.
+#![allow(clippy::duplicate_mod)]
+
 use std::time::Instant;
 
 use brigade::{Array, Device, HostArray, Result, Runtime, Tensor, jit, reference};
@@ -54,16 +58,10 @@ mod seed_demo;
 #[path = "sharded_inference.rs"]
 mod sharded_inference;
 
-/// Deterministic, non-trivial data in [-1, 1).
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
-}
+#[allow(dead_code)]
+#[path = "common/util.rs"]
+mod util;
+use util::data;
 
 fn max_rel_err(got: &HostArray, want: &HostArray) -> f64 {
     let (g, w) = (got.to_f64(), want.to_f64());
