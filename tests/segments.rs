@@ -7,23 +7,9 @@
 mod common;
 
 use brigade::device::{MAX_BINDING_ENV, parse_max_binding};
-use brigade::{Array, DType, Device, Error, HostArray, Runtime, Tensor, jit};
+use brigade::{Array, DType, Error, HostArray, Runtime, Tensor, jit};
+use common::segments::*;
 use common::*;
-
-/// The forced binding limit: 16 384 f32 per segment.
-const LIMIT: u64 = 64 << 10;
-
-/// A Vulkan and a GL device with the forced limit.
-fn devices() -> Vec<Device> {
-    runtime_max_binding("vulkan:1,gl:1", LIMIT)
-        .devices()
-        .to_vec()
-}
-
-/// Odd sizes (tails shorter than a segment, rows not a multiple of 4): 77 357 f32, 302 KiB.
-const ODD: [usize; 2] = [301, 257];
-/// Rows a multiple of 4 (the `vec4` paths): 33 280 f32, 130 KiB.
-const VEC: [usize; 2] = [128, 260];
 
 #[test]
 fn the_override_lowers_the_binding_limit_and_checks_its_value() {
@@ -189,30 +175,6 @@ fn transfers_of_arrays_over_the_binding_limit() {
             .unwrap();
         assert_eq!(b.to_vec::<bool>().unwrap(), bools);
     }
-}
-
-/// `check_on` over the forced-limit devices, also checking that the program really binds
-/// segments (more dispatches than kernels of the unsegmented program would need).
-fn check_segmented<F>(f: F, args: &[Array], tol: Tol) -> Vec<HostArray>
-where
-    F: Fn(&[Tensor]) -> Vec<Tensor> + Clone,
-{
-    let devs = devices();
-    let program = jit(f.clone()).program(args, &devs[0]).unwrap();
-    assert!(
-        program.launches.iter().any(|l| !l.views.is_empty())
-            || program
-                .schedule
-                .iter()
-                .any(|o| matches!(o, brigade::lower::Op::Copy { .. })),
-        "no segmented launch or copy in the program"
-    );
-    for l in &program.launches {
-        for v in l.views.iter().flatten() {
-            assert!(v.size <= LIMIT && v.offset % 256 == 0, "{}: {v:?}", l.label);
-        }
-    }
-    check_on(&devs, f, args, tol)
 }
 
 #[test]
@@ -399,33 +361,6 @@ fn slices_and_concatenations_are_buffer_copies() {
         &[a, b],
         Tol::EXACT,
     );
-}
-
-/// The typed refusal of a family that does not bind segments yet.
-fn refused(dev: &Device, f: impl Fn(&[Tensor]) -> Vec<Tensor>, args: &[Array], family: &str) {
-    match jit(f).on(dev).call(args) {
-        Err(e @ Error::OverLimit { .. }) => {
-            let msg = e.to_string();
-            let Error::OverLimit {
-                limit, limit_name, ..
-            } = &e
-            else {
-                unreachable!()
-            };
-            assert_eq!(*limit, LIMIT, "{msg}");
-            assert_eq!(*limit_name, "max_storage_buffer_binding_size", "{msg}");
-            assert!(
-                msg.contains(&format!("(segmented {family}: not supported yet)"))
-                    && msg.contains("301, 257]")
-                    && msg.contains(dev.name()),
-                "{msg}"
-            );
-        }
-        other => panic!(
-            "{}: expected OverLimit for segmented {family}, got {other:?}",
-            dev.name()
-        ),
-    }
 }
 
 #[test]

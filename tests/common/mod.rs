@@ -614,3 +614,4 @@ pub const INT_BINARY_OPS: [(&str, BinaryFn); 15] = [
 ];
 pub mod batching;
 pub mod fd;
+pub mod segments;
