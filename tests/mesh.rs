@@ -523,3 +523,52 @@ fn one_axis_outputs_are_named_shardings_and_feed_a_mesh_in_place() {
         .remove(0);
     assert_eq!(p.sharding().unwrap().spec(), &P!["shard"]);
 }
+
+/// `vmap` of a mesh `shard_map` (JAX's `vmap(shard_map(f, mesh, …))`): the batch axis is a new,
+/// unsplit dimension of every block, so the Megatron forward over 3 stacked weight sets (batch
+/// axis 0 of w1, axis 2 of w2, shared x) equals the one-device program on each set, stacked at
+/// the requested output axis; collectives still combine devices example by example.
+#[test]
+fn vmap_of_a_mesh_shard_map_batches_every_block() {
+    let (nb, b, d, h, o) = (3usize, 8usize, 6, 8, 5);
+    let x = rand_f32(&[b, d], 21);
+    let w1 = rand_f32(&[nb, d, h], 22);
+    let w2 = rand_f32(&[h, o, nb], 23);
+    let one = jit(|a: &[Tensor]| vec![mlp(&a[0], &a[1], &a[2])]).on(&cpu());
+    let (w1v, w2v, xv) = (vals(&w1), vals(&w2), vals(&x));
+    // Example e stacked at output axis 1: want[r, e, c] = mlp(x, w1[e], w2[.., .., e])[r, c].
+    let mut want = vec![0f32; b * nb * o];
+    for e in 0..nb {
+        let w1e = Array::from_vec(w1v[e * d * h..(e + 1) * d * h].to_vec(), &[d, h]).unwrap();
+        let w2e: Vec<f32> = (0..h * o).map(|k| w2v[k * nb + e]).collect();
+        let w2e = Array::from_vec(w2e, &[h, o]).unwrap();
+        let xa = Array::from_vec(xv.clone(), &[b, d]).unwrap();
+        let y = vals(&one.call(&[xa, w1e, w2e]).unwrap()[0]);
+        for r in 0..b {
+            for c in 0..o {
+                want[(r * nb + e) * o + c] = y[r * o + c];
+            }
+        }
+    }
+    let want = HostArray::from_vec(want, &[b, nb, o]).unwrap();
+    for_each_mesh(|layout, mesh| {
+        let f = shard_map(|a: &[Tensor]| {
+            vec![psum(&a[0].matmul(&a[1]).relu().matmul(&a[2]), "model")]
+        })
+        .mesh(mesh)
+        .in_specs(&[P!["data", None], P![None, "model"], P!["model", None]])
+        .out_specs(&[P!["data", None]])
+        .vmap(&[None, Some(0), Some(2)], &[Some(1)], None);
+        let y = f
+            .call(&[x.clone(), w1.clone(), w2.clone()])
+            .unwrap_or_else(|e| panic!("{layout}: {e}"));
+        assert_eq!(y[0].shape(), &[b, nb, o], "{layout}");
+        // The batch dimension is not split: rows over "data", examples whole on every device.
+        assert_eq!(
+            y[0].sharding().unwrap().spec(),
+            &P!["data", None, None],
+            "{layout}"
+        );
+        assert_close(&host(&y[0]), &want, Tol::REDUCE, &format!("{layout}: vmap"));
+    });
+}

@@ -257,6 +257,10 @@ where
     /// swapped, as JAX's batching rule of `pmap` does), so collectives over the device axis combine
     /// the devices example by example. With `axis_name`, collectives may also name the batch axis.
     ///
+    /// Over a mesh (`shard_map(f).mesh(..)`, JAX's `vmap(shard_map(f, mesh, …))`) the batch axis is
+    /// a new dimension that no mesh axis splits: each `in_specs`/`out_specs` entry at or after the
+    /// batch position moves up one, and every device runs `vmap(f)` on its blocks.
+    ///
     /// ```
     /// use brigade::{pmap, psum, Array, Tensor};
     /// let n = brigade::devices()?.len().min(2);
@@ -275,65 +279,123 @@ where
         out_axes: &[Option<usize>],
         axis_name: Option<&str>,
     ) -> Parallel<impl Fn(&[Tensor]) -> Vec<Tensor>> {
-        let split = self.mode == ParallelMode::Split;
-        let n_args = in_axes.len();
-        let map_in: Vec<Option<usize>> = match &self.in_axes {
-            Some(a) => a.clone(),
-            None => vec![Some(0); n_args],
-        };
-        // Per argument: the device axis in the full array, and the batch axis in a device's part.
-        let (outer_in, inner_in): (Vec<Option<usize>>, Vec<Option<usize>>) =
-            if map_in.len() == n_args {
-                in_axes
-                    .iter()
-                    .zip(&map_in)
-                    .enumerate()
-                    .map(|(i, (&va, &pa))| {
-                        if self.static_argnums.contains(&i) {
-                            return (pa, None);
-                        }
-                        match (va, pa) {
-                            (va, None) => (None, va),
-                            (None, pa) => (pa, None),
-                            (Some(va), Some(pa)) => {
-                                let full = if pa >= va { pa + 1 } else { pa };
-                                let inner = if !split && va > full { va - 1 } else { va };
-                                (Some(full), Some(inner))
-                            }
-                        }
-                    })
-                    .unzip()
+        #[allow(clippy::type_complexity)]
+        let (outer_in, outer_out, inner_in, inner_out, in_specs, out_specs): (
+            Option<Vec<Option<usize>>>,
+            Option<Vec<Option<usize>>>,
+            Vec<Option<usize>>,
+            Vec<Option<usize>>,
+            _,
+            _,
+        ) = if self.mesh.is_some() {
+            // Over a mesh the batch dimension is a new, unsplit dimension of every block: the
+            // specs move up one at it, and each device runs vmap(f) on its blocks.
+            let inner_in: Vec<Option<usize>> = in_axes
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| a.filter(|_| !self.static_argnums.contains(&i)))
+                .collect();
+            let inner_out = if out_axes.is_empty() {
+                vec![Some(0)]
             } else {
-                // The arity error is reported by the call (with both counts).
-                (map_in.clone(), in_axes.to_vec())
+                out_axes.to_vec()
             };
-        // Per output (one entry for all when both lists have one): where the device axis and the
-        // batch axis go.
-        let map_out = self.out_axes.clone().unwrap_or_else(|| vec![Some(0)]);
-        let vm_out = if out_axes.is_empty() {
-            vec![Some(0)]
+            let in_specs = self.in_specs.as_ref().map(|specs| {
+                specs
+                    .iter()
+                    .zip(inner_in.iter().chain(std::iter::repeat(&None)))
+                    .map(|(s, a)| a.map_or_else(|| s.clone(), |a| s.with_unsplit_dim(a)))
+                    .collect::<Vec<_>>()
+            });
+            let out_specs = self.out_specs.as_ref().map(|specs| {
+                // One spec for all outputs stays one when one batch axis serves them all.
+                let k = match (specs.len(), inner_out.len()) {
+                    (1, 1) => 1,
+                    (1, k) => k,
+                    (k, _) => k,
+                };
+                (0..k)
+                    .map(|j| {
+                        let s = &specs[j.min(specs.len() - 1)];
+                        let a = if inner_out.len() == 1 {
+                            inner_out[0]
+                        } else {
+                            inner_out.get(j).copied().flatten()
+                        };
+                        a.map_or_else(|| s.clone(), |a| s.with_unsplit_dim(a))
+                    })
+                    .collect::<Vec<_>>()
+            });
+            (None, None, inner_in, inner_out, in_specs, out_specs)
         } else {
-            out_axes.to_vec()
-        };
-        let k = map_out.len().max(vm_out.len());
-        let pick = |v: &[Option<usize>], j: usize| {
-            if v.len() == 1 {
-                v[0]
+            let split = self.mode == ParallelMode::Split;
+            let n_args = in_axes.len();
+            let map_in: Vec<Option<usize>> = match &self.in_axes {
+                Some(a) => a.clone(),
+                None => vec![Some(0); n_args],
+            };
+            // Per argument: the device axis in the full array, and the batch axis in a device's part.
+            let (outer_in, inner_in): (Vec<Option<usize>>, Vec<Option<usize>>) =
+                if map_in.len() == n_args {
+                    in_axes
+                        .iter()
+                        .zip(&map_in)
+                        .enumerate()
+                        .map(|(i, (&va, &pa))| {
+                            if self.static_argnums.contains(&i) {
+                                return (pa, None);
+                            }
+                            match (va, pa) {
+                                (va, None) => (None, va),
+                                (None, pa) => (pa, None),
+                                (Some(va), Some(pa)) => {
+                                    let full = if pa >= va { pa + 1 } else { pa };
+                                    let inner = if !split && va > full { va - 1 } else { va };
+                                    (Some(full), Some(inner))
+                                }
+                            }
+                        })
+                        .unzip()
+                } else {
+                    // The arity error is reported by the call (with both counts).
+                    (map_in.clone(), in_axes.to_vec())
+                };
+            // Per output (one entry for all when both lists have one): where the device axis and the
+            // batch axis go.
+            let map_out = self.out_axes.clone().unwrap_or_else(|| vec![Some(0)]);
+            let vm_out = if out_axes.is_empty() {
+                vec![Some(0)]
             } else {
-                v.get(j).copied().flatten()
-            }
-        };
-        let (outer_out, inner_out): (Vec<Option<usize>>, Vec<Option<usize>>) = (0..k)
-            .map(|j| match (pick(&vm_out, j), pick(&map_out, j)) {
-                (vo, None) => (None, vo),
-                (None, po) => (po, None),
-                (Some(vo), Some(po)) => {
-                    let full = if po >= vo { po + 1 } else { po };
-                    let inner = if !split && vo > full { vo - 1 } else { vo };
-                    (Some(full), Some(inner))
+                out_axes.to_vec()
+            };
+            let k = map_out.len().max(vm_out.len());
+            let pick = |v: &[Option<usize>], j: usize| {
+                if v.len() == 1 {
+                    v[0]
+                } else {
+                    v.get(j).copied().flatten()
                 }
-            })
-            .unzip();
+            };
+            let (outer_out, inner_out): (Vec<Option<usize>>, Vec<Option<usize>>) = (0..k)
+                .map(|j| match (pick(&vm_out, j), pick(&map_out, j)) {
+                    (vo, None) => (None, vo),
+                    (None, po) => (po, None),
+                    (Some(vo), Some(po)) => {
+                        let full = if po >= vo { po + 1 } else { po };
+                        let inner = if !split && vo > full { vo - 1 } else { vo };
+                        (Some(full), Some(inner))
+                    }
+                })
+                .unzip();
+            (
+                Some(outer_in),
+                Some(outer_out),
+                inner_in,
+                inner_out,
+                self.in_specs,
+                self.out_specs,
+            )
+        };
         let f = self.f;
         let name = axis_name.map(str::to_string);
         let body = move |xs: &[Tensor]| {
@@ -350,14 +412,14 @@ where
             mode: self.mode,
             label: format!("vmap({})", self.label),
             axis_name: self.axis_name,
-            in_axes: Some(outer_in),
-            out_axes: Some(outer_out),
+            in_axes: outer_in,
+            out_axes: outer_out,
             axis_size: self.axis_size,
             devices: self.devices,
             static_argnums: self.static_argnums,
             mesh: self.mesh,
-            in_specs: self.in_specs,
-            out_specs: self.out_specs,
+            in_specs,
+            out_specs,
             cache: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
             emulated: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
         }
