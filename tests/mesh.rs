@@ -552,13 +552,12 @@ fn vmap_of_a_mesh_shard_map_batches_every_block() {
     }
     let want = HostArray::from_vec(want, &[b, nb, o]).unwrap();
     for_each_mesh(|layout, mesh| {
-        let f = shard_map(|a: &[Tensor]| {
-            vec![psum(&a[0].matmul(&a[1]).relu().matmul(&a[2]), "model")]
-        })
-        .mesh(mesh)
-        .in_specs(&[P!["data", None], P![None, "model"], P!["model", None]])
-        .out_specs(&[P!["data", None]])
-        .vmap(&[None, Some(0), Some(2)], &[Some(1)], None);
+        let f =
+            shard_map(|a: &[Tensor]| vec![psum(&a[0].matmul(&a[1]).relu().matmul(&a[2]), "model")])
+                .mesh(mesh)
+                .in_specs(&[P!["data", None], P![None, "model"], P!["model", None]])
+                .out_specs(&[P!["data", None]])
+                .vmap(&[None, Some(0), Some(2)], &[Some(1)], None);
         let y = f
             .call(&[x.clone(), w1.clone(), w2.clone()])
             .unwrap_or_else(|e| panic!("{layout}: {e}"));

@@ -185,7 +185,12 @@ where
             }
             out_layouts.push(ShardLayout::Named(s));
         }
-        Ok(ParallelExe::build(traced, axes, out_layouts))
+        Ok(ParallelExe::build(
+            traced,
+            axes,
+            out_layouts,
+            &self.donated_inputs(),
+        ))
     }
 
     /// Each device's block of every traced argument, on that device. Arguments already placed as

@@ -80,6 +80,8 @@ pub struct Parallel<F> {
     axis_size: Option<usize>,
     devices: Option<Vec<Device>>,
     static_argnums: Vec<usize>,
+    /// Arguments whose shards the stages may compute outputs into (`donate_argnums`).
+    donate: Vec<usize>,
     /// `shard_map` over a mesh: the mesh and the per-argument / per-output specs.
     mesh: Option<crate::mesh::Mesh>,
     in_specs: Option<Vec<PartitionSpec>>,
@@ -88,6 +90,21 @@ pub struct Parallel<F> {
     cache: SyncLru<Key, Arc<ParallelExe>>,
     /// Single-device emulations ([`Parallel::emulate`]) by signature, bounded likewise.
     emulated: SyncLru<Key, Arc<Executable>>,
+}
+
+/// The arguments of a call: borrowed (`call`) or given up (`call_donating`).
+enum ArgsIn<'a> {
+    Borrowed(&'a [Array]),
+    Owned(Vec<Array>),
+}
+
+impl ArgsIn<'_> {
+    fn as_slice(&self) -> &[Array] {
+        match self {
+            ArgsIn::Borrowed(a) => a,
+            ArgsIn::Owned(a) => a,
+        }
+    }
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -167,6 +184,7 @@ where
             axis_size: None,
             devices: None,
             static_argnums: Vec::new(),
+            donate: Vec::new(),
             mesh: None,
             in_specs: None,
             out_specs: None,
@@ -249,6 +267,41 @@ where
         self.static_argnums = nums.to_vec();
         self
     }
+    /// Donate the arguments at these positions (JAX's `pmap(f, donate_argnums=…)`): on every
+    /// device the stage that reads a donated argument's shard last may compute an output of the
+    /// same byte size into that shard's buffer, so a replicated parameter update
+    /// (`p - lr * pmean(g)`) needs no second copy of the parameters. Shards are reused only
+    /// when the arguments are given up with [`Parallel::call_donating`] and nothing else holds
+    /// them (no clone of the array); otherwise the output gets a copy and every holder keeps the
+    /// old values, as with [`crate::Jit::donate_argnums`] (see [`crate::Counters::donations_reused`]).
+    /// A position past the arguments, a static argument, or an array passed twice while donated
+    /// is a typed [`Error::BadDonation`].
+    ///
+    /// ```
+    /// use brigade::{pmap, pmean, Array, Tensor};
+    /// let n = brigade::devices()?.len().min(2);
+    /// // Replicated parameters, per-device gradients: every device applies the mean gradient.
+    /// let step = pmap(|a: &[Tensor]| vec![&a[0] - pmean(&a[1], "d") * 0.5])
+    ///     .axis_name("d")
+    ///     .in_axes(&[None, Some(0)])
+    ///     .out_axes(&[None])
+    ///     .donate_argnums(&[0]);
+    /// let g = Array::from_vec((0..n * 2).map(|v| v as f32).collect::<Vec<f32>>(), &[n, 2])?;
+    /// let mut p = Array::from_vec(vec![1.0f32, 1.0], &[2])?;
+    /// for _ in 0..3 {
+    ///     p = step.call_donating(vec![p, g.clone()])?.remove(0);
+    /// }
+    /// assert_eq!(p.shape(), &[2]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn donate_argnums(mut self, argnums: &[usize]) -> Self {
+        let mut d = argnums.to_vec();
+        d.sort_unstable();
+        d.dedup();
+        self.donate = d;
+        self
+    }
+
     /// `vmap(pmap(f))` (JAX's `jax.vmap(jax.pmap(f))`): vectorize this parallel map over one more
     /// axis, `in_axes` per argument (`None`: shared by every example) and `out_axes` per output
     /// (one entry for all; `None`: an output that does not vary over the examples). The result is
@@ -417,6 +470,7 @@ where
             axis_size: self.axis_size,
             devices: self.devices,
             static_argnums: self.static_argnums,
+            donate: self.donate,
             mesh: self.mesh,
             in_specs,
             out_specs,
@@ -462,8 +516,26 @@ where
         pollster::block_on(self.call_async(args))
     }
 
+    /// Call with arguments given up by the caller, so that donated arguments
+    /// ([`Parallel::donate_argnums`]) can give their shards to the outputs. Otherwise as `call`.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn call_donating(&self, args: Vec<Array>) -> Result<Vec<Array>> {
+        pollster::block_on(self.call_donating_async(args))
+    }
+
+    /// [`Parallel::call_donating`] for every platform.
+    pub async fn call_donating_async(&self, args: Vec<Array>) -> Result<Vec<Array>> {
+        self.run_call(ArgsIn::Owned(args)).await
+    }
+
     /// [`Parallel::call`] for every platform: in the browser collectives await their reads.
     pub async fn call_async(&self, args: &[Array]) -> Result<Vec<Array>> {
+        self.run_call(ArgsIn::Borrowed(args)).await
+    }
+
+    async fn run_call(&self, given: ArgsIn<'_>) -> Result<Vec<Array>> {
+        let args = given.as_slice();
+        self.check_donation(args)?;
         let (exe, devices, shard_args) = match &self.mesh {
             Some(mesh) => {
                 let (exe, shardings) = self.prepare_mesh(mesh, args)?;
@@ -476,7 +548,10 @@ where
                 (exe, devices, shard_args)
             }
         };
-        let per_device = exe.run(&devices, shard_args).await?;
+        // The shards are now held by `shard_args` alone when the caller gave its arrays up.
+        let owned = matches!(given, ArgsIn::Owned(_));
+        drop(given);
+        let per_device = exe.run(&devices, shard_args, owned).await?;
         // In the browser a kernel or dispatch error arrives asynchronously: report it here.
         #[cfg(target_arch = "wasm32")]
         for d in &devices {
