@@ -11,8 +11,8 @@
 mod common;
 
 use brigade::{
-    Array, Device, Error, HostArray, Mesh, NamedSharding, P, PartitionSpec, Tensor, all_gather,
-    axis_index, device_put, grad, jit, pmap, psum, psum_axes, psum_scatter, shard_map,
+    Array, DType, Device, Error, HostArray, Mesh, NamedSharding, P, PartitionSpec, Tensor,
+    all_gather, axis_index, device_put, grad, jit, pmap, psum, psum_axes, psum_scatter, shard_map,
 };
 use common::{Tol, assert_close, device_guard, devices_with, host, rand_f32, rand_f32_in};
 
@@ -177,6 +177,43 @@ fn collectives_over_one_axis_of_a_2d_mesh() {
             vec![0, 1, 10, 11],
             "{layout}: axis_index"
         );
+        // A dimension split over both axes with "model" outermost: row block m * 2 + d.
+        let g = shard_map(|a: &[Tensor]| vec![&a[0] * 2.0 + axis_index("model").cast(DType::F32)])
+            .mesh(mesh)
+            .in_specs(&[P![("model", "data"), None]])
+            .out_specs(&[P![("model", "data"), None]]);
+        let want_g: Vec<f32> = (0..24)
+            .map(|i| xv[i] * 2.0 + ((i / 6) / 2) as f32)
+            .collect();
+        for (how, got) in [
+            ("call", g.call(std::slice::from_ref(&x))),
+            (
+                "emulate",
+                g.emulate(&mesh.devices()[0], std::slice::from_ref(&x)),
+            ),
+        ] {
+            let got = got.unwrap_or_else(|e| panic!("{layout}: {how}: {e}"));
+            assert_eq!(
+                vals(&got[0]),
+                want_g,
+                "{layout}: ('model', 'data') rows, {how}"
+            );
+        }
+        // The same program emulated on one device (one vmap per mesh axis) gives the same arrays.
+        let em = f
+            .emulate(&mesh.devices()[0], std::slice::from_ref(&x))
+            .unwrap_or_else(|e| panic!("{layout}: emulate: {e}"));
+        assert_eq!(em.len(), y.len());
+        for (k, (e, r)) in em.iter().zip(&y).enumerate() {
+            assert_eq!(e.shape(), r.shape(), "{layout}: emulated output {k}");
+            assert_eq!(e.dtype(), r.dtype(), "{layout}: emulated output {k}");
+            assert_close(
+                &host(e),
+                &host(r),
+                Tol::REDUCE,
+                &ctx(&format!("emulated output {k}")),
+            );
+        }
     });
 }
 
@@ -243,12 +280,24 @@ fn megatron_mlp_matches_one_device_forward_and_grad() {
         let got = step
             .call(&[w1.clone(), w2.clone(), x.clone(), t.clone()])
             .unwrap_or_else(|e| panic!("{layout}: {e}"));
+        let em = step
+            .emulate(
+                &mesh.devices()[0],
+                &[w1.clone(), w2.clone(), x.clone(), t.clone()],
+            )
+            .unwrap_or_else(|e| panic!("{layout}: emulate: {e}"));
         for (k, what) in ["y", "d loss / d w1", "d loss / d w2"].iter().enumerate() {
             assert_close(
                 &host(&got[k]),
                 &host(&want[k]),
                 Tol::REDUCE,
                 &format!("{layout}: {what}"),
+            );
+            assert_close(
+                &host(&em[k]),
+                &host(&want[k]),
+                Tol::REDUCE,
+                &format!("{layout}: {what}, emulated on one device"),
             );
         }
         // Two stages cut at the collectives, so the forward psum, its transpose and the data psums

@@ -575,23 +575,36 @@ where
     /// (the single-device fallback): the same results as [`Parallel::call`] — collectives become
     /// array work along the emulated axis — from one device, for any number of shards (pmap: the
     /// mapped size; split mode: `axis_size`, else the number of devices it would use). Compiled as
-    /// one program per signature; the outputs are ordinary arrays on `device`.
+    /// one program per signature; the outputs are ordinary arrays on `device`. A mesh
+    /// `shard_map` nests one `vmap` per mesh axis, each named after its axis, so collectives over
+    /// one axis or several combine the emulated devices as the mesh would.
     pub fn emulate(&self, device: &Device, args: &[Array]) -> Result<Vec<Array>> {
-        if self.mesh.is_some() {
-            return Err(Error::Unsupported {
-                op: "emulate",
-                detail: "of a shard_map over a mesh: only pmap and one-axis shard_map emulate their devices on one device".into(),
-            });
-        }
-        let mapped = self.mapped_axes(args)?;
-        let n = match self.mode {
-            ParallelMode::Pmap => self.pmap_size(&mapped, args, usize::MAX)?,
-            ParallelMode::Split => {
-                let n = match self.axis_size {
-                    Some(k) => k,
-                    None => self.available_devices()?.len(),
+        // Per argument: its sharding over the mesh (a mesh call), else its mapped axis.
+        let (mapped, shardings, n) = match &self.mesh {
+            Some(mesh) => {
+                let (traced, _) = self.mesh_shardings(mesh, args)?;
+                let mut traced = traced.into_iter();
+                let shardings: Vec<Option<NamedSharding>> = (0..args.len())
+                    .map(|i| match self.static_argnums.contains(&i) {
+                        true => None,
+                        false => traced.next(),
+                    })
+                    .collect();
+                (vec![None; args.len()], shardings, mesh.size())
+            }
+            None => {
+                let mapped = self.mapped_axes(args)?;
+                let n = match self.mode {
+                    ParallelMode::Pmap => self.pmap_size(&mapped, args, usize::MAX)?,
+                    ParallelMode::Split => {
+                        let n = match self.axis_size {
+                            Some(k) => k,
+                            None => self.available_devices()?.len(),
+                        };
+                        self.split_size(&mapped, args, n)?
+                    }
                 };
-                self.split_size(&mapped, args, n)?
+                (mapped, Vec::new(), n)
             }
         };
         let is_static = |i: usize| self.static_argnums.contains(&i);
@@ -623,7 +636,10 @@ where
                         }
                     })
                     .collect();
-                let f = |ts: &[Tensor]| self.emulated_body(ts, &mapped, n);
+                let f = |ts: &[Tensor]| match &self.mesh {
+                    Some(mesh) => self.emulated_mesh_body(mesh, &shardings, ts),
+                    None => self.emulated_body(ts, &mapped, n),
+                };
                 let g = trace_args(&format!("{} (emulated)", self.label), &f, &targs)?;
                 let e = Arc::new(Executable::new(g));
                 let kept = self.emulated.insert_or_keep(
