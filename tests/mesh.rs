@@ -12,7 +12,8 @@ mod common;
 
 use brigade::{
     Array, DType, Device, Error, HostArray, Mesh, NamedSharding, P, PartitionSpec, Tensor,
-    all_gather, axis_index, device_put, grad, jit, pmap, psum, psum_axes, psum_scatter, shard_map,
+    all_gather, axis_index, device_put, grad, jit, pmap, pmax, psum, psum_axes, psum_scatter,
+    shard_map,
 };
 use common::{Tol, assert_close, device_guard, devices_with, host, rand_f32, rand_f32_in};
 
@@ -176,6 +177,31 @@ fn collectives_over_one_axis_of_a_2d_mesh() {
             y[5].to_vec::<i32>().unwrap(),
             vec![0, 1, 10, 11],
             "{layout}: axis_index"
+        );
+        // Every collective reads the argument, and psum_axes over both axes is one collective over
+        // all four devices: one host round trip for the whole program.
+        assert_eq!(
+            f.stage_count(std::slice::from_ref(&x)).unwrap().1,
+            1,
+            "{layout}: exchanges"
+        );
+        let chain = shard_map(|a: &[Tensor]| vec![pmax(&pmax(&a[0], "model"), "data")])
+            .mesh(mesh)
+            .in_specs(&[P!["data", "model"]])
+            .out_specs(&[P![]]);
+        assert_eq!(chain.stage_count(std::slice::from_ref(&x)).unwrap().1, 1);
+        let want_max: Vec<f32> = (0..6)
+            .map(|k| {
+                let (r, c) = (k / 3, k % 3);
+                [at(r, c), at(r, c + 3), at(r + 2, c), at(r + 2, c + 3)]
+                    .into_iter()
+                    .fold(f64::MIN, f64::max) as f32
+            })
+            .collect();
+        assert_eq!(
+            vals(&chain.call(std::slice::from_ref(&x)).unwrap()[0]),
+            want_max,
+            "{layout}: pmax over both axes"
         );
         // A dimension split over both axes with "model" outermost: row block m * 2 + d.
         let g = shard_map(|a: &[Tensor]| vec![&a[0] * 2.0 + axis_index("model").cast(DType::F32)])

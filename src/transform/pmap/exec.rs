@@ -429,7 +429,8 @@ impl ParallelExe {
 impl ParallelExe {
     /// The device groups the collective of `x` combines, each in axis order.
     fn groups(&self, x: &Exchange) -> Vec<Vec<usize>> {
-        crate::mesh::groups(&self.axes, &[x.collective.axis_name.as_str()])
+        let names: Vec<&str> = x.axes.iter().map(String::as_str).collect();
+        crate::mesh::groups(&self.axes, &names)
     }
 }
 
