@@ -777,14 +777,18 @@ pub(crate) fn lower_donating(
     check_sizes(&g, limits)?;
     let producers = g.producers();
     let mut mat = materialize(&g, &producers);
-    // A reshape of a stored array over one binding shares its buffer instead of being read
-    // through in a fused kernel: kernels bind such arrays in segments, read at their own index.
     for e in &g.eqns {
-        if matches!(e.prim.lowering(), Lowering::Remap { alias: true, .. })
-            && mat[e.inputs[0].idx()]
-            && segments::too_big(&g, e.inputs[0], limits)
+        // A remap (layout op, gather) reading an array over one binding is never fused into a
+        // consumer (kernels bind such arrays in segments, read at their own index): stored, with
+        // stored operands. A reshape then shares its operand's buffer; the others run as a
+        // kernel of their own over windows of the operand (see `segments::remap`).
+        if matches!(e.prim.lowering(), Lowering::Remap { .. })
+            && e.inputs.iter().any(|&v| segments::too_big(&g, v, limits))
         {
             mat[e.out.idx()] = true;
+            for &v in &e.inputs {
+                mat[v.idx()] = true;
+            }
         }
         // Slices and concatenations of such arrays are buffer copies: stored, with stored
         // operands (an elementwise operand becomes a segmented kernel of its own).

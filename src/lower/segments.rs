@@ -12,7 +12,12 @@
 //! reductions, arg-reductions and matmuls as small programs over blocks of rows ([`blocked`]:
 //! each block's arrays fit one binding, partial reductions over the cut axis are combined by one
 //! more program, a matmul whose `B` is over the limit also sums over chunks of its contraction); slices (unit strides) and concatenations as buffer copies of contiguous runs
-//! ([`copies`]).
+//! ([`copies`]); every other remap of a large operand (transpose, strided slice, pad,
+//! broadcast, reshape that is not an alias, concatenation of more than 4096 runs, `take`) as a
+//! kernel of its own, never fused into its consumer, run once per pair of segments of its
+//! result and its large operand, each invocation storing its element only when its source lies
+//! in the bound segment ([`remap`]; more than 65 536 such dispatches are refused with a typed
+//! [`Error::OverLimit`]).
 
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
@@ -93,9 +98,10 @@ pub(crate) type SegLaunch = (KernelSrc, Vec<Option<View>>);
 /// when every array it binds fits one binding.
 ///
 /// The output is cut into segments of [`segment_bytes`]; operands as large as the output are
-/// bound at the same segment, the others whole. Errors ([`unsupported`]) for a large operand the
-/// kernel reads away from the output's own index (a transpose, slice or other layout op fused
-/// into it), and for a large operand of a small output.
+/// bound at the same segment, the others whole. A kernel computing a remap of large operands
+/// runs over windows of them ([`remap`]). Errors ([`unsupported`]) for a large operand any other
+/// kernel reads away from the output's own index, and for a large operand of a small output
+/// (the planner stores remaps of large arrays, so neither happens).
 pub(crate) fn elementwise(
     g: &Graph,
     producers: &[Option<usize>],
@@ -123,6 +129,9 @@ pub(crate) fn elementwise(
             "layout ops",
         )
     };
+    if matches!(prim.lowering(), Lowering::Remap { .. }) && !big.is_empty() {
+        return remap(g, producers, mat, out, &big, limits).map(Some);
+    }
     if !too_big(g, out, limits) {
         return match big.first() {
             None => Ok(None),
@@ -139,6 +148,8 @@ pub(crate) fn elementwise(
             base,
             len: per.min(n - base),
             vars: big.clone(),
+            windows: Vec::new(),
+            first: true,
         };
         let (src, off_root) = wgsl::elementwise_segment(g, producers, mat, out, max_wg, Some(&seg));
         if let Some(&v) = off_root.first() {
@@ -157,6 +168,114 @@ pub(crate) fn elementwise(
         launches.push((src, views));
     }
     Ok(Some(launches))
+}
+
+/// Most dispatches one remap over windows ([`remap`]) may take.
+const MAX_REMAP_DISPATCHES: usize = 1 << 16;
+
+/// The `(start, len)` element ranges of the segments of `v` (one, `(0, 0)`, when it is empty).
+fn cuts(g: &Graph, v: Var, limits: &DeviceLimits) -> Vec<(usize, usize)> {
+    let n = g.aval(v).size();
+    let per = (segment_bytes(limits) as usize / g.aval(v).dtype.size_bytes()).max(1);
+    let mut c: Vec<(usize, usize)> = (0..n).step_by(per).map(|b| (b, per.min(n - b))).collect();
+    if c.is_empty() {
+        c.push((0, 0));
+    }
+    c
+}
+
+/// The dispatches of the kernel computing `out`, a remap (a layout op or gather) whose operands
+/// `big` are over one binding: the output is cut into segments (when it is over one binding
+/// itself) and, for each, the kernel runs once per combination of one segment of every large
+/// operand, bound as a window ([`wgsl::Window`]). An invocation stores its element only when
+/// its source lies in the bound windows (elements that read no large operand, such as a pad
+/// value, are stored by the first combination), so each element is written by the dispatch
+/// holding its source. Dispatches: output segments x the product of the operands' segments.
+fn remap(
+    g: &Graph,
+    producers: &[Option<usize>],
+    mat: &[bool],
+    out: Var,
+    big: &[Var],
+    limits: &DeviceLimits,
+) -> Result<Vec<SegLaunch>> {
+    let out_big = too_big(g, out, limits);
+    let outs = if out_big {
+        cuts(g, out, limits)
+    } else {
+        vec![(0, g.aval(out).size())]
+    };
+    let ins: Vec<Vec<(usize, usize)>> = big.iter().map(|&v| cuts(g, v, limits)).collect();
+    let combos: usize = ins.iter().map(Vec::len).product();
+    let total = outs.len().saturating_mul(combos);
+    if total > MAX_REMAP_DISPATCHES {
+        let a = g.aval(big[0]);
+        let prim = &g.eqns[producers[out.idx()].expect("kernels compute produced variables")].prim;
+        return Err(Error::OverLimit {
+            device: "target".into(),
+            what: format!(
+                "`{}` of an array of shape {:?} ({}) larger than one storage binding: it runs \
+                 once per pair of segments of its operand and result, {total} dispatches; \
+                 raise the binding limit or split the array",
+                prim.name(),
+                a.shape,
+                a.dtype
+            ),
+            needed: total as u64,
+            limit: MAX_REMAP_DISPATCHES as u64,
+            unit: "dispatches",
+            limit_name: "segmented layout ops",
+        });
+    }
+    let max_wg = limits.max_compute_workgroups_per_dimension;
+    let view = |v: Var, (base, len): (usize, usize)| {
+        let e = g.aval(v).dtype.size_bytes();
+        View {
+            offset: (base * e) as u64,
+            size: (len * e).max(4) as u64,
+        }
+    };
+    let mut launches = Vec::new();
+    for &(base, len) in &outs {
+        for c in 0..combos {
+            // Combination `c`, one segment per large operand (mixed radix).
+            let mut rest = c;
+            let windows: Vec<wgsl::Window> = big
+                .iter()
+                .zip(&ins)
+                .map(|(&var, segs)| {
+                    let (b, l) = segs[rest % segs.len()];
+                    rest /= segs.len();
+                    wgsl::Window {
+                        var,
+                        base: b,
+                        len: l,
+                    }
+                })
+                .collect();
+            let seg = Segment {
+                base,
+                len,
+                vars: Vec::new(),
+                windows: windows.clone(),
+                first: c == 0,
+            };
+            let (src, _) = wgsl::elementwise_segment(g, producers, mat, out, max_wg, Some(&seg));
+            let mut views: Vec<Option<View>> = src
+                .inputs
+                .iter()
+                .map(|&v| {
+                    windows
+                        .iter()
+                        .find(|w| w.var == v)
+                        .map(|w| view(v, (w.base, w.len)))
+                })
+                .collect();
+            views.push(out_big.then(|| view(out, (base, len))));
+            launches.push((src, views));
+        }
+    }
+    Ok(launches)
 }
 
 /// Where a block of a [`Blocked`] step reads or writes: a variable of the parent graph, or one
@@ -629,8 +748,8 @@ pub(crate) fn copies_operands(e: &Eqn) -> bool {
 
 /// A slice (unit strides) or concatenation involving an array over one binding, as buffer-to-
 /// buffer copies of contiguous runs (copies are bounded by the buffer size only): `None` when
-/// every array fits a binding, or the op is not one of these. Errors ([`unsupported`]) for a
-/// strided slice and for more than 4096 runs.
+/// every array fits a binding, or the op is not one of these, and for a strided slice or more
+/// than 4096 runs (those run as a remap over windows, see [`remap`]).
 pub(crate) fn copies(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Result<Option<Vec<Run>>> {
     if !copies_operands(e)
         || !std::iter::once(e.out)
@@ -640,22 +759,6 @@ pub(crate) fn copies(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Result<Option
         return Ok(None);
     }
     let elem = g.aval(e.out).dtype.size_bytes() as u64;
-    let name = e.prim.name();
-    let refuse = |why: &str| {
-        let v = e
-            .inputs
-            .iter()
-            .copied()
-            .find(|&v| too_big(g, v, limits))
-            .unwrap_or(e.out);
-        unsupported(
-            g,
-            v,
-            limits,
-            &format!("copied by `{name}` ({why})"),
-            "layout ops",
-        )
-    };
     let mut runs = Vec::new();
     match &e.prim {
         Prim::Layout(LayoutOp::Slice {
@@ -664,7 +767,7 @@ pub(crate) fn copies(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Result<Option
             stride,
         }) => {
             if stride.iter().any(|&s| s != 1) {
-                return Err(refuse("a strided slice"));
+                return Ok(None); // a remap over windows (see `remap`)
             }
             let shape = &g.aval(e.inputs[0]).shape;
             let rank = shape.len();
@@ -679,7 +782,7 @@ pub(crate) fn copies(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Result<Option
             let outer: Vec<usize> = (0..c).map(|a| limit[a] - start[a]).collect();
             let count: usize = outer.iter().product();
             if count > MAX_RUNS {
-                return Err(refuse(&format!("{count} runs, at most {MAX_RUNS}")));
+                return Ok(None);
             }
             let strides = crate::host::strides(shape);
             for k in 0..count {
@@ -701,10 +804,7 @@ pub(crate) fn copies(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Result<Option
             let out = &g.aval(e.out).shape;
             let outer: usize = out[..*axis].iter().product();
             if outer * e.inputs.len() > MAX_RUNS {
-                return Err(refuse(&format!(
-                    "{} runs, at most {MAX_RUNS}",
-                    outer * e.inputs.len()
-                )));
+                return Ok(None);
             }
             let out_row = out[*axis..].iter().product::<usize>() as u64 * elem;
             for o in 0..outer {
