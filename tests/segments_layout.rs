@@ -7,7 +7,7 @@
 
 mod common;
 
-use brigade::{Array, DType, Tensor, jit};
+use brigade::{Array, DType, Error, Tensor, jit};
 use common::segments::*;
 use common::*;
 
@@ -153,5 +153,95 @@ fn remaps_are_deterministic() {
             .unwrap();
         assert_eq!(r1, r2, "{}", dev.name());
         assert_eq!(r1.len(), (ODD[1] + 2) * (ODD[0] + 2));
+    }
+}
+
+/// Contractions too wide for 64 rows of the left operand to fit one binding: the product is
+/// a sum over chunks of the contraction. `[40, 1201] x [1201, 9]` (rows of 4.7 KiB) and
+/// `[300, 200] x [200, 150]`-sized odd shapes.
+#[test]
+fn wide_contractions_sum_over_chunks() {
+    check_segmented(
+        |x: &[Tensor]| vec![x[0].matmul(&x[1])],
+        &[rand_f32(&[40, 1201], 151), rand_f32(&[1201, 9], 152)],
+        Tol::REDUCE,
+    );
+    check_segmented(
+        |x: &[Tensor]| vec![x[0].matmul(&x[1]).tanh()],
+        &[rand_f32(&ODD, 153), rand_f32(&[ODD[1], 33], 154)],
+        Tol::REDUCE,
+    );
+    // The right operand over the limit with rows too wide for 64 to fit (1028 bytes): blocks of
+    // its columns, the products concatenated. And a result with such rows: blocks of rows.
+    check_segmented(
+        |x: &[Tensor]| vec![x[1].matmul(&x[0])],
+        &[rand_f32(&ODD, 155), rand_f32(&[8, ODD[0]], 156)],
+        Tol::REDUCE,
+    );
+    check_segmented(
+        |x: &[Tensor]| vec![x[0].matmul(&x[1])],
+        &[rand_f32(&[ODD[0], 6], 157), rand_f32(&[6, ODD[1]], 158)],
+        Tol::REDUCE,
+    );
+}
+
+/// Narrow rows (61 f32) and wide ones (257 f32): x over the limit in both.
+const TALL: [usize; 2] = [1201, 61];
+
+/// The gradient of `sum(tanh(x @ W))` with `x` over the limit, with respect to `W` (`x^T @ g`
+/// contracts over the large row axis of x: a sum over blocks of rows of x, each read
+/// transposed in place) and to `x` (`g @ W^T`, row blocks), against the reference.
+#[test]
+fn weight_gradients_over_large_inputs() {
+    for (shape, n, seed) in [(TALL, 7, 161), (ODD, 5, 163)] {
+        let x = rand_f32(&shape, seed);
+        let w = rand_f32(&[shape[1], n], seed + 1);
+        let f = |a: &[Tensor]| {
+            brigade::grad(|p: &[Tensor]| vec![p[0].matmul(&p[1]).tanh().sum_all()])
+                .argnums(&[0, 1])
+                .apply(a)
+        };
+        // No transposed copy of x: no kernel transposes a segment of it.
+        let program = jit(f)
+            .program(&[x.clone(), w.clone()], &devices()[0])
+            .unwrap();
+        for l in &program.launches {
+            assert!(
+                !(l.label.contains("transpose") && l.label.contains("seg")),
+                "{}",
+                l.label
+            );
+        }
+        check_segmented(f, &[x, w], Tol::REDUCE);
+    }
+}
+
+/// A remap needing more than 65 536 dispatches (a transpose of 257 segments of its operand and
+/// 257 of its result, 16 MiB at the forced 64 KiB) is refused with a typed error naming the
+/// count and the fix, when the program is compiled.
+#[test]
+fn too_many_remap_dispatches_refuse_with_a_typed_error() {
+    let x = rand_f32(&[2056, 2048], 171);
+    for dev in devices() {
+        let _g = device_guard(&dev);
+        let r = jit(|a: &[Tensor]| vec![a[0].transpose(&[1, 0])])
+            .program(std::slice::from_ref(&x), &dev);
+        let msg = r.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+        match r {
+            Err(Error::OverLimit {
+                needed,
+                limit,
+                limit_name,
+                ..
+            }) => {
+                assert_eq!((needed, limit), (257 * 257, 1 << 16), "{msg}");
+                assert_eq!(limit_name, "segmented layout ops", "{msg}");
+                assert!(
+                    msg.contains("[2056, 2048]") && msg.contains("raise the binding limit"),
+                    "{msg}"
+                );
+            }
+            other => panic!("{}: expected OverLimit, got {:?}", dev.name(), other.err()),
+        }
     }
 }

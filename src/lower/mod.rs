@@ -772,7 +772,9 @@ pub(crate) fn lower_donating(
     let max_inputs = (limits.max_storage_buffers_per_shader_stage as usize)
         .saturating_sub(1)
         .max(2);
-    let mut g = split_wide_concats(&canonicalize_dots(graph), max_inputs);
+    // Matmuls too wide to run over blocks are split first: their parts may be concatenated.
+    let g = segments::split_contractions(&canonicalize_dots(graph), limits);
+    let mut g = split_wide_concats(&g, max_inputs);
     g.dce();
     check_sizes(&g, limits)?;
     let producers = g.producers();

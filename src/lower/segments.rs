@@ -17,7 +17,14 @@
 //! kernel of its own, never fused into its consumer, run once per pair of segments of its
 //! result and its large operand, each invocation storing its element only when its source lies
 //! in the bound segment ([`remap`]; more than 65 536 such dispatches are refused with a typed
-//! [`Error::OverLimit`]).
+//! [`Error::OverLimit`]). Matmuls whose operand or result has rows too wide for 64 of them to
+//! fit one binding are first rewritten into smaller ones ([`split_contractions`]): a sum over
+//! chunks of the contraction (the gradient `x^T @ g` of a weight reads blocks of rows of `x`,
+//! transposed in place), or blocks of rows or columns of the result, concatenated.
+//!
+//! Refused ([`unsupported`]): batched matmuls whose 64 batch entries exceed one binding, the
+//! reduction cases named in [`blocked`], and kernels of the other families (convolutions,
+//! windows, sorts, …) binding a large array.
 
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
@@ -713,6 +720,205 @@ fn k_chunks(
         temps: vec![(r.min(m) * n * elem) as u64],
         blocks,
     })
+}
+
+/// How [`split_contractions`] cuts a matmul none of whose blocks of 64 rows fit one binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    /// `A`'s rows are too wide: a sum over chunks of the contraction.
+    K,
+    /// `C`'s rows are too wide (one fits): `C`'s rows in blocks, concatenated.
+    M,
+    /// `B`'s rows (or a single row of `C`) are too wide: `C`'s columns in blocks, concatenated.
+    N,
+}
+
+/// `g` with every canonical `[1, m, k] x [1, k, n]` matmul that [`blocked`] cannot cut (64 rows
+/// of one of its operands or of its result over one binding) rewritten into smaller ones, until
+/// none is left:
+/// - `A` too wide (a very wide contraction, or the gradient `x^T @ g` of a weight, contracting
+///   over the rows of a large `x`): a sum over chunks of the contraction, `A[:, :, chunk] @
+///   B[:, chunk, :]`, added up in order. When `A` is `x^T` for a 2-D `x`, its chunk is the
+///   transpose of a block of contiguous rows of `x` (a buffer copy, read transposed in place:
+///   no transposed copy of `x`); otherwise a slice of `A`'s columns.
+/// - `C` too wide: blocks of rows of `A`, their products concatenated along the rows.
+/// - `B` too wide: blocks of columns of `B`, their products concatenated along the columns.
+///
+/// Slices and concatenations of large arrays are buffer copies ([`copies`]) or remaps over
+/// windows ([`remap`]).
+pub(crate) fn split_contractions(g: &Graph, limits: &DeviceLimits) -> Graph {
+    let mut g = g.clone();
+    while let Some(next) = split_pass(&g, limits) {
+        g = next;
+    }
+    g
+}
+
+/// The split [`split_contractions`] makes of equation `e`, if any.
+fn split_of(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Option<Split> {
+    let Lowering::Matmul(d) = e.prim.lowering() else {
+        return None;
+    };
+    let (a, c) = (g.aval(e.inputs[0]), g.aval(e.out));
+    if !super::is_canonical_dot(d) || a.shape[0] != 1 {
+        return None;
+    }
+    let (m, k, n) = (a.shape[1], a.shape[2], c.shape[2]);
+    let elem = a.dtype.size_bytes();
+    let narrow = |v: Var, rows: usize, row: usize| {
+        !too_big(g, v, limits) || rows_per_block(rows, &[row * elem], limits).is_some()
+    };
+    let lim = limits.max_storage_buffer_binding_size as usize;
+    if !narrow(e.inputs[0], m, k) {
+        Some(Split::K)
+    } else if !narrow(e.inputs[1], k, n) || n * elem > lim {
+        Some(Split::N)
+    } else if !narrow(e.out, m, n) {
+        Some(Split::M)
+    } else {
+        None
+    }
+}
+
+/// One pass of [`split_contractions`]: `None` when no matmul needed a split.
+fn split_pass(g: &Graph, limits: &DeviceLimits) -> Option<Graph> {
+    let producers = g.producers();
+    let mut out = g.without_eqns();
+    let mut changed = false;
+    let lim = limits.max_storage_buffer_binding_size as usize;
+    for e in &g.eqns {
+        let Some(split) = split_of(g, e, limits) else {
+            out.eqns.push(e.clone());
+            continue;
+        };
+        changed = true;
+        let (a, c) = (g.aval(e.inputs[0]), g.aval(e.out));
+        let (m, k, n) = (a.shape[1], a.shape[2], c.shape[2]);
+        let dt = a.dtype;
+        let elem = dt.size_bytes();
+        // Pieces along the cut axis of `len`, each with `cross` elements across it: the whole
+        // piece within one binding when possible, else 64 rows of it.
+        let piece = |len: usize, cross: usize| {
+            let rows = if cross * elem <= lim {
+                cross.max(1)
+            } else {
+                64
+            };
+            let per = (lim / (rows * elem)).max(1);
+            (0..len)
+                .step_by(per)
+                .map(|s| (s, (s + per).min(len)))
+                .collect::<Vec<(usize, usize)>>()
+        };
+        let slice = |out: &mut Graph, v: Var, start: Vec<usize>, limit: Vec<usize>| {
+            let shape: Vec<usize> = start.iter().zip(&limit).map(|(s, l)| l - s).collect();
+            let r = out.new_var(Aval::new(shape, dt));
+            out.eqns.push(Eqn::new(
+                Prim::Layout(LayoutOp::Slice {
+                    stride: vec![1; start.len()],
+                    start,
+                    limit,
+                }),
+                vec![v],
+                r,
+            ));
+            r
+        };
+        let unary = |out: &mut Graph, prim: Prim, v: Var, shape: Vec<usize>| {
+            let r = out.new_var(Aval::new(shape, dt));
+            out.eqns.push(Eqn::new(prim, vec![v], r));
+            r
+        };
+        let matmul = |out: &mut Graph, a: Var, b: Var, rows: usize, cols: usize| {
+            let r = out.new_var(Aval::new(vec![1, rows, cols], dt));
+            out.eqns.push(Eqn::new(e.prim.clone(), vec![a, b], r));
+            r
+        };
+        let parts: Vec<Var> = match split {
+            Split::K => {
+                // `x` with A = reshape(transpose(x)), x = [k, m].
+                let x = super::transposed_source(g, &producers, e.inputs[0])
+                    .filter(|&x| g.aval(x).shape == [k, m]);
+                piece(k, m)
+                    .into_iter()
+                    .map(|(k0, k1)| {
+                        let aj = match x {
+                            Some(x) => {
+                                let rows = slice(&mut out, x, vec![k0, 0], vec![k1, m]);
+                                let t = unary(
+                                    &mut out,
+                                    Prim::Layout(LayoutOp::Transpose { perm: vec![1, 0] }),
+                                    rows,
+                                    vec![m, k1 - k0],
+                                );
+                                let shape = vec![1, m, k1 - k0];
+                                unary(
+                                    &mut out,
+                                    Prim::Layout(LayoutOp::Reshape {
+                                        shape: shape.clone(),
+                                    }),
+                                    t,
+                                    shape,
+                                )
+                            }
+                            None => slice(&mut out, e.inputs[0], vec![0, 0, k0], vec![1, m, k1]),
+                        };
+                        let bj = slice(&mut out, e.inputs[1], vec![0, k0, 0], vec![1, k1, n]);
+                        matmul(&mut out, aj, bj, m, n)
+                    })
+                    .collect()
+            }
+            Split::M => piece(m, n)
+                .into_iter()
+                .map(|(m0, m1)| {
+                    let ai = slice(&mut out, e.inputs[0], vec![0, m0, 0], vec![1, m1, k]);
+                    matmul(&mut out, ai, e.inputs[1], m1 - m0, n)
+                })
+                .collect(),
+            Split::N => piece(n, k)
+                .into_iter()
+                .map(|(n0, n1)| {
+                    let bj = slice(&mut out, e.inputs[1], vec![0, 0, n0], vec![1, k, n1]);
+                    matmul(&mut out, e.inputs[0], bj, m, n1 - n0)
+                })
+                .collect(),
+        };
+        // Join the parts into `e.out`: added up in order, or concatenated.
+        match split {
+            Split::K => {
+                let add =
+                    Prim::Elementwise(crate::ops::ElementwiseOp::Binary(crate::ops::BinaryOp::Add));
+                let mut sum = parts[0];
+                for (j, &p) in parts.iter().enumerate().skip(1) {
+                    let r = if j + 1 == parts.len() {
+                        e.out
+                    } else {
+                        out.new_var(c.clone())
+                    };
+                    out.eqns.push(Eqn::new(add.clone(), vec![sum, p], r));
+                    sum = r;
+                }
+                if parts.len() == 1 {
+                    out.eqns.push(Eqn::new(
+                        Prim::Layout(LayoutOp::Reshape {
+                            shape: c.shape.clone(),
+                        }),
+                        vec![sum],
+                        e.out,
+                    ));
+                }
+            }
+            Split::M | Split::N => {
+                let axis = if split == Split::M { 1 } else { 2 };
+                out.eqns.push(Eqn::new(
+                    Prim::Layout(LayoutOp::Concatenate { axis }),
+                    parts,
+                    e.out,
+                ));
+            }
+        }
+    }
+    changed.then_some(out)
 }
 
 /// Whether equation `e` is lowered by [`blocked`] when its arrays are over one binding: its
