@@ -70,6 +70,8 @@ fn slices_pads_and_broadcasts_over_segments() {
                 // A non-zero pad value around the large array, and an interior pad.
                 x[0].pad(&[3, 1], &[2, 5], 1.5f32),
                 x[0].pad_interior(&[0, 2], &[1, 0], &[1, 0], -2.0f32),
+                // Whole segments of the result that are padding only (they read no operand).
+                x[0].pad(&[0, 0], &[130, 0], 3.0f32),
             ]
         },
         std::slice::from_ref(&a),
@@ -244,4 +246,27 @@ fn too_many_remap_dispatches_refuse_with_a_typed_error() {
             other => panic!("{}: expected OverLimit, got {:?}", dev.name(), other.err()),
         }
     }
+}
+
+/// A slice or pad reads only the segments of its operand that each segment of its result maps
+/// to: about (result segments + operand segments) dispatches, not their product; a transpose
+/// reads all of them.
+#[test]
+fn slices_and_pads_dispatch_only_where_their_sources_lie() {
+    let a = rand_f32(&ODD, 181);
+    let dev = &devices()[0];
+    let launches = |f: fn(&[Tensor]) -> Vec<Tensor>| {
+        jit(f)
+            .program(std::slice::from_ref(&a), dev)
+            .unwrap()
+            .launches
+            .len()
+    };
+    // 5 segments of the operand; results of 3 (the slice) and 5 (the pad) segments.
+    let slice = launches(|x| vec![x[0].slice(&[0, 0], &[300, 257], Some(&[2, 1]))]);
+    let pad = launches(|x| vec![x[0].pad(&[3, 1], &[2, 5], 1.5f32)]);
+    let transpose = launches(|x| vec![x[0].transpose(&[1, 0])]);
+    assert!(slice <= 3 + 5, "{slice}");
+    assert!(pad <= 5 + 5, "{pad}");
+    assert_eq!(transpose, 5 * 5);
 }

@@ -194,10 +194,12 @@ fn cuts(g: &Graph, v: Var, limits: &DeviceLimits) -> Vec<(usize, usize)> {
 /// The dispatches of the kernel computing `out`, a remap (a layout op or gather) whose operands
 /// `big` are over one binding: the output is cut into segments (when it is over one binding
 /// itself) and, for each, the kernel runs once per combination of one segment of every large
-/// operand, bound as a window ([`wgsl::Window`]). An invocation stores its element only when
-/// its source lies in the bound windows (elements that read no large operand, such as a pad
-/// value, are stored by the first combination), so each element is written by the dispatch
-/// holding its source. Dispatches: output segments x the product of the operands' segments.
+/// operand that the output segment may read ([`source_range`]), bound as a window
+/// ([`wgsl::Window`]). An invocation stores its element only when its source lies in the bound
+/// windows (elements that read no large operand, such as a pad value, are stored by the first
+/// combination), so each element is written by the dispatch holding its source. Dispatches:
+/// about the segments of the result plus those of the operand for slices, pads and broadcasts,
+/// their product for a transpose or a gather.
 fn remap(
     g: &Graph,
     producers: &[Option<usize>],
@@ -213,18 +215,48 @@ fn remap(
         vec![(0, g.aval(out).size())]
     };
     let ins: Vec<Vec<(usize, usize)>> = big.iter().map(|&v| cuts(g, v, limits)).collect();
-    let combos: usize = ins.iter().map(Vec::len).product();
-    let total = outs.len().saturating_mul(combos);
+    let e = &g.eqns[producers[out.idx()].expect("kernels compute produced variables")];
+    // Per output segment and large operand, the operand's segments it may read (the first one
+    // when it reads none: its reads never run).
+    let cands: Vec<Vec<Vec<(usize, usize)>>> = outs
+        .iter()
+        .map(|&(base, len)| {
+            big.iter()
+                .zip(&ins)
+                .map(|(&v, segs)| {
+                    let range = e
+                        .inputs
+                        .iter()
+                        .enumerate()
+                        .filter(|&(_, &x)| x == v)
+                        .filter_map(|(j, _)| source_range(g, e, j, base, base + len))
+                        .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)));
+                    let hit: Vec<(usize, usize)> = match range {
+                        Some((lo, hi)) => segs
+                            .iter()
+                            .copied()
+                            .filter(|&(s, l)| s <= hi && lo < s + l.max(1))
+                            .collect(),
+                        None => Vec::new(),
+                    };
+                    if hit.is_empty() { vec![segs[0]] } else { hit }
+                })
+                .collect()
+        })
+        .collect();
+    let total: usize = cands
+        .iter()
+        .map(|c| c.iter().map(Vec::len).product::<usize>())
+        .sum();
     if total > MAX_REMAP_DISPATCHES {
         let a = g.aval(big[0]);
-        let prim = &g.eqns[producers[out.idx()].expect("kernels compute produced variables")].prim;
         return Err(Error::OverLimit {
             device: "target".into(),
             what: format!(
                 "`{}` of an array of shape {:?} ({}) larger than one storage binding: it runs \
-                 once per pair of segments of its operand and result, {total} dispatches; \
-                 raise the binding limit or split the array",
-                prim.name(),
+                 once per pair of segments of its operand and result that it reads, {total} \
+                 dispatches; raise the binding limit or split the array",
+                e.prim.name(),
                 a.shape,
                 a.dtype
             ),
@@ -243,13 +275,14 @@ fn remap(
         }
     };
     let mut launches = Vec::new();
-    for &(base, len) in &outs {
+    for (&(base, len), cands) in outs.iter().zip(&cands) {
+        let combos: usize = cands.iter().map(Vec::len).product();
         for c in 0..combos {
             // Combination `c`, one segment per large operand (mixed radix).
             let mut rest = c;
             let windows: Vec<wgsl::Window> = big
                 .iter()
-                .zip(&ins)
+                .zip(cands.iter())
                 .map(|(&var, segs)| {
                     let (b, l) = segs[rest % segs.len()];
                     rest /= segs.len();
@@ -283,6 +316,98 @@ fn remap(
         }
     }
     Ok(launches)
+}
+
+/// A superset of the linear indices of operand `j` of remap `e` that elements `a..b` of its
+/// result read, as an inclusive range; `None` when they read none of it. The elements span a box
+/// of multi-indices (fixed leading axes, a range on the first axis where `a` and `b - 1` differ,
+/// every later axis whole), mapped axis by axis to the operand.
+fn source_range(g: &Graph, e: &Eqn, j: usize, a: usize, b: usize) -> Option<(usize, usize)> {
+    let out = &g.aval(e.out).shape;
+    let shape = &g.aval(e.inputs[j]).shape;
+    if b <= a || shape.contains(&0) {
+        return None;
+    }
+    let whole = Some((0, shape.iter().product::<usize>() - 1));
+    let (ia, ib) = (
+        crate::host::unravel(a, out),
+        crate::host::unravel(b - 1, out),
+    );
+    let split = (0..out.len())
+        .find(|&d| ia[d] != ib[d])
+        .unwrap_or(out.len());
+    let r#box: Vec<(usize, usize)> = (0..out.len())
+        .map(|d| match d.cmp(&split) {
+            std::cmp::Ordering::Less => (ia[d], ia[d]),
+            std::cmp::Ordering::Equal => (ia[d], ib[d]),
+            std::cmp::Ordering::Greater => (0, out[d] - 1),
+        })
+        .collect();
+    let in_box: Vec<(usize, usize)> = match &e.prim {
+        Prim::Layout(LayoutOp::Reshape { .. }) => return Some((a, b - 1)),
+        Prim::Layout(LayoutOp::Transpose { perm }) => {
+            let mut ib = vec![(0, 0); perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                ib[p] = r#box[i];
+            }
+            ib
+        }
+        Prim::Layout(LayoutOp::BroadcastInDim { dims, .. }) => dims
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if shape[i] == 1 { (0, 0) } else { r#box[d] })
+            .collect(),
+        Prim::Layout(LayoutOp::Slice { start, stride, .. }) => (0..shape.len())
+            .map(|d| {
+                let (lo, hi) = r#box[d];
+                (start[d] + lo * stride[d], start[d] + hi * stride[d])
+            })
+            .collect(),
+        Prim::Layout(LayoutOp::Pad { lo, interior, .. }) => {
+            let mut ib = Vec::new();
+            for d in 0..shape.len() {
+                let (l, h) = r#box[d];
+                let step = interior[d] + 1;
+                if h < lo[d] {
+                    return None;
+                }
+                let first = l.saturating_sub(lo[d]).div_ceil(step);
+                let last = ((h - lo[d]) / step).min(shape[d] - 1);
+                if first > last {
+                    return None;
+                }
+                ib.push((first, last));
+            }
+            ib
+        }
+        Prim::Layout(LayoutOp::Concatenate { axis }) => {
+            let at: usize = e.inputs[..j].iter().map(|&v| g.aval(v).shape[*axis]).sum();
+            let (l, h) = r#box[*axis];
+            if h < at || l >= at + shape[*axis] {
+                return None;
+            }
+            let mut ib = r#box.clone();
+            ib[*axis] = (l.max(at) - at, h.min(at + shape[*axis] - 1) - at);
+            ib
+        }
+        Prim::Indexing(crate::ops::IndexOp::Take { axis }) => {
+            let r = g.aval(e.inputs[1]).rank();
+            if j == 1 {
+                r#box[*axis..*axis + r].to_vec()
+            } else {
+                let mut ib = r#box[..*axis].to_vec();
+                ib.push((0, shape[*axis] - 1));
+                ib.extend_from_slice(&r#box[*axis + r..]);
+                ib
+            }
+        }
+        _ => return whole,
+    };
+    let st = crate::host::strides(shape);
+    let lin = |f: fn(&(usize, usize)) -> usize| -> usize {
+        in_box.iter().zip(&st).map(|(x, s)| f(x) * s).sum()
+    };
+    Some((lin(|x| x.0), lin(|x| x.1)))
 }
 
 /// Where a block of a [`Blocked`] step reads or writes: a variable of the parent graph, or one
