@@ -270,3 +270,23 @@ fn slices_and_pads_dispatch_only_where_their_sources_lie() {
     assert!(pad <= 5 + 5, "{pad}");
     assert_eq!(transpose, 5 * 5);
 }
+
+/// Large operands read through a layout op by a reduction and a matmul: the transpose is stored
+/// (over windows), then reduced or multiplied over blocks of rows. x = [61, 1201], 286 KiB.
+#[test]
+fn layout_ops_feeding_reductions_and_matmuls() {
+    let x = rand_f32(&[61, 1201], 191);
+    let w = rand_f32(&[61, 7], 192);
+    check_segmented(
+        |a: &[Tensor]| {
+            let t = a[0].transpose(&[1, 0]);
+            vec![
+                t.sum(1i64, false),
+                t.matmul(&a[1]),
+                (&t * 2.0).max(1i64, false),
+            ]
+        },
+        &[x, w],
+        Tol::REDUCE,
+    );
+}
