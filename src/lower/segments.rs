@@ -865,7 +865,8 @@ enum Split {
 ///   over the rows of a large `x`): a sum over chunks of the contraction, `A[:, :, chunk] @
 ///   B[:, chunk, :]`, added up in order. When `A` is `x^T` for a 2-D `x`, its chunk is the
 ///   transpose of a block of contiguous rows of `x` (a buffer copy, read transposed in place:
-///   no transposed copy of `x`); otherwise a slice of `A`'s columns.
+///   no transposed copy of `x`; done for every large such `x` whose rows fit one binding when
+///   the result does too); otherwise a slice of `A`'s columns.
 /// - `C` too wide: blocks of rows of `A`, their products concatenated along the rows.
 /// - `B` too wide: blocks of columns of `B`, their products concatenated along the columns.
 ///
@@ -879,8 +880,15 @@ pub(crate) fn split_contractions(g: &Graph, limits: &DeviceLimits) -> Graph {
     g
 }
 
-/// The split [`split_contractions`] makes of equation `e`, if any.
-fn split_of(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Option<Split> {
+/// The split [`split_contractions`] makes of equation `e`, if any. A left operand `x^T` of a
+/// large 2-D `x` is always cut along the contraction when the result fits one binding (blocks of
+/// rows of `x` are contiguous: no transposed copy of `x`).
+fn split_of(
+    g: &Graph,
+    producers: &[Option<usize>],
+    e: &Eqn,
+    limits: &DeviceLimits,
+) -> Option<Split> {
     let Lowering::Matmul(d) = e.prim.lowering() else {
         return None;
     };
@@ -894,7 +902,14 @@ fn split_of(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Option<Split> {
         !too_big(g, v, limits) || rows_per_block(rows, &[row * elem], limits).is_some()
     };
     let lim = limits.max_storage_buffer_binding_size as usize;
-    if !narrow(e.inputs[0], m, k) {
+    // (Only when a row of `x` fits one binding: each chunk then does, and is not cut again.)
+    let transposed = || {
+        m * elem <= lim
+            && super::transposed_source(g, producers, e.inputs[0])
+                .is_some_and(|x| g.aval(x).shape == [k, m])
+    };
+    let a_big = too_big(g, e.inputs[0], limits);
+    if !narrow(e.inputs[0], m, k) || (a_big && !too_big(g, e.out, limits) && transposed()) {
         Some(Split::K)
     } else if !narrow(e.inputs[1], k, n) || n * elem > lim {
         Some(Split::N)
@@ -912,7 +927,7 @@ fn split_pass(g: &Graph, limits: &DeviceLimits) -> Option<Graph> {
     let mut changed = false;
     let lim = limits.max_storage_buffer_binding_size as usize;
     for e in &g.eqns {
-        let Some(split) = split_of(g, e, limits) else {
+        let Some(split) = split_of(g, &producers, e, limits) else {
             out.eqns.push(e.clone());
             continue;
         };
