@@ -167,3 +167,59 @@ fn textures_over_the_device_limit_keep_the_buffer_kernel() {
         common::check_on(std::slice::from_ref(&dev), matmul, &args, TOL);
     }
 }
+
+/// Cached operand textures count as memory in use under the device's budget: a first product
+/// adds its output and its two textures (the bytes of A and of B as rgba32f) to `bytes_in_use`,
+/// a second one of the same shapes only its output; a product whose textures do not fit the
+/// memory limit is a typed `OutOfMemory` naming the texture (not a wgpu error), and the device
+/// runs it once the limit is lifted.
+#[test]
+fn cached_textures_count_in_the_memory_budget() {
+    textures_on();
+    // A runtime of its own: the memory figures below see only this test's work.
+    for dev in common::devices_with("gl:1,vulkan:1") {
+        let on = |a: &[usize], seed| rand_f32(a, seed).to_device(&dev).unwrap();
+        let (a, b) = (on(&[64, 256], 21), on(&[256, 512], 22));
+        let (a_bytes, b_bytes, c_bytes) = (64 * 256 * 4, 256 * 512 * 4, 64 * 512 * 4);
+        let f = jit(matmul).on(&dev);
+        let labels = matmul_labels(matmul, &[a.clone(), b.clone()], &dev);
+        assert!(labels[0].starts_with("matmul_tex"), "{labels:?}");
+        let guard = common::device_guard(&dev);
+        dev.wait().unwrap();
+        let before = dev.memory_stats().bytes_in_use;
+        let c1 = f.call(&[a.clone(), b.clone()]).unwrap();
+        dev.wait().unwrap();
+        let first = dev.memory_stats().bytes_in_use - before;
+        assert_eq!(first, c_bytes + a_bytes + b_bytes, "on {}", dev.name());
+        let c2 = f.call(&[a.clone(), b.clone()]).unwrap();
+        dev.wait().unwrap();
+        let second = dev.memory_stats().bytes_in_use - before - first;
+        assert_eq!(
+            second,
+            c_bytes,
+            "on {}: the textures are reused",
+            dev.name()
+        );
+        assert_eq!(
+            common::host(&c1[0]).to_vec::<f32>().unwrap(),
+            common::host(&c2[0]).to_vec::<f32>().unwrap()
+        );
+
+        // New shapes, new textures (1 MiB together): over a limit 64 KiB above what is in use.
+        let (a2, b2) = (on(&[64, 512], 23), on(&[512, 256], 24));
+        let in_use = dev.memory_stats().bytes_in_use;
+        dev.set_memory_limit(Some(in_use + c_bytes));
+        let err = f.call(&[a2.clone(), b2.clone()]).unwrap_err();
+        dev.set_memory_limit(None);
+        let msg = err.to_string();
+        assert!(
+            matches!(err, brigade::Error::OutOfMemory { .. })
+                && msg.contains("rgba32f texture")
+                && msg.contains("memory limit"),
+            "on {}: {msg}",
+            dev.name()
+        );
+        drop(guard);
+        common::check_on(std::slice::from_ref(&dev), matmul, &[a2, b2], TOL);
+    }
+}

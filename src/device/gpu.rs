@@ -898,7 +898,7 @@ impl Device {
     }
 
     /// [`Error::OutOfMemory`] for a buffer of `bytes` bytes, naming what is in use and the limit.
-    fn out_of_memory(&self, bytes: u64, why: &str) -> Error {
+    pub(super) fn out_of_memory(&self, bytes: u64, why: &str) -> Error {
         let m = self.memory_stats();
         let limit = match m.limit {
             Some(l) => format!(
@@ -1324,6 +1324,8 @@ impl Device {
             live_of.push(Some(live));
             live += 1;
         }
+        // Texture operands are made now, under the memory budget, so recording cannot fail.
+        super::texture::reserve(self, gpu, dispatches)?;
         Ok(Recorder {
             dev: self,
             gpu,

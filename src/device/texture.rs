@@ -11,14 +11,18 @@
 //! dispatch of the same shape reuses them instead of allocating. Reuse within one submission is
 //! safe because every copy is recorded right before the dispatch that reads it, in the same
 //! command buffer, and wgpu orders a copy after the earlier dispatches that read the texture.
-//! The textures are outside the pool's memory budget; the cache holds at most
-//! [`CACHED_TEXTURES`] of them.
+//! The cache holds at most [`CACHED_TEXTURES`] of them. While cached, a texture's bytes count as
+//! memory in use in the device's pool, under its memory budget ([`reserve`], run before a run
+//! records anything, creates the textures the run needs there and refuses with
+//! [`crate::Error::OutOfMemory`] past the budget); an evicted texture is given back.
 
 use std::sync::Mutex;
 
+use super::Device;
 use super::gpu::{Dispatch, Gpu, lock};
 use super::kernel::KernelBinding;
 use crate::cache::Lru;
+use crate::error::Result;
 
 /// Textures a device keeps for later dispatches (the two operands of four matmul shapes).
 pub(crate) const CACHED_TEXTURES: usize = 8;
@@ -97,6 +101,78 @@ pub(crate) fn check_buffer(
     None
 }
 
+/// Bytes of a cached texture (what the pool counts for it).
+fn texture_bytes(t: &wgpu::Texture) -> u64 {
+    let s = t.size();
+    TEXEL_BYTES * u64::from(s.width) * u64::from(s.height)
+}
+
+/// A new rgba32float texture of `w x h` texels and its view.
+fn create(gpu: &Gpu, w: u32, h: u32) -> (wgpu::Texture, wgpu::TextureView) {
+    let texture = gpu.device.create_texture(&wgpu::TextureDescriptor {
+        label: Some("brigade operand texture"),
+        size: wgpu::Extent3d {
+            width: w,
+            height: h,
+            depth_or_array_layers: 1,
+        },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba32Float,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+        view_formats: &[],
+    });
+    let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
+    (texture, view)
+}
+
+/// Cache a texture whose bytes the pool already counts; the pool stops counting the evicted
+/// ones (which stay alive while a bind group still holds them).
+fn keep(gpu: &Gpu, key: (u32, u32, u32), entry: (wgpu::Texture, wgpu::TextureView)) {
+    let evicted = lock(&gpu.textures).insert(key, entry);
+    if !evicted.is_empty() {
+        let mut pool = lock(&gpu.pool);
+        for (t, _) in &evicted {
+            pool.unreserve(texture_bytes(t));
+        }
+    }
+}
+
+/// Make the textures that `dispatches` read resident in `gpu`'s cache, each new one reserved in
+/// the pool under `dev`'s memory budget first (held free buffers are released when that makes
+/// room). [`crate::Error::OutOfMemory`] when one does not fit next to the memory in use.
+pub(crate) fn reserve(dev: &Device, gpu: &Gpu, dispatches: &[Dispatch<'_>]) -> Result<()> {
+    for d in dispatches {
+        for b in d.kernel.bindings() {
+            let Some([w, h]) = b.texture else { continue };
+            let key = (b.binding, w, h);
+            if lock(&gpu.textures).get(&key).is_some() {
+                continue;
+            }
+            let bytes = TEXEL_BYTES * u64::from(w) * u64::from(h);
+            let mut freed = Vec::new();
+            let reserved = lock(&gpu.pool).reserve(bytes, bytes, &mut freed);
+            if !freed.is_empty() {
+                let _gl = gpu.gl_guard();
+                drop(freed);
+            }
+            if reserved.is_none() {
+                return Err(dev.out_of_memory(
+                    bytes,
+                    &format!(
+                        "it is the {w} x {h} rgba32f texture of binding {} of kernel `{}`, and it does not fit the memory limit",
+                        b.binding,
+                        d.kernel.label()
+                    ),
+                ));
+            }
+            keep(gpu, key, create(gpu, w, h));
+        }
+    }
+    Ok(())
+}
+
 /// The textures of one live dispatch: `(binding, texture, view)` for each texture binding.
 pub(crate) type Operands = Vec<(u32, wgpu::Texture, wgpu::TextureView)>;
 
@@ -107,27 +183,15 @@ pub(crate) fn operands(gpu: &Gpu, d: &Dispatch<'_>) -> Operands {
     for b in d.kernel.bindings() {
         let Some([w, h]) = b.texture else { continue };
         let key = (b.binding, w, h);
-        let mut cache = lock(&gpu.textures);
-        let (texture, view) = match cache.get(&key) {
-            Some(t) => t.clone(),
+        let cached = lock(&gpu.textures).get(&key).cloned();
+        let (texture, view) = match cached {
+            Some(t) => t,
             None => {
-                let texture = gpu.device.create_texture(&wgpu::TextureDescriptor {
-                    label: Some("brigade operand texture"),
-                    size: wgpu::Extent3d {
-                        width: w,
-                        height: h,
-                        depth_or_array_layers: 1,
-                    },
-                    mip_level_count: 1,
-                    sample_count: 1,
-                    dimension: wgpu::TextureDimension::D2,
-                    format: wgpu::TextureFormat::Rgba32Float,
-                    usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-                    view_formats: &[],
-                });
-                let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
-                // An evicted texture stays alive while a bind group still holds it.
-                drop(cache.insert(key, (texture.clone(), view.clone())));
+                // Evicted since `reserve` (a run reading more textures than the cache holds):
+                // made again and counted, past the budget check.
+                let (texture, view) = create(gpu, w, h);
+                lock(&gpu.pool).mark_in_use(texture_bytes(&texture));
+                keep(gpu, key, (texture.clone(), view.clone()));
                 (texture, view)
             }
         };
