@@ -380,19 +380,6 @@ fn families_not_segmented_yet_refuse_with_typed_errors() {
             std::slice::from_ref(&a),
             "layout ops",
         );
-        // 64 rows of 257 f32 are over 64 KiB: no block of rows fits.
-        refused(
-            &dev,
-            |x: &[Tensor]| vec![x[0].sum(1i64, false)],
-            std::slice::from_ref(&a),
-            "reductions",
-        );
-        refused(
-            &dev,
-            |x: &[Tensor]| vec![x[0].argmax(0, false)],
-            std::slice::from_ref(&a),
-            "reductions",
-        );
         // The right operand of a matmul over one binding, with rows too wide to cut.
         refused(
             &dev,

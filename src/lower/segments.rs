@@ -13,11 +13,19 @@
 //! each block's arrays fit one binding, partial reductions over the cut axis are combined by one
 //! more program, a matmul whose `B` is over the limit also sums over chunks of its contraction); slices (unit strides) and concatenations as buffer copies of contiguous runs
 //! ([`copies`]).
+//!
+//! Reductions and arg-reductions see their input as `[a, k, rest..]` (kept rows, the first
+//! reduced axis, the rest): rows wider than 64 per binding are cut into blocks of fewer rows,
+//! and a row over one binding into chunks of its reduced axis whose partial results (an
+//! arg-reduction's: the chunk's extreme value and index) one program combines, keeping the
+//! kernel's rules across chunks (first index on ties, NaN first). A block's range that starts
+//! off the 256-byte alignment is staged through a copy to or from a slot of its own.
 
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
 use crate::ops::matmul::kernel::MatmulChooser;
-use crate::ops::{LayoutOp, Lowering, Prim, ReductionOp};
+use crate::ops::{ArgOp, LayoutOp, Lowering, Prim, ReduceOp, ReductionOp};
+use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
 use crate::wgsl::{self, KernelSrc, Segment};
 
@@ -172,7 +180,8 @@ pub(crate) enum Place {
 #[derive(Clone, Debug)]
 pub(crate) struct Block {
     pub program: Program,
-    /// Per input of `program`, in order: the buffer and the range (`None`: the whole buffer).
+    /// Per input of `program`, in order: the buffer and the range (`None`: the whole buffer; a
+    /// range starting off [`ALIGN`] is staged through a copy, as is such an output range).
     pub ins: Vec<(Place, Option<View>)>,
     pub out: (Place, Option<View>),
 }
@@ -250,8 +259,8 @@ fn rows_view(r0: usize, len: usize, row: usize) -> Option<View> {
 
 /// The blocks of equation `e` (a reduction, arg-reduction or canonical matmul reading and
 /// writing materialized variables) when one of its arrays is larger than a binding, `None`
-/// when all fit. Errors ([`unsupported`]) for the cases not cut yet: a matmul whose `B` is over
-/// the limit, an arg-reduction along the first axis, rows too wide for even 64 to fit.
+/// when all fit. Errors ([`unsupported`]) for the cases not cut yet: matmul rows too wide for
+/// even 64 to fit, a reduction's slice or partials over the limit ([`reduction`]).
 pub(crate) fn blocked(
     g: &Graph,
     e: &Eqn,
@@ -344,137 +353,8 @@ pub(crate) fn blocked(
                 blocks,
             }))
         }
-        Lowering::Reduce { op, axes } => {
-            let x = g.aval(e.inputs[0]);
-            let out = g.aval(e.out);
-            let rank = x.rank();
-            // A reduction over every axis is one over the flat array.
-            let (xs, axes): (Aval, Vec<usize>) = if axes.len() == rank {
-                (Aval::new(vec![x.size()], x.dtype), vec![0])
-            } else {
-                (x.clone(), axes.to_vec())
-            };
-            let prim = |axes: Vec<usize>| Prim::Reduction(ReductionOp::Reduce { op, axes });
-            let rows = xs.shape[0];
-            if !axes.contains(&0) {
-                // Rows are independent: each block reduces its rows into the same rows of out.
-                let Some(r) = rows_per_block(rows, &[row_bytes(&xs), row_bytes(out)], limits)
-                else {
-                    return Err(refuse(first_big, "64 rows exceed one binding"));
-                };
-                let mut blocks = Vec::new();
-                for r0 in (0..rows).step_by(r) {
-                    let len = r.min(rows - r0);
-                    let sub = one_eqn(
-                        prim(axes.clone()),
-                        &[with_rows(&xs, len)],
-                        with_rows(out, len),
-                    );
-                    blocks.push(Block {
-                        program: lower(&sub)?,
-                        ins: vec![(Place::Var(e.inputs[0]), rows_view(r0, len, row_bytes(&xs)))],
-                        out: (Place::Var(e.out), rows_view(r0, len, row_bytes(out))),
-                    });
-                }
-                return Ok(Some(Blocked {
-                    temps: Vec::new(),
-                    blocks,
-                }));
-            }
-            if big(e.out) {
-                return Err(refuse(e.out, "a partial result over one binding"));
-            }
-            // Over the first axis too: each block's partial result goes to its own 256-byte
-            // aligned place of a temporary, and one more program reduces the partials.
-            let Some(r) = rows_per_block(rows, &[row_bytes(&xs)], limits) else {
-                return Err(refuse(first_big, "64 rows exceed one binding"));
-            };
-            let nb = rows.div_ceil(r);
-            let elem = out.dtype.size_bytes();
-            let stride = (out.size() * elem).max(4).next_multiple_of(ALIGN as usize);
-            let temp_bytes = (nb * stride) as u64;
-            if temp_bytes > limits.max_storage_buffer_binding_size {
-                return Err(refuse(first_big, "too many partial results"));
-            }
-            let mut blocks = Vec::new();
-            for (i, r0) in (0..rows).step_by(r).enumerate() {
-                let len = r.min(rows - r0);
-                let sub = one_eqn(prim(axes.clone()), &[with_rows(&xs, len)], out.clone());
-                blocks.push(Block {
-                    program: lower(&sub)?,
-                    ins: vec![(Place::Var(e.inputs[0]), rows_view(r0, len, row_bytes(&xs)))],
-                    out: (
-                        Place::Temp(0),
-                        Some(View {
-                            offset: (i * stride) as u64,
-                            size: (out.size() * elem).max(4) as u64,
-                        }),
-                    ),
-                });
-            }
-            // Combine: slice the partials out of their strides, reduce over the blocks.
-            let mut comb = Graph::default();
-            let t = comb.new_var(Aval::new(vec![nb, stride / elem], out.dtype));
-            let s = comb.new_var(Aval::new(vec![nb, out.size()], out.dtype));
-            let mut parts_shape = vec![nb];
-            parts_shape.extend(&out.shape);
-            let p = comb.new_var(Aval::new(parts_shape.clone(), out.dtype));
-            let o = comb.new_var(out.clone());
-            comb.inputs = vec![t];
-            comb.eqns.push(Eqn::new(
-                Prim::Layout(LayoutOp::Slice {
-                    start: vec![0, 0],
-                    limit: vec![nb, out.size()],
-                    stride: vec![1, 1],
-                }),
-                vec![t],
-                s,
-            ));
-            comb.eqns.push(Eqn::new(
-                Prim::Layout(LayoutOp::Reshape { shape: parts_shape }),
-                vec![s],
-                p,
-            ));
-            comb.eqns.push(Eqn::new(prim(vec![0]), vec![p], o));
-            comb.outputs = vec![o];
-            blocks.push(Block {
-                program: lower(&comb)?,
-                ins: vec![(Place::Temp(0), None)],
-                out: (Place::Var(e.out), None),
-            });
-            Ok(Some(Blocked {
-                temps: vec![temp_bytes],
-                blocks,
-            }))
-        }
-        Lowering::ArgReduce { axis, .. } => {
-            let x = g.aval(e.inputs[0]);
-            let out = g.aval(e.out);
-            if axis == 0 || x.rank() < 2 {
-                return Err(refuse(
-                    first_big,
-                    "arg-reductions are cut along another axis",
-                ));
-            }
-            let Some(r) = rows_per_block(x.shape[0], &[row_bytes(x), row_bytes(out)], limits)
-            else {
-                return Err(refuse(first_big, "64 rows exceed one binding"));
-            };
-            let rows = x.shape[0];
-            let mut blocks = Vec::new();
-            for r0 in (0..rows).step_by(r) {
-                let len = r.min(rows - r0);
-                let sub = one_eqn(e.prim.clone(), &[with_rows(x, len)], with_rows(out, len));
-                blocks.push(Block {
-                    program: lower(&sub)?,
-                    ins: vec![(Place::Var(e.inputs[0]), rows_view(r0, len, row_bytes(x)))],
-                    out: (Place::Var(e.out), rows_view(r0, len, row_bytes(out))),
-                });
-            }
-            Ok(Some(Blocked {
-                temps: Vec::new(),
-                blocks,
-            }))
+        Lowering::Reduce { .. } | Lowering::ArgReduce { .. } => {
+            reduction(g, e, limits, &lower, &refuse).map(Some)
         }
         Lowering::Elementwise
         | Lowering::Constant
@@ -487,6 +367,247 @@ pub(crate) fn blocked(
         | Lowering::StageBoundary
         | Lowering::HostOnly => Ok(None),
     }
+}
+
+/// [`rows_per_block`], or else any number of rows that fits (blocks whose views start off the
+/// storage-offset alignment are staged through copies when the program is assembled).
+fn rows_staged(rows: usize, row_bytes: &[usize], limits: &DeviceLimits) -> Option<usize> {
+    rows_per_block(rows, row_bytes, limits).or_else(|| {
+        let widest = row_bytes.iter().copied().max().unwrap_or(1).max(1);
+        let fit = limits.max_storage_buffer_binding_size as usize / widest;
+        (fit > 0).then_some(fit.min(rows))
+    })
+}
+
+/// A graph of one output traced from `f` over inputs of `ins`.
+fn traced(ins: &[Aval], f: impl Fn(&[Tensor]) -> Tensor) -> Result<Graph> {
+    crate::trace::trace_fn("segments", &|x: &[Tensor]| vec![f(x)], ins)
+}
+
+/// A reduction's input as `[a, k, rest..]`: `a` the kept axes before the first reduced one, `k`
+/// the first reduced axis, `rest` the axes after it, adjacent axes merged where both are kept or
+/// both reduced (so each `a` row and each `k` slice is contiguous); `red`: the reduced axes of
+/// `[k, rest..]`.
+struct Normal {
+    a: usize,
+    k: usize,
+    rest: Vec<usize>,
+    red: Vec<usize>,
+}
+
+fn normalize(shape: &[usize], reduced: &[usize]) -> Normal {
+    let mut groups: Vec<(usize, bool)> = Vec::new();
+    for (i, &d) in shape.iter().enumerate() {
+        let r = reduced.contains(&i);
+        match groups.last_mut() {
+            Some((n, gr)) if *gr == r => *n *= d,
+            _ => groups.push((d, r)),
+        }
+    }
+    let p = groups.iter().position(|g| g.1).unwrap_or(groups.len());
+    let a = groups[..p].iter().map(|g| g.0).product();
+    let k = groups.get(p).map_or(1, |g| g.0);
+    let rest: Vec<(usize, bool)> = groups.get(p + 1..).unwrap_or_default().to_vec();
+    let mut red = vec![0];
+    red.extend((0..rest.len()).filter(|&i| rest[i].1).map(|i| i + 1));
+    Normal {
+        a,
+        k,
+        rest: rest.iter().map(|g| g.0).collect(),
+        red,
+    }
+}
+
+/// A reduction or arg-reduction over arrays larger than one binding, its input seen as
+/// `[a, k, rest..]` ([`normalize`]). When one `a` row fits a binding, blocks of rows reduce into
+/// the same rows of the result. Else each row's reduced axis is cut into chunks of `k`, every
+/// chunk's partial result (an arg-reduction's: the chunk's extreme value and its index in the
+/// row) goes to its own 256-byte aligned place of a temporary, and one program combines them:
+/// the reduction again over the chunks, or for an arg-reduction the index of the chunk an
+/// arg-reduction of the partial values picks (first chunk on ties, NaN first, as the kernel does
+/// within a chunk). Errors ([`unsupported`]) when one slice of the reduced axis, the partial
+/// results or a result combined from partials exceeds one binding.
+fn reduction(
+    g: &Graph,
+    e: &Eqn,
+    limits: &DeviceLimits,
+    lower: &dyn Fn(&Graph) -> Result<Program>,
+    refuse: &dyn Fn(Var, &str) -> Error,
+) -> Result<Blocked> {
+    let (xv, x, out) = (e.inputs[0], g.aval(e.inputs[0]), g.aval(e.out));
+    let (n, arg) = match e.prim.lowering() {
+        Lowering::Reduce { axes, .. } => (normalize(&x.shape, axes), None),
+        Lowering::ArgReduce { op, axis } => (normalize(&x.shape, &[axis]), Some(op)),
+        _ => unreachable!("reductions only"),
+    };
+    let apply = |t: &Tensor, axes: Vec<usize>| match &e.prim {
+        Prim::Reduction(ReductionOp::Reduce { op, .. }) => {
+            Tensor::apply(Prim::Reduction(ReductionOp::Reduce { op: *op, axes }), &[t])
+        }
+        Prim::Reduction(ReductionOp::ArgReduce { op, .. }) => Tensor::apply(
+            Prim::Reduction(ReductionOp::ArgReduce {
+                op: *op,
+                axis: axes[0],
+            }),
+            &[t],
+        ),
+        _ => unreachable!("reductions only"),
+    };
+    let dims = |lead: &[usize]| -> Vec<i64> {
+        lead.iter()
+            .chain(&n.rest)
+            .map(|&d| d as i64)
+            .collect::<Vec<_>>()
+    };
+    let (elem, oelem) = (x.dtype.size_bytes(), out.dtype.size_bytes());
+    let r: usize = n.rest.iter().product();
+    let o = out.size() / n.a.max(1);
+    let flat = |a: &Aval, len: usize| Aval::new(vec![len], a.dtype);
+    let mut blocks = Vec::new();
+    // Whole rows of `a`: each block reduces its rows into the same rows of the result.
+    if let Some(rows) = rows_staged(n.a, &[n.k * r * elem, o * oelem], limits) {
+        let row = n.k * r * elem;
+        for a0 in (0..n.a).step_by(rows) {
+            let len = rows.min(n.a - a0);
+            let red: Vec<usize> = n.red.iter().map(|&i| i + 1).collect();
+            let sub = traced(&[flat(x, len * n.k * r)], |t| {
+                apply(&t[0].reshape(&dims(&[len, n.k])), red.clone()).reshape(&[-1])
+            })?;
+            blocks.push(Block {
+                program: lower(&sub)?,
+                ins: vec![(Place::Var(xv), rows_view(a0, len, row))],
+                out: (Place::Var(e.out), rows_view(a0, len, o * oelem)),
+            });
+        }
+        return Ok(Blocked {
+            temps: Vec::new(),
+            blocks,
+        });
+    }
+    if too_big(g, e.out, limits) {
+        return Err(refuse(
+            e.out,
+            "a result combined from partials over one binding",
+        ));
+    }
+    let Some(kc) = rows_staged(n.k, &[r * elem], limits) else {
+        return Err(refuse(
+            xv,
+            "one slice of the reduced axis exceeds one binding",
+        ));
+    };
+    let nc = n.k.div_ceil(kc);
+    let nb = n.a * nc;
+    // Partial values (and an arg-reduction's indices, i32) at 256-byte strides.
+    let stride = |el: usize| (o * el).max(4).next_multiple_of(ALIGN as usize);
+    let pdt = out.dtype;
+    let vdt = x.dtype;
+    let temps: Vec<u64> = match arg {
+        None => vec![(nb * stride(oelem)) as u64],
+        Some(_) => vec![(nb * stride(elem)) as u64, (nb * stride(oelem)) as u64],
+    };
+    if temps
+        .iter()
+        .any(|&t| t > limits.max_storage_buffer_binding_size)
+    {
+        return Err(refuse(
+            xv,
+            &format!("{nb} partial results exceed one binding"),
+        ));
+    }
+    let part = |t: usize, i: usize, el: usize| {
+        (
+            Place::Temp(t),
+            Some(View {
+                offset: (i * stride(el)) as u64,
+                size: (o * el).max(4) as u64,
+            }),
+        )
+    };
+    for a in 0..n.a {
+        for (c, k0) in (0..n.k).step_by(kc).enumerate() {
+            let len = kc.min(n.k - k0);
+            let i = a * nc + c;
+            let input = (Place::Var(xv), rows_view(a * n.k + k0, len, r * elem));
+            let chunk = [flat(x, len * r)];
+            let program = |f: &dyn Fn(&Tensor) -> Tensor| -> Result<Program> {
+                lower(&traced(&chunk, |t| {
+                    f(&t[0].reshape(&dims(&[len]))).reshape(&[-1])
+                })?)
+            };
+            match arg {
+                None => blocks.push(Block {
+                    program: program(&|t| apply(t, n.red.clone()))?,
+                    ins: vec![input],
+                    out: part(0, i, oelem),
+                }),
+                Some(op) => {
+                    // The chunk's extreme value: max for argmax, min for argmin (both NaN first).
+                    let vop = match op {
+                        ArgOp::ArgMax => ReduceOp::Max,
+                        ArgOp::ArgMin => ReduceOp::Min,
+                    };
+                    let value = |t: &Tensor| {
+                        Tensor::apply(
+                            Prim::Reduction(ReductionOp::Reduce {
+                                op: vop,
+                                axes: vec![0],
+                            }),
+                            &[t],
+                        )
+                    };
+                    blocks.push(Block {
+                        program: program(&value)?,
+                        ins: vec![input],
+                        out: part(0, i, elem),
+                    });
+                    let index = |t: &Tensor| {
+                        let j = apply(t, vec![0]);
+                        if k0 == 0 { j } else { j + k0 as i32 }
+                    };
+                    blocks.push(Block {
+                        program: program(&index)?,
+                        ins: vec![input],
+                        out: part(1, i, oelem),
+                    });
+                }
+            }
+        }
+    }
+    // Combine: the partials out of their strides as [a, chunks, o], reduced over the chunks.
+    let shape: Vec<i64> = out.shape.iter().map(|&d| d as i64).collect();
+    let comb = match arg {
+        None => traced(&[Aval::new(vec![nb, stride(oelem) / oelem], pdt)], |t| {
+            let p = t[0]
+                .slice(&[0, 0], &[nb, o], None)
+                .reshape(&[n.a as i64, nc as i64, o as i64]);
+            apply(&p, vec![1]).reshape(&shape)
+        })?,
+        Some(_) => traced(
+            &[
+                Aval::new(vec![nb, stride(elem) / elem], vdt),
+                Aval::new(vec![nb, stride(oelem) / oelem], pdt),
+            ],
+            |t| {
+                let p = |t: &Tensor| {
+                    t.slice(&[0, 0], &[nb, o], None)
+                        .reshape(&[n.a as i64, nc as i64, o as i64])
+                };
+                let (v, idx) = (p(&t[0]), p(&t[1]));
+                // The chunk holding the pick, as a one-hot mask over the chunks.
+                let j = apply(&v, vec![1]).broadcast_in_dim(&[n.a, nc, o], &[0, 2]);
+                let hot = Tensor::iota(pdt, &[n.a, nc, o], 1).eq(&j).cast(pdt);
+                (&idx * &hot).sum(1i64, false).reshape(&shape)
+            },
+        )?,
+    };
+    let ins = (0..temps.len()).map(|t| (Place::Temp(t), None)).collect();
+    blocks.push(Block {
+        program: lower(&comb)?,
+        ins,
+        out: (Place::Var(e.out), None),
+    });
+    Ok(Blocked { temps, blocks })
 }
 
 /// A `[1, m, k] x [1, k, n]` matmul whose `B` is over one binding: for every block of rows of
