@@ -7,7 +7,8 @@
 
 mod common;
 
-use brigade::{Array, Tensor};
+use brigade::nn::{self, Layout};
+use brigade::{Array, ConvOptions, Error, Padding, Tensor, WindowOp, grad, jit};
 use common::segments::*;
 use common::*;
 
@@ -93,5 +94,146 @@ fn reductions_with_rows_wider_than_64_per_binding() {
             rand_f32(&[301, 3, 90], 94),
         ],
         Tol::REDUCE,
+    );
+}
+
+/// NCHW, 81 KiB: 15 rows (batch x channels) of 33 x 41 f32, 12 per block.
+const POOL: [usize; 4] = [3, 5, 33, 41];
+
+#[test]
+fn pooling_and_its_gradient_over_blocks_of_batch_and_channels() {
+    let x = rand_f32(&POOL, 101);
+    check_segmented(
+        |t: &[Tensor]| {
+            vec![
+                nn::max_pool(&t[0], &[2, 2], &[2, 2], &Padding::Valid, Layout::Nchw),
+                nn::max_pool(&t[0], &[3, 3], &[2, 1], &Padding::Same, Layout::Nchw),
+                t[0].reduce_window(WindowOp::Sum, &[1, 1, 3, 2], &[1, 1, 1, 2], &[(0, 0); 4]),
+            ]
+        },
+        std::slice::from_ref(&x),
+        Tol::REDUCE,
+    );
+    // NHWC: only the batch leads (5 rows of 21 216 bytes, 3 per block).
+    check_segmented(
+        |t: &[Tensor]| {
+            vec![nn::avg_pool(
+                &t[0],
+                &[3, 3],
+                &[2, 2],
+                &Padding::Same,
+                Layout::Nhwc,
+                false,
+            )]
+        },
+        &[rand_f32(&[5, 17, 13, 24], 102)],
+        Tol::ARITH,
+    );
+    // The gradient of a max pool (select_and_scatter_add writing an array over the limit), and
+    // of the pooled values' sum of squares through a segmented elementwise step. Ties (small
+    // integers) exercise the first-maximum rule.
+    let ties = ties_and_nans(&POOL, 103, &[]);
+    for a in [x, ties] {
+        check_segmented(
+            |t: &[Tensor]| {
+                grad(|p: &[Tensor]| {
+                    let y = nn::max_pool(&p[0], &[3, 3], &[2, 2], &Padding::Same, Layout::Nchw);
+                    vec![(&y * &y).sum_all()]
+                })
+                .apply(t)
+            },
+            std::slice::from_ref(&a),
+            Tol::ARITH,
+        );
+    }
+}
+
+#[test]
+fn convolutions_and_their_gradients_over_blocks_of_the_batch() {
+    // NCHW input of 67 x [3, 13, 11] (115 KiB), result 67 x [8, 11, 9] (207 KiB): blocks of 20.
+    let x = rand_f32(&[67, 3, 13, 11], 111);
+    let w = rand_f32(&[8, 3, 3, 3], 112);
+    check_segmented(
+        |t: &[Tensor]| {
+            vec![
+                t[0].conv(&t[1], &[1, 1], Padding::Valid),
+                t[0].conv(&t[1], &[2, 1], Padding::Same),
+            ]
+        },
+        &[x.clone(), w.clone()],
+        Tol::REDUCE,
+    );
+    // Both gradients: the input's (a convolution per block of the batch) and the kernel's (the
+    // batch contracted: per-block partials summed). The kernel gradient sums 67 x 99 products
+    // of about unit size per element.
+    check_segmented(
+        |t: &[Tensor]| {
+            grad(|p: &[Tensor]| {
+                let y = p[0].conv(&p[1], &[1, 1], Padding::Same).tanh();
+                vec![(&y * &y).sum_all()]
+            })
+            .argnums(&[0, 1])
+            .apply(t)
+        },
+        &[x, w],
+        Tol::REDUCE,
+    );
+    // NHWC (the batch leads here too), stride 2.
+    let opts = ConvOptions::new(&[2, 2], Padding::Same).dimension_numbers("NHWC", "HWIO", "NHWC");
+    check_segmented(
+        move |t: &[Tensor]| vec![t[0].conv_general_dilated(&t[1], &opts)],
+        &[
+            rand_f32(&[41, 17, 13, 6], 113),
+            rand_f32(&[3, 3, 6, 5], 114),
+        ],
+        Tol::REDUCE,
+    );
+}
+
+#[test]
+fn argsort_over_blocks_of_rows() {
+    // Rows of 257 f32 (63 per block) with ties and NaNs; the last axis of a 3-d array.
+    check_segmented(
+        |t: &[Tensor]| vec![t[0].argsort(1), t[1].argsort(2)],
+        &[
+            ties_and_nans(&ODD, 121, &[5, 300, 257 * 40 + 7]),
+            rand_f32(&[3, 301, 90], 122),
+        ],
+        Tol::EXACT,
+    );
+}
+
+#[test]
+fn kernels_that_cannot_be_cut_refuse_with_typed_errors() {
+    let a = rand_f32(&ODD, 131);
+    for dev in devices() {
+        let _g = device_guard(&dev);
+        // A window spanning the leading axis.
+        refused(
+            &dev,
+            |t: &[Tensor]| vec![t[0].reduce_window(WindowOp::Max, &[3, 1], &[1, 1], &[(0, 0); 2])],
+            std::slice::from_ref(&a),
+            "`reduce_window_max` kernels",
+        );
+        // Sorting along the leading axis: each row of the sort is a strided column.
+        refused(
+            &dev,
+            |t: &[Tensor]| vec![t[0].argsort(0)],
+            std::slice::from_ref(&a),
+            "`argsort` kernels",
+        );
+    }
+    // One row of the sort over the limit (20 000 keys and their indices): the message names
+    // the bytes the row needs.
+    let dev = &devices()[0];
+    let _g = device_guard(dev);
+    let err = jit(|t: &[Tensor]| vec![t[0].argsort(1)])
+        .on(dev)
+        .call(&[rand_f32(&[2, 20_000], 132)])
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, Error::OverLimit { .. }) && msg.contains("160000 bytes"),
+        "{msg}"
     );
 }

@@ -20,11 +20,19 @@
 //! arg-reduction's: the chunk's extreme value and index) one program combines, keeping the
 //! kernel's rules across chunks (first index on ties, NaN first). A block's range that starts
 //! off the 256-byte alignment is staged through a copy to or from a slot of its own.
+//!
+//! Kernels of their own are cut along leading axes by their family's rule ([`Split`]): pooling
+//! and its gradients (`reduce_window`, `select_and_scatter_add`, `select_and_gather`) over the
+//! leading axes their window does not span (batch, channels), convolutions and their input
+//! gradient over the batch (the kernel bound whole), the kernel gradient over the batch it
+//! contracts (per-block partials summed), `argsort` over the rows before its axis (the block's
+//! merge-sort state within one binding too). A window spanning the leading axis, a sort along
+//! it, and a row over one binding are refused.
 
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
 use crate::ops::matmul::kernel::MatmulChooser;
-use crate::ops::{ArgOp, LayoutOp, Lowering, Prim, ReduceOp, ReductionOp};
+use crate::ops::{ArgOp, LayoutOp, Lowering, Prim, ReduceOp, ReductionOp, SortOp};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
 use crate::wgsl::{self, KernelSrc, Segment};
@@ -290,6 +298,12 @@ pub(crate) fn blocked(
         .find(|&v| big(v))
         .expect("some array is big");
     let lower = |sub: &Graph| super::lower_with(sub, limits, chooser);
+    let cx = Cx {
+        g,
+        limits,
+        lower: &lower,
+        refuse: &refuse,
+    };
     match e.prim.lowering() {
         Lowering::Matmul(_) => {
             let (a, b) = (g.aval(e.inputs[0]), g.aval(e.inputs[1]));
@@ -353,20 +367,34 @@ pub(crate) fn blocked(
                 blocks,
             }))
         }
-        Lowering::Reduce { .. } | Lowering::ArgReduce { .. } => {
-            reduction(g, e, limits, &lower, &refuse).map(Some)
-        }
+        Lowering::Reduce { .. } | Lowering::ArgReduce { .. } => reduction(&cx, e).map(Some),
+        Lowering::Kernel(_) | Lowering::Passes(_) => match split(e) {
+            Some(Ok(Split::Rows { lead, cut, scratch })) => {
+                rows_of(&cx, e, (lead, &cut, scratch)).map(Some)
+            }
+            Some(Ok(Split::Summed)) => summed(&cx, e).map(Some),
+            Some(Err(why)) => Err(refuse(first_big, &why)),
+            None => Ok(None),
+        },
         Lowering::Elementwise
         | Lowering::Constant
         | Lowering::Remap { .. }
         | Lowering::Keyed
-        | Lowering::Kernel(_)
-        | Lowering::Passes(_)
         | Lowering::Loop
         | Lowering::Inline
         | Lowering::StageBoundary
         | Lowering::HostOnly => Ok(None),
     }
+}
+
+/// What the block builders of one equation share: the graph, the limits, how a block's graph
+/// is lowered, and the typed refusal naming an array and why.
+#[derive(Clone, Copy)]
+struct Cx<'a> {
+    g: &'a Graph,
+    limits: &'a DeviceLimits,
+    lower: &'a dyn Fn(&Graph) -> Result<Program>,
+    refuse: &'a dyn Fn(Var, &str) -> Error,
 }
 
 /// [`rows_per_block`], or else any number of rows that fits (blocks whose views start off the
@@ -427,13 +455,8 @@ fn normalize(shape: &[usize], reduced: &[usize]) -> Normal {
 /// arg-reduction of the partial values picks (first chunk on ties, NaN first, as the kernel does
 /// within a chunk). Errors ([`unsupported`]) when one slice of the reduced axis, the partial
 /// results or a result combined from partials exceeds one binding.
-fn reduction(
-    g: &Graph,
-    e: &Eqn,
-    limits: &DeviceLimits,
-    lower: &dyn Fn(&Graph) -> Result<Program>,
-    refuse: &dyn Fn(Var, &str) -> Error,
-) -> Result<Blocked> {
+fn reduction(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
+    let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
     let (xv, x, out) = (e.inputs[0], g.aval(e.inputs[0]), g.aval(e.out));
     let (n, arg) = match e.prim.lowering() {
         Lowering::Reduce { axes, .. } => (normalize(&x.shape, axes), None),
@@ -610,6 +633,192 @@ fn reduction(
     Ok(Blocked { temps, blocks })
 }
 
+/// How a kernel of its own (window, convolution, sort) is cut along its arrays' leading axes
+/// when one is over one binding: the family's rule.
+enum Split {
+    /// The first `lead` axes of the inputs marked in `cut` and of the result are independent:
+    /// blocks of rows (over those axes merged), the other inputs bound whole; the block's
+    /// kernels also bind `scratch` bytes of temporaries per element of its result.
+    Rows {
+        lead: usize,
+        cut: Vec<bool>,
+        scratch: usize,
+    },
+    /// The first axis of every input is contracted: each block of it gives a partial of the
+    /// whole result, the partials summed.
+    Summed,
+}
+
+/// The [`Split`] of equation `e`, `Err(why)` when its family cannot be cut (`None`: not a
+/// family cut this way).
+fn split(e: &Eqn) -> Option<std::result::Result<Split, String>> {
+    let rows =
+        |lead: usize, cut: Vec<bool>, scratch: usize| Some(Ok(Split::Rows { lead, cut, scratch }));
+    match &e.prim {
+        Prim::Window(w) => match w.window.unit_lead() {
+            0 => Some(Err(
+                "its window spans the leading axis: only leading axes of window 1, stride 1 \
+                 and no padding are cut"
+                    .into(),
+            )),
+            lead => rows(lead, vec![true; e.inputs.len()], 0),
+        },
+        Prim::Conv(c) if c.batch_leads() => rows(1, vec![true, false], 0),
+        Prim::Conv(c) if c.contracts_lead() => Some(Ok(Split::Summed)),
+        Prim::Conv(_) => Some(Err(
+            "neither the batch nor the contracted features lead the operands".into(),
+        )),
+        Prim::Sort(SortOp::Argsort { axis: 0, .. }) => Some(Err(
+            "it sorts along the leading axis: rows along another axis are cut".into(),
+        )),
+        Prim::Sort(SortOp::Argsort { axis, .. }) => rows(
+            *axis,
+            vec![true; e.inputs.len()],
+            SortOp::state_bytes(e.inputs.len()),
+        ),
+        _ => None,
+    }
+}
+
+/// The shape of `rows` rows of `a` cut along its `lead` leading axes merged: `[1.., rows, rest]`
+/// (the axes stay, so the primitive's parameters apply unchanged).
+fn lead_rows(a: &Aval, lead: usize, rows: usize) -> Aval {
+    let mut a = a.clone();
+    for d in &mut a.shape[..lead] {
+        *d = 1;
+    }
+    a.shape[lead - 1] = rows;
+    a
+}
+
+/// Blocks of rows of a kernel of its own ([`Split::Rows`]).
+fn rows_of(cx: &Cx<'_>, e: &Eqn, (lead, cut, scratch): (usize, &[bool], usize)) -> Result<Blocked> {
+    let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
+    if let Some(&v) = (e.inputs.iter().zip(cut))
+        .find(|&(&v, &c)| !c && too_big(g, v, limits))
+        .map(|(v, _)| v)
+    {
+        return Err(refuse(v, "an operand bound whole by every block"));
+    }
+    let out = g.aval(e.out);
+    let rows: usize = out.shape[..lead].iter().product();
+    let row = |a: &Aval| a.size_bytes() / rows.max(1);
+    let cuts: Vec<Var> = (e.inputs.iter().zip(cut))
+        .filter(|&(_, &c)| c)
+        .map(|(&v, _)| v)
+        .chain([e.out])
+        .collect();
+    let mut widths: Vec<usize> = cuts.iter().map(|&v| row(g.aval(v))).collect();
+    widths.push(out.size() / rows.max(1) * scratch);
+    let Some(r) = rows_staged(rows, &widths, limits) else {
+        let (v, w) = (cuts.iter().zip(&widths))
+            .max_by_key(|(_, w)| **w)
+            .expect("the result is cut");
+        let w = w.max(&widths[cuts.len()]);
+        return Err(refuse(
+            *v,
+            &format!(
+                "one row of its leading {lead} axes needs {w} bytes in one binding                  (its data, or its kernels' temporaries)"
+            ),
+        ));
+    };
+    let mut blocks = Vec::new();
+    for r0 in (0..rows).step_by(r) {
+        let len = r.min(rows - r0);
+        let ins: Vec<Aval> = (e.inputs.iter().zip(cut))
+            .map(|(&v, &c)| {
+                let a = g.aval(v);
+                if c {
+                    lead_rows(a, lead, len)
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        let sub = one_eqn(e.prim.clone(), &ins, lead_rows(out, lead, len));
+        blocks.push(Block {
+            program: lower(&sub)?,
+            ins: (e.inputs.iter().zip(cut))
+                .map(|(&v, &c)| {
+                    let view = c.then(|| rows_view(r0, len, row(g.aval(v)))).flatten();
+                    (Place::Var(v), view)
+                })
+                .collect(),
+            out: (Place::Var(e.out), rows_view(r0, len, row(out))),
+        });
+    }
+    Ok(Blocked {
+        temps: Vec::new(),
+        blocks,
+    })
+}
+
+/// Blocks of the contracted leading axis of every input ([`Split::Summed`]): block `j` computes
+/// its partial and adds the sum of the blocks before it, the sums alternating between temporary
+/// `0` and the result so that no dispatch reads and writes one buffer and the last lands in the
+/// result.
+fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
+    let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
+    let out = g.aval(e.out);
+    if too_big(g, e.out, limits) {
+        return Err(refuse(
+            e.out,
+            "a result summed over blocks, over one binding",
+        ));
+    }
+    let rows = g.aval(e.inputs[0]).shape[0];
+    let widths: Vec<usize> = e.inputs.iter().map(|&v| row_bytes(g.aval(v))).collect();
+    let Some(r) = rows_staged(rows, &widths, limits) else {
+        return Err(refuse(
+            e.inputs[0],
+            "one entry of the contracted leading axis exceeds one binding",
+        ));
+    };
+    let nb = rows.div_ceil(r);
+    let dest = |j: usize| {
+        if (nb - 1 - j).is_multiple_of(2) {
+            (Place::Var(e.out), None)
+        } else {
+            (Place::Temp(0), None)
+        }
+    };
+    let add = Prim::Elementwise(crate::ops::ElementwiseOp::Binary(crate::ops::BinaryOp::Add));
+    let mut blocks = Vec::new();
+    for (j, r0) in (0..rows).step_by(r).enumerate() {
+        let len = r.min(rows - r0);
+        let ins: Vec<Aval> = e
+            .inputs
+            .iter()
+            .map(|&v| with_rows(g.aval(v), len))
+            .collect();
+        let mut sub = one_eqn(e.prim.clone(), &ins, out.clone());
+        let mut views: Vec<(Place, Option<View>)> = e
+            .inputs
+            .iter()
+            .zip(&widths)
+            .map(|(&v, &w)| (Place::Var(v), rows_view(r0, len, w)))
+            .collect();
+        if j > 0 {
+            let prev = sub.new_var(out.clone());
+            let o = sub.new_var(out.clone());
+            sub.inputs.push(prev);
+            sub.eqns
+                .push(Eqn::new(add.clone(), vec![prev, sub.outputs[0]], o));
+            sub.outputs = vec![o];
+            views.push(dest(j - 1));
+        }
+        blocks.push(Block {
+            program: lower(&sub)?,
+            ins: views,
+            out: dest(j),
+        });
+    }
+    Ok(Blocked {
+        temps: vec![out.size_bytes() as u64],
+        blocks,
+    })
+}
+
 /// A `[1, m, k] x [1, k, n]` matmul whose `B` is over one binding: for every block of rows of
 /// `A` and `C`, the contraction is cut into chunks of rows of `B` (contiguous in its buffer), each
 /// chunk's product `A[rows, chunk] @ B[chunk]` added to the sum of the chunks before it. The sums
@@ -723,7 +932,7 @@ pub(crate) fn blocks_operands(e: &Eqn) -> bool {
     matches!(
         e.prim.lowering(),
         Lowering::Matmul(_) | Lowering::Reduce { .. } | Lowering::ArgReduce { .. }
-    )
+    ) || split(e).is_some()
 }
 
 /// One byte run of a [`copies`] step: `bytes` from `src` at `src_offset` to the output at

@@ -198,6 +198,19 @@ impl fmt::Display for ConvParams {
 }
 
 impl ConvParams {
+    /// Whether the batch is the leading axis of the input and of the result: batch entries are
+    /// independent, so arrays over one storage binding are cut into blocks of them
+    /// (`lower::segments`).
+    pub(crate) fn batch_leads(&self) -> bool {
+        self.dims.lhs[0] == 0 && self.dims.out[0] == 0
+    }
+
+    /// Whether both operands' (input) feature axes lead and are one group (the kernel gradient,
+    /// which contracts over the batch): blocks of that axis give partial results to be summed.
+    pub(crate) fn contracts_lead(&self) -> bool {
+        self.dims.lhs[1] == 0 && self.dims.rhs[1] == 0 && self.feature_group_count == 1
+    }
+
     /// The parameters as JAX prints them.
     fn params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let d = &self.dims;
