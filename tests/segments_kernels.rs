@@ -8,7 +8,7 @@
 mod common;
 
 use brigade::nn::{self, Layout};
-use brigade::{Array, ConvOptions, Error, Padding, Tensor, WindowOp, grad, jit};
+use brigade::{Array, ConvOptions, Error, Padding, Tensor, Window, WindowOp, grad, jit};
 use common::segments::*;
 use common::*;
 
@@ -149,6 +149,61 @@ fn pooling_and_its_gradient_over_blocks_of_batch_and_channels() {
 }
 
 #[test]
+fn windows_spanning_the_cut_axis_read_overlapping_rows() {
+    // One row of 70 001 f32: chunks of windows, each reading the rows its windows cover (stride
+    // 2, padding (2, 1); a dilated window of span 7).
+    let dilated = Window {
+        dims: vec![4],
+        strides: vec![3],
+        padding: vec![(3, 5)],
+        base_dilation: vec![1],
+        window_dilation: vec![2],
+    };
+    check_segmented(
+        move |t: &[Tensor]| {
+            vec![
+                t[0].reduce_window(WindowOp::Max, &[3], &[2], &[(2, 1)]),
+                t[0].reduce_window_dilated(WindowOp::Sum, &dilated),
+            ]
+        },
+        &[rand_f32(&[70_001], 104)],
+        Tol::REDUCE,
+    );
+    // NHWC with a batch of 1 (164 KiB): cut along the height the window spans.
+    let x = rand_f32(&[1, 97, 53, 8], 105);
+    check_segmented(
+        |t: &[Tensor]| {
+            vec![
+                nn::max_pool(&t[0], &[3, 3], &[2, 2], &Padding::Same, Layout::Nhwc),
+                nn::avg_pool(&t[0], &[2, 3], &[1, 2], &Padding::Valid, Layout::Nhwc, true),
+            ]
+        },
+        std::slice::from_ref(&x),
+        Tol::ARITH,
+    );
+    // select_and_gather (the second-order max-pool gradient): d/dc of
+    // sum(grad_x(sum(pool(x) * c)) * r) reads r at every window's first maximum.
+    let pool = |x: &Tensor| nn::max_pool(x, &[3, 3], &[2, 2], &Padding::Same, Layout::Nhwc);
+    check_segmented(
+        move |t: &[Tensor]| {
+            grad(move |p: &[Tensor]| {
+                let inner = move |u: &[Tensor]| vec![(&pool(&u[0]) * &u[1]).sum_all()];
+                let gx = grad(inner).apply(&[p[0].clone(), p[1].clone()]);
+                vec![(&gx[0] * &p[2]).sum_all()]
+            })
+            .argnums(&[1])
+            .apply(t)
+        },
+        &[
+            x,
+            rand_f32(&[1, 49, 27, 8], 106),
+            rand_f32(&[1, 97, 53, 8], 107),
+        ],
+        Tol::ARITH,
+    );
+}
+
+#[test]
 fn convolutions_and_their_gradients_over_blocks_of_the_batch() {
     // NCHW input of 67 x [3, 13, 11] (115 KiB), result 67 x [8, 11, 9] (207 KiB): blocks of 20.
     let x = rand_f32(&[67, 3, 13, 11], 111);
@@ -208,12 +263,21 @@ fn kernels_that_cannot_be_cut_refuse_with_typed_errors() {
     let a = rand_f32(&ODD, 131);
     for dev in devices() {
         let _g = device_guard(&dev);
-        // A window spanning the leading axis.
+        // The gradient of a pooling whose window spans the leading axis (padded: every array
+        // [301, 257]).
         refused(
             &dev,
-            |t: &[Tensor]| vec![t[0].reduce_window(WindowOp::Max, &[3, 1], &[1, 1], &[(0, 0); 2])],
+            |t: &[Tensor]| {
+                grad(|p: &[Tensor]| {
+                    vec![
+                        p[0].reduce_window(WindowOp::Max, &[3, 1], &[1, 1], &[(1, 1), (0, 0)])
+                            .sum_all(),
+                    ]
+                })
+                .apply(t)
+            },
             std::slice::from_ref(&a),
-            "`reduce_window_max` kernels",
+            "`select_and_scatter_add` kernels",
         );
         // Sorting along the leading axis: each row of the sort is a strided column.
         refused(

@@ -26,13 +26,17 @@
 //! leading axes their window does not span (batch, channels), convolutions and their input
 //! gradient over the batch (the kernel bound whole), the kernel gradient over the batch it
 //! contracts (per-block partials summed), `argsort` over the rows before its axis (the block's
-//! merge-sort state within one binding too). A window spanning the leading axis, a sort along
-//! it, and a row over one binding are refused.
+//! merge-sort state within one binding too). `reduce_window` and `select_and_gather` whose window
+//! spans the cut axis are cut along it into chunks of windows reading overlapping input rows
+//! ([`window_halo`]). `select_and_scatter_add` with such a window, a sort along the leading axis,
+//! and a row over one binding are refused.
 
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
 use crate::ops::matmul::kernel::MatmulChooser;
-use crate::ops::{ArgOp, LayoutOp, Lowering, Prim, ReduceOp, ReductionOp, SortOp};
+use crate::ops::{
+    ArgOp, LayoutOp, Lowering, Prim, ReduceOp, ReductionOp, SortOp, WindowKind, WindowPrim,
+};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
 use crate::wgsl::{self, KernelSrc, Segment};
@@ -370,9 +374,19 @@ pub(crate) fn blocked(
         Lowering::Reduce { .. } | Lowering::ArgReduce { .. } => reduction(&cx, e).map(Some),
         Lowering::Kernel(_) | Lowering::Passes(_) => match split(e) {
             Some(Ok(Split::Rows { lead, cut, scratch })) => {
-                rows_of(&cx, e, (lead, &cut, scratch)).map(Some)
+                match (rows_of(&cx, e, (lead, &cut, scratch)), &e.prim) {
+                    // Rows over one binding: a window kernel is cut along its window too.
+                    (Err(_), Prim::Window(w)) if w.kind != WindowKind::SelectAndScatterAdd => {
+                        window_halo(&cx, e, w).map(Some)
+                    }
+                    (r, _) => r.map(Some),
+                }
             }
             Some(Ok(Split::Summed)) => summed(&cx, e).map(Some),
+            Some(Ok(Split::Halo)) => match &e.prim {
+                Prim::Window(w) => window_halo(&cx, e, w).map(Some),
+                _ => unreachable!("halos are cut for window kernels"),
+            },
             Some(Err(why)) => Err(refuse(first_big, &why)),
             None => Ok(None),
         },
@@ -647,6 +661,8 @@ enum Split {
     /// The first axis of every input is contracted: each block of it gives a partial of the
     /// whole result, the partials summed.
     Summed,
+    /// A window kernel whose window spans the leading axis: [`window_halo`].
+    Halo,
 }
 
 /// The [`Split`] of equation `e`, `Err(why)` when its family cannot be cut (`None`: not a
@@ -655,13 +671,14 @@ fn split(e: &Eqn) -> Option<std::result::Result<Split, String>> {
     let rows =
         |lead: usize, cut: Vec<bool>, scratch: usize| Some(Ok(Split::Rows { lead, cut, scratch }));
     match &e.prim {
-        Prim::Window(w) => match w.window.unit_lead() {
-            0 => Some(Err(
-                "its window spans the leading axis: only leading axes of window 1, stride 1 \
-                 and no padding are cut"
+        Prim::Window(w) => match (w.window.unit_lead(), w.kind) {
+            (0, WindowKind::SelectAndScatterAdd) => Some(Err(
+                "its window spans the leading axis: the gradient of such a pooling is cut only \
+                 along leading axes of window 1, stride 1 and no padding (batch, channels)"
                     .into(),
             )),
-            lead => rows(lead, vec![true; e.inputs.len()], 0),
+            (0, _) => Some(Ok(Split::Halo)),
+            (lead, _) => rows(lead, vec![true; e.inputs.len()], 0),
         },
         Prim::Conv(c) if c.batch_leads() => rows(1, vec![true, false], 0),
         Prim::Conv(c) if c.contracts_lead() => Some(Ok(Split::Summed)),
@@ -746,6 +763,92 @@ fn rows_of(cx: &Cx<'_>, e: &Eqn, (lead, cut, scratch): (usize, &[bool], usize)) 
                 .collect(),
             out: (Place::Var(e.out), rows_view(r0, len, row(out))),
         });
+    }
+    Ok(Blocked {
+        temps: Vec::new(),
+        blocks,
+    })
+}
+
+/// A window kernel (`reduce_window`, `select_and_gather`: one output per window) over an axis
+/// its window spans, `a`, the first that is not a unit of the window, when the rows of the axes
+/// before it do not fit one binding: blocks of one leading row and a chunk of outputs along
+/// `a`, each reading the input rows its windows cover (overlapping its neighbours' by the
+/// window's span) with the padding of its own edges, so that each block's window positions are
+/// the whole kernel's. Errors ([`unsupported`]) for an input dilation along `a`, a window over
+/// one binding, and a chunk of windows lying wholly in the padding.
+fn window_halo(cx: &Cx<'_>, e: &Eqn, w: &WindowPrim) -> Result<Blocked> {
+    let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
+    let win = &w.window;
+    let a = win.unit_lead();
+    let xv = *e.inputs.last().expect("window kernels have operands");
+    let (x, out) = (g.aval(xv), g.aval(e.out));
+    if win.base_dilation[a] != 1 {
+        return Err(refuse(
+            xv,
+            "an input dilation along the axis its window spans",
+        ));
+    }
+    let (n, m) = (x.shape[a], out.shape[a]);
+    let lead: usize = x.shape[..a].iter().product();
+    let inner = |v: &Aval| v.shape[a + 1..].iter().product::<usize>() * v.dtype.size_bytes();
+    let (rin, rout) = (inner(x), inner(out));
+    let (s, lo) = (win.strides[a], win.padding[a].0);
+    let span = (win.dims[a] - 1) * win.window_dilation[a] + 1;
+    let max = limits.max_storage_buffer_binding_size as usize;
+    let fit = max / rin.max(1);
+    let c = if fit < span {
+        0
+    } else {
+        ((fit - span) / s + 1).min(max / rout.max(1))
+    };
+    if c == 0 {
+        return Err(refuse(
+            xv,
+            &format!(
+                "one window along axis {a} and its result need {} and {rout} bytes in one \
+                 binding",
+                span * rin
+            ),
+        ));
+    }
+    let mut blocks = Vec::new();
+    for l in 0..lead {
+        for o0 in (0..m).step_by(c) {
+            let o1 = (o0 + c).min(m);
+            // The input rows the chunk's windows cover, clipped to the input.
+            let start = (o0 * s) as i64 - lo as i64;
+            let end = ((o1 - 1) * s + span) as i64 - lo as i64;
+            let (i0, i1) = (start.max(0), end.min(n as i64));
+            if i1 <= i0 {
+                return Err(refuse(xv, "a chunk of windows lies wholly in the padding"));
+            }
+            let (i0, len) = (i0 as usize, (i1 - i0) as usize);
+            let pad_lo = (i0 as i64 - start) as usize;
+            let mut wb = win.clone();
+            wb.padding[a] = (pad_lo, (o1 - o0 - 1) * s + span - pad_lo - len);
+            let shaped = |v: &Aval, rows: usize| {
+                let mut v = v.clone();
+                v.shape[..a].iter_mut().for_each(|d| *d = 1);
+                v.shape[a] = rows;
+                v
+            };
+            let ins: Vec<Aval> = e.inputs.iter().map(|&v| shaped(g.aval(v), len)).collect();
+            let prim = Prim::Window(WindowPrim {
+                window: wb,
+                ..w.clone()
+            });
+            let sub = one_eqn(prim, &ins, shaped(out, o1 - o0));
+            blocks.push(Block {
+                program: lower(&sub)?,
+                ins: e
+                    .inputs
+                    .iter()
+                    .map(|&v| (Place::Var(v), rows_view(l * n + i0, len, rin)))
+                    .collect(),
+                out: (Place::Var(e.out), rows_view(l * m + o0, o1 - o0, rout)),
+            });
+        }
     }
     Ok(Blocked {
         temps: Vec::new(),
