@@ -181,6 +181,41 @@ fn windows_spanning_the_cut_axis_read_overlapping_rows() {
         std::slice::from_ref(&x),
         Tol::ARITH,
     );
+    // Max-pool gradients (select_and_scatter_add): chunks of result rows, each scattered from
+    // every window overlapping it. Overlapping windows (span 3, stride 2), windows with gaps
+    // between them (rows no window covers get 0), the NHWC pool with a batch of 1, and ties.
+    let pooled_grad = |pool: fn(&Tensor) -> Tensor| {
+        move |t: &[Tensor]| {
+            grad(move |p: &[Tensor]| {
+                let y = pool(&p[0]);
+                vec![(&y * &y).sum_all()]
+            })
+            .apply(t)
+        }
+    };
+    for pool in [
+        (|x: &Tensor| x.reduce_window(WindowOp::Max, &[3], &[2], &[(2, 1)]))
+            as fn(&Tensor) -> Tensor,
+        |x: &Tensor| x.reduce_window(WindowOp::Min, &[2], &[3], &[(0, 0)]),
+    ] {
+        check_segmented(
+            pooled_grad(pool),
+            &[ties_and_nans(&[70_001], 108, &[])],
+            Tol::ARITH,
+        );
+    }
+    check_segmented(
+        pooled_grad(|x: &Tensor| nn::max_pool(x, &[3, 3], &[2, 2], &Padding::Same, Layout::Nhwc)),
+        std::slice::from_ref(&x),
+        Tol::ARITH,
+    );
+    check_segmented(
+        pooled_grad(|x: &Tensor| {
+            x.reduce_window(WindowOp::Max, &[3, 1], &[1, 1], &[(1, 1), (0, 0)])
+        }),
+        &[rand_f32(&ODD, 109)],
+        Tol::ARITH,
+    );
     // select_and_gather (the second-order max-pool gradient): d/dc of
     // sum(grad_x(sum(pool(x) * c)) * r) reads r at every window's first maximum.
     let pool = |x: &Tensor| nn::max_pool(x, &[3, 3], &[2, 2], &Padding::Same, Layout::Nhwc);
@@ -263,21 +298,19 @@ fn kernels_that_cannot_be_cut_refuse_with_typed_errors() {
     let a = rand_f32(&ODD, 131);
     for dev in devices() {
         let _g = device_guard(&dev);
-        // The gradient of a pooling whose window spans the leading axis (padded: every array
-        // [301, 257]).
+        // An input dilation along the axis the window spans.
+        let dilated = Window {
+            dims: vec![3, 1],
+            strides: vec![2, 1],
+            padding: vec![(0, 0); 2],
+            base_dilation: vec![2, 1],
+            window_dilation: vec![1, 1],
+        };
         refused(
             &dev,
-            |t: &[Tensor]| {
-                grad(|p: &[Tensor]| {
-                    vec![
-                        p[0].reduce_window(WindowOp::Max, &[3, 1], &[1, 1], &[(1, 1), (0, 0)])
-                            .sum_all(),
-                    ]
-                })
-                .apply(t)
-            },
+            move |t: &[Tensor]| vec![t[0].reduce_window_dilated(WindowOp::Max, &dilated)],
             std::slice::from_ref(&a),
-            "`select_and_scatter_add` kernels",
+            "`reduce_window_max` kernels",
         );
         // Sorting along the leading axis: each row of the sort is a strided column.
         refused(

@@ -26,16 +26,15 @@
 //! leading axes their window does not span (batch, channels), convolutions and their input
 //! gradient over the batch (the kernel bound whole), the kernel gradient over the batch it
 //! contracts (per-block partials summed), `argsort` over the rows before its axis (the block's
-//! merge-sort state within one binding too). `reduce_window` and `select_and_gather` whose window
-//! spans the cut axis are cut along it into chunks of windows reading overlapping input rows
-//! ([`window_halo`]). `select_and_scatter_add` with such a window, a sort along the leading axis,
-//! and a row over one binding are refused.
+//! merge-sort state within one binding too). Window kernels whose window spans the cut axis are
+//! cut along it into chunks reading overlapping input rows ([`window_halo`]). A sort along the
+//! leading axis, an input dilation along a cut axis, and a row over one binding are refused.
 
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
 use crate::ops::matmul::kernel::MatmulChooser;
 use crate::ops::{
-    ArgOp, LayoutOp, Lowering, Prim, ReduceOp, ReductionOp, SortOp, WindowKind, WindowPrim,
+    ArgOp, LayoutOp, Lowering, Prim, ReduceOp, ReductionOp, SortOp, Window, WindowKind, WindowPrim,
 };
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
@@ -376,9 +375,7 @@ pub(crate) fn blocked(
             Some(Ok(Split::Rows { lead, cut, scratch })) => {
                 match (rows_of(&cx, e, (lead, &cut, scratch)), &e.prim) {
                     // Rows over one binding: a window kernel is cut along its window too.
-                    (Err(_), Prim::Window(w)) if w.kind != WindowKind::SelectAndScatterAdd => {
-                        window_halo(&cx, e, w).map(Some)
-                    }
+                    (Err(_), Prim::Window(w)) => window_halo(&cx, e, w).map(Some),
                     (r, _) => r.map(Some),
                 }
             }
@@ -671,14 +668,9 @@ fn split(e: &Eqn) -> Option<std::result::Result<Split, String>> {
     let rows =
         |lead: usize, cut: Vec<bool>, scratch: usize| Some(Ok(Split::Rows { lead, cut, scratch }));
     match &e.prim {
-        Prim::Window(w) => match (w.window.unit_lead(), w.kind) {
-            (0, WindowKind::SelectAndScatterAdd) => Some(Err(
-                "its window spans the leading axis: the gradient of such a pooling is cut only \
-                 along leading axes of window 1, stride 1 and no padding (batch, channels)"
-                    .into(),
-            )),
-            (0, _) => Some(Ok(Split::Halo)),
-            (lead, _) => rows(lead, vec![true; e.inputs.len()], 0),
+        Prim::Window(w) => match w.window.unit_lead() {
+            0 => Some(Ok(Split::Halo)),
+            lead => rows(lead, vec![true; e.inputs.len()], 0),
         },
         Prim::Conv(c) if c.batch_leads() => rows(1, vec![true, false], 0),
         Prim::Conv(c) if c.contracts_lead() => Some(Ok(Split::Summed)),
@@ -770,83 +762,147 @@ fn rows_of(cx: &Cx<'_>, e: &Eqn, (lead, cut, scratch): (usize, &[bool], usize)) 
     })
 }
 
-/// A window kernel (`reduce_window`, `select_and_gather`: one output per window) over an axis
-/// its window spans, `a`, the first that is not a unit of the window, when the rows of the axes
-/// before it do not fit one binding: blocks of one leading row and a chunk of outputs along
-/// `a`, each reading the input rows its windows cover (overlapping its neighbours' by the
-/// window's span) with the padding of its own edges, so that each block's window positions are
-/// the whole kernel's. Errors ([`unsupported`]) for an input dilation along `a`, a window over
-/// one binding, and a chunk of windows lying wholly in the padding.
+/// A window kernel over an axis its window spans, `a`, the first that is not a unit of the
+/// window, when the rows of the axes before it do not fit one binding: blocks of one leading row
+/// and a chunk along `a`, each reading the input rows its windows cover (overlapping its
+/// neighbours' by the window's span) with the padding of its own edges, so that each block's
+/// windows are the whole kernel's. `reduce_window` and `select_and_gather` (one result per
+/// window) are cut into chunks of windows; `select_and_scatter_add` (one result per input
+/// element) into chunks of result rows, each computed from every window overlapping it and
+/// sliced out (rows no window of the chunk covers get nothing, as in the whole kernel). Errors
+/// ([`unsupported`]) for an input dilation along `a`, a window over one binding, and a chunk
+/// no window covers.
 fn window_halo(cx: &Cx<'_>, e: &Eqn, w: &WindowPrim) -> Result<Blocked> {
     let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
     let win = &w.window;
     let a = win.unit_lead();
+    let scatter = w.kind == WindowKind::SelectAndScatterAdd;
     let xv = *e.inputs.last().expect("window kernels have operands");
-    let (x, out) = (g.aval(xv), g.aval(e.out));
     if win.base_dilation[a] != 1 {
         return Err(refuse(
             xv,
             "an input dilation along the axis its window spans",
         ));
     }
-    let (n, m) = (x.shape[a], out.shape[a]);
+    // One row along `a` per window: the source of a scatter, else the result.
+    let wv = if scatter { e.inputs[0] } else { e.out };
+    let (x, out, wa) = (g.aval(xv), g.aval(e.out), g.aval(wv));
+    let (n, m) = (x.shape[a], wa.shape[a]);
     let lead: usize = x.shape[..a].iter().product();
     let inner = |v: &Aval| v.shape[a + 1..].iter().product::<usize>() * v.dtype.size_bytes();
-    let (rin, rout) = (inner(x), inner(out));
-    let (s, lo) = (win.strides[a], win.padding[a].0);
-    let span = (win.dims[a] - 1) * win.window_dilation[a] + 1;
+    let (rin, rout, rw) = (inner(x), inner(out), inner(wa));
+    let (s, lo) = (win.strides[a] as i64, win.padding[a].0 as i64);
+    let span = ((win.dims[a] - 1) * win.window_dilation[a] + 1) as i64;
     let max = limits.max_storage_buffer_binding_size as usize;
-    let fit = max / rin.max(1);
-    let c = if fit < span {
-        0
+    let fit = (max / rin.max(1)) as i64;
+    // Chunk length: windows, or result rows of a scatter (its input rows then span at most
+    // the chunk and a window's span on either side, its windows one per stride more).
+    let c = if scatter {
+        (fit - 2 * (span - 1))
+            .min((max / rout.max(1)) as i64)
+            .min(((max / rw.max(1)) as i64 - 2) * s)
     } else {
-        ((fit - span) / s + 1).min(max / rout.max(1))
+        ((fit - span) / s + 1).min((max / rout.max(1)) as i64)
     };
-    if c == 0 {
+    if c <= 0 {
         return Err(refuse(
             xv,
             &format!(
-                "one window along axis {a} and its result need {} and {rout} bytes in one \
-                 binding",
-                span * rin
+                "one window along axis {a} needs {} bytes of one binding",
+                span as usize * rin
             ),
         ));
     }
+    let shaped = |v: &Aval, rows: usize| {
+        let mut v = v.clone();
+        v.shape[..a].iter_mut().for_each(|d| *d = 1);
+        v.shape[a] = rows;
+        v
+    };
+    // The input rows windows `o0..o1` cover, clipped to the input, and the window with the
+    // padding of that range's own edges.
+    let covered = |o0: i64, o1: i64| {
+        let (start, end) = (o0 * s - lo, (o1 - 1) * s - lo + span);
+        let (i0, i1) = (start.max(0), end.min(n as i64));
+        let mut wb = win.clone();
+        let pad_lo = (i0 - start) as usize;
+        wb.padding[a] = (pad_lo, (end - start) as usize - pad_lo - (i1 - i0) as usize);
+        (i1 > i0).then(|| (i0 as usize, (i1 - i0) as usize, wb))
+    };
+    let prim = |wb: Window| {
+        Prim::Window(WindowPrim {
+            window: wb,
+            ..w.clone()
+        })
+    };
+    let none_covers = || {
+        refuse(
+            xv,
+            "a chunk along the axis its window spans that no window covers",
+        )
+    };
     let mut blocks = Vec::new();
+    let total = if scatter { n } else { m } as i64;
     for l in 0..lead {
-        for o0 in (0..m).step_by(c) {
-            let o1 = (o0 + c).min(m);
-            // The input rows the chunk's windows cover, clipped to the input.
-            let start = (o0 * s) as i64 - lo as i64;
-            let end = ((o1 - 1) * s + span) as i64 - lo as i64;
-            let (i0, i1) = (start.max(0), end.min(n as i64));
-            if i1 <= i0 {
-                return Err(refuse(xv, "a chunk of windows lies wholly in the padding"));
+        for c0 in (0..total).step_by(c as usize) {
+            let c1 = (c0 + c).min(total);
+            if !scatter {
+                let (i0, len, wb) = covered(c0, c1).ok_or_else(none_covers)?;
+                let ins: Vec<Aval> = e.inputs.iter().map(|&v| shaped(g.aval(v), len)).collect();
+                let sub = one_eqn(prim(wb), &ins, shaped(out, (c1 - c0) as usize));
+                blocks.push(Block {
+                    program: lower(&sub)?,
+                    ins: e
+                        .inputs
+                        .iter()
+                        .map(|&v| (Place::Var(v), rows_view(l * n + i0, len, rin)))
+                        .collect(),
+                    out: (
+                        Place::Var(e.out),
+                        rows_view(l * m + c0 as usize, (c1 - c0) as usize, rout),
+                    ),
+                });
+                continue;
             }
-            let (i0, len) = (i0 as usize, (i1 - i0) as usize);
-            let pad_lo = (i0 as i64 - start) as usize;
-            let mut wb = win.clone();
-            wb.padding[a] = (pad_lo, (o1 - o0 - 1) * s + span - pad_lo - len);
-            let shaped = |v: &Aval, rows: usize| {
-                let mut v = v.clone();
-                v.shape[..a].iter_mut().for_each(|d| *d = 1);
-                v.shape[a] = rows;
+            // The windows overlapping result rows c0..c1, the rows they cover, and the chunk's
+            // rows sliced out of their scatter (padded where no window reaches).
+            let o0 = ((c0 + lo - span).div_euclid(s) + 1).max(0);
+            let o1 = ((c1 - 1 + lo).div_euclid(s) + 1).min(m as i64);
+            if o1 <= o0 {
+                return Err(none_covers());
+            }
+            let (i0, len, wb) = covered(o0, o1).ok_or_else(none_covers)?;
+            let (k0, k1) = (
+                (c0 as usize).max(i0),
+                (c1 as usize).min(i0 + len).max((c0 as usize).max(i0)),
+            );
+            let (before, after) = (k0 - c0 as usize, c1 as usize - k1);
+            let rank = out.rank();
+            let edge = |k: usize| {
+                let mut v = vec![0; rank];
+                v[a] = k;
                 v
             };
-            let ins: Vec<Aval> = e.inputs.iter().map(|&v| shaped(g.aval(v), len)).collect();
-            let prim = Prim::Window(WindowPrim {
-                window: wb,
-                ..w.clone()
-            });
-            let sub = one_eqn(prim, &ins, shaped(out, o1 - o0));
+            let zero = crate::dtype::Scalar::F32(0.0).cast(out.dtype);
+            let ins = [shaped(wa, (o1 - o0) as usize), shaped(x, len)];
+            let sub = traced(&ins, |t| {
+                Tensor::apply(prim(wb.clone()), &[&t[0], &t[1]])
+                    .slice_axis(a as i64, k0 - i0, k1 - i0)
+                    .pad(&edge(before), &edge(after), zero)
+            })?;
             blocks.push(Block {
                 program: lower(&sub)?,
-                ins: e
-                    .inputs
-                    .iter()
-                    .map(|&v| (Place::Var(v), rows_view(l * n + i0, len, rin)))
-                    .collect(),
-                out: (Place::Var(e.out), rows_view(l * m + o0, o1 - o0, rout)),
+                ins: vec![
+                    (
+                        Place::Var(wv),
+                        rows_view(l * m + o0 as usize, (o1 - o0) as usize, rw),
+                    ),
+                    (Place::Var(xv), rows_view(l * n + i0, len, rin)),
+                ],
+                out: (
+                    Place::Var(e.out),
+                    rows_view(l * n + c0 as usize, (c1 - c0) as usize, rout),
+                ),
             });
         }
     }
