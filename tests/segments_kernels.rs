@@ -281,6 +281,45 @@ fn convolutions_and_their_gradients_over_blocks_of_the_batch() {
 }
 
 #[test]
+fn convolutions_of_one_large_image_read_overlapping_rows() {
+    // NHWC with a batch of 2 (each 164 KiB): chunks of result rows along the height, each
+    // reading the rows its windows cover. SAME with stride (2, 1), and a dilated VALID kernel.
+    let x = rand_f32(&[2, 97, 53, 8], 115);
+    let w = rand_f32(&[3, 3, 8, 5], 116);
+    let nhwc = |strides: &[usize], padding: Padding| {
+        ConvOptions::new(strides, padding).dimension_numbers("NHWC", "HWIO", "NHWC")
+    };
+    let (same, dilated) = (
+        nhwc(&[2, 1], Padding::Same),
+        nhwc(&[1, 1], Padding::Valid).rhs_dilation(&[2, 3]),
+    );
+    check_segmented(
+        move |t: &[Tensor]| {
+            vec![
+                t[0].conv_general_dilated(&t[1], &same),
+                t[0].conv_general_dilated(&t[1], &dilated),
+            ]
+        },
+        &[x.clone(), w.clone()],
+        Tol::REDUCE,
+    );
+    // The input gradient (a stride-1 convolution of the cotangent, cut the same way).
+    let opts = nhwc(&[1, 1], Padding::Same);
+    check_segmented(
+        move |t: &[Tensor]| {
+            grad(|p: &[Tensor]| {
+                let y = p[0].conv_general_dilated(&p[1], &opts).tanh();
+                vec![(&y * &y).sum_all()]
+            })
+            .argnums(&[0])
+            .apply(t)
+        },
+        &[x, w],
+        Tol::REDUCE,
+    );
+}
+
+#[test]
 fn argsort_over_blocks_of_rows() {
     // Rows of 257 f32 (63 per block) with ties and NaNs; the last axis of a 3-d array.
     check_segmented(

@@ -26,15 +26,18 @@
 //! leading axes their window does not span (batch, channels), convolutions and their input
 //! gradient over the batch (the kernel bound whole), the kernel gradient over the batch it
 //! contracts (per-block partials summed), `argsort` over the rows before its axis (the block's
-//! merge-sort state within one binding too). Window kernels whose window spans the cut axis are
-//! cut along it into chunks reading overlapping input rows ([`window_halo`]). A sort along the
-//! leading axis, an input dilation along a cut axis, and a row over one binding are refused.
+//! merge-sort state within one binding too). Window kernels whose window spans the cut axis, and
+//! NHWC convolutions whose batch entries are each over one binding, are cut along that axis into
+//! chunks reading overlapping input rows ([`window_halo`], [`conv_halo`]). A sort along the
+//! leading axis, an input dilation along a cut axis, a channels-first convolution of one batch
+//! entry over the limit, and a row over one binding are refused.
 
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
 use crate::ops::matmul::kernel::MatmulChooser;
 use crate::ops::{
-    ArgOp, LayoutOp, Lowering, Prim, ReduceOp, ReductionOp, SortOp, Window, WindowKind, WindowPrim,
+    ArgOp, ConvParams, LayoutOp, Lowering, Prim, ReduceOp, ReductionOp, SortOp, Window, WindowKind,
+    WindowPrim,
 };
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
@@ -376,6 +379,7 @@ pub(crate) fn blocked(
                 match (rows_of(&cx, e, (lead, &cut, scratch)), &e.prim) {
                     // Rows over one binding: a window kernel is cut along its window too.
                     (Err(_), Prim::Window(w)) => window_halo(&cx, e, w).map(Some),
+                    (Err(_), Prim::Conv(p)) => conv_halo(&cx, e, p).map(Some),
                     (r, _) => r.map(Some),
                 }
             }
@@ -762,6 +766,52 @@ fn rows_of(cx: &Cx<'_>, e: &Eqn, (lead, cut, scratch): (usize, &[bool], usize)) 
     })
 }
 
+/// Windows along one axis of `n` input rows: stride `s`, low padding `lo` (negative: cropped),
+/// each spanning `span` rows (dilation included).
+#[derive(Clone, Copy)]
+struct Strip {
+    n: usize,
+    s: i64,
+    lo: i64,
+    span: i64,
+}
+
+impl Strip {
+    /// The input rows windows `o0..o1` cover, clipped to the input (`i0`, length), and the
+    /// padding of that range's own edges, which puts its windows where the whole kernel's are;
+    /// `None` when they lie wholly in the padding.
+    fn covered(&self, o0: i64, o1: i64) -> Option<(usize, usize, (i64, i64))> {
+        let (start, end) = (
+            o0 * self.s - self.lo,
+            (o1 - 1) * self.s - self.lo + self.span,
+        );
+        let (i0, i1) = (start.max(0), end.min(self.n as i64));
+        let pad_lo = i0 - start;
+        (i1 > i0).then_some((
+            i0 as usize,
+            (i1 - i0) as usize,
+            (pad_lo, end - start - pad_lo - (i1 - i0)),
+        ))
+    }
+
+    /// Windows per chunk when `fit` input rows and `out_fit` result rows fit one binding.
+    fn per_chunk(&self, fit: usize, out_fit: usize) -> i64 {
+        let fit = fit as i64;
+        if fit < self.span {
+            return 0;
+        }
+        ((fit - self.span) / self.s + 1).min(out_fit as i64)
+    }
+}
+
+/// `v` as one leading row (the axes before `a` of size 1) of `rows` rows along axis `a`.
+fn strip_rows(v: &Aval, a: usize, rows: usize) -> Aval {
+    let mut v = v.clone();
+    v.shape[..a].iter_mut().for_each(|d| *d = 1);
+    v.shape[a] = rows;
+    v
+}
+
 /// A window kernel over an axis its window spans, `a`, the first that is not a unit of the
 /// window, when the rows of the axes before it do not fit one binding: blocks of one leading row
 /// and a chunk along `a`, each reading the input rows its windows cover (overlapping its
@@ -791,8 +841,13 @@ fn window_halo(cx: &Cx<'_>, e: &Eqn, w: &WindowPrim) -> Result<Blocked> {
     let lead: usize = x.shape[..a].iter().product();
     let inner = |v: &Aval| v.shape[a + 1..].iter().product::<usize>() * v.dtype.size_bytes();
     let (rin, rout, rw) = (inner(x), inner(out), inner(wa));
-    let (s, lo) = (win.strides[a] as i64, win.padding[a].0 as i64);
-    let span = ((win.dims[a] - 1) * win.window_dilation[a] + 1) as i64;
+    let strip = Strip {
+        n,
+        s: win.strides[a] as i64,
+        lo: win.padding[a].0 as i64,
+        span: ((win.dims[a] - 1) * win.window_dilation[a] + 1) as i64,
+    };
+    let (s, lo, span) = (strip.s, strip.lo, strip.span);
     let max = limits.max_storage_buffer_binding_size as usize;
     let fit = (max / rin.max(1)) as i64;
     // Chunk length: windows, or result rows of a scatter (its input rows then span at most
@@ -802,7 +857,7 @@ fn window_halo(cx: &Cx<'_>, e: &Eqn, w: &WindowPrim) -> Result<Blocked> {
             .min((max / rout.max(1)) as i64)
             .min(((max / rw.max(1)) as i64 - 2) * s)
     } else {
-        ((fit - span) / s + 1).min((max / rout.max(1)) as i64)
+        strip.per_chunk(fit as usize, max / rout.max(1))
     };
     if c <= 0 {
         return Err(refuse(
@@ -813,21 +868,14 @@ fn window_halo(cx: &Cx<'_>, e: &Eqn, w: &WindowPrim) -> Result<Blocked> {
             ),
         ));
     }
-    let shaped = |v: &Aval, rows: usize| {
-        let mut v = v.clone();
-        v.shape[..a].iter_mut().for_each(|d| *d = 1);
-        v.shape[a] = rows;
-        v
-    };
-    // The input rows windows `o0..o1` cover, clipped to the input, and the window with the
-    // padding of that range's own edges.
+    let shaped = |v: &Aval, rows: usize| strip_rows(v, a, rows);
+    // The input rows windows `o0..o1` cover and the window with their edges' padding.
     let covered = |o0: i64, o1: i64| {
-        let (start, end) = (o0 * s - lo, (o1 - 1) * s - lo + span);
-        let (i0, i1) = (start.max(0), end.min(n as i64));
-        let mut wb = win.clone();
-        let pad_lo = (i0 - start) as usize;
-        wb.padding[a] = (pad_lo, (end - start) as usize - pad_lo - (i1 - i0) as usize);
-        (i1 > i0).then(|| (i0 as usize, (i1 - i0) as usize, wb))
+        strip.covered(o0, o1).map(|(i0, len, (plo, phi))| {
+            let mut wb = win.clone();
+            wb.padding[a] = (plo as usize, phi as usize);
+            (i0, len, wb)
+        })
     };
     let prim = |wb: Window| {
         Prim::Window(WindowPrim {
@@ -902,6 +950,79 @@ fn window_halo(cx: &Cx<'_>, e: &Eqn, w: &WindowPrim) -> Result<Blocked> {
                 out: (
                     Place::Var(e.out),
                     rows_view(l * n + c0 as usize, (c1 - c0) as usize, rout),
+                ),
+            });
+        }
+    }
+    Ok(Blocked {
+        temps: Vec::new(),
+        blocks,
+    })
+}
+
+/// A convolution whose batch entries are each over one binding, its first spatial axis right
+/// after the batch in the input and the result (NHWC): blocks of one batch entry and a chunk of
+/// result rows along that axis, each reading the input rows its windows cover with the padding
+/// of its own edges ([`Strip`]), the kernel bound whole. Errors ([`unsupported`]) for another
+/// layout, an input dilation, a kernel over one binding or a window over one binding.
+fn conv_halo(cx: &Cx<'_>, e: &Eqn, p: &ConvParams) -> Result<Blocked> {
+    let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
+    let (xv, kv) = (e.inputs[0], e.inputs[1]);
+    if !p.spatial_follows_batch() {
+        return Err(refuse(
+            xv,
+            "one batch entry exceeds one binding, and the first spatial axis does not follow \
+             the batch (or is dilated)",
+        ));
+    }
+    if too_big(g, kv, limits) {
+        return Err(refuse(kv, "a kernel bound whole by every block"));
+    }
+    let (x, k, out) = (g.aval(xv), g.aval(kv), g.aval(e.out));
+    let (n, m) = (x.shape[1], out.shape[1]);
+    let inner = |v: &Aval| v.shape[2..].iter().product::<usize>() * v.dtype.size_bytes();
+    let (rin, rout) = (inner(x), inner(out));
+    let strip = Strip {
+        n,
+        s: p.window_strides[0] as i64,
+        lo: p.padding[0].0,
+        span: ((k.shape[p.dims.rhs[2]] - 1) * p.rhs_dilation[0] + 1) as i64,
+    };
+    let max = limits.max_storage_buffer_binding_size as usize;
+    let c = strip.per_chunk(max / rin.max(1), max / rout.max(1));
+    if c <= 0 {
+        return Err(refuse(
+            xv,
+            &format!(
+                "one window along its first spatial axis needs {} bytes of one binding",
+                strip.span as usize * rin
+            ),
+        ));
+    }
+    let mut blocks = Vec::new();
+    for b in 0..x.shape[0] {
+        for o0 in (0..m as i64).step_by(c as usize) {
+            let o1 = (o0 + c).min(m as i64);
+            let Some((i0, len, pads)) = strip.covered(o0, o1) else {
+                return Err(refuse(xv, "a chunk of windows lies wholly in the padding"));
+            };
+            let mut q = p.clone();
+            q.padding[0] = pads;
+            let rows = (o1 - o0) as usize;
+            let sub = one_eqn(
+                Prim::Conv(q),
+                &[strip_rows(x, 1, len), k.clone()],
+                strip_rows(out, 1, rows),
+            );
+            blocks.push(Block {
+                program: lower(&sub)?,
+                ins: vec![
+                    (Place::Var(xv), rows_view(b * n + i0, len, rin)),
+                    (Place::Var(kv), None),
+                ],
+                out: (
+                    Place::Var(e.out),
+                    rows_view(b * m + o0 as usize, rows, rout),
                 ),
             });
         }
