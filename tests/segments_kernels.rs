@@ -372,4 +372,22 @@ fn kernels_that_cannot_be_cut_refuse_with_typed_errors() {
         matches!(err, Error::OverLimit { .. }) && msg.contains("160000 bytes"),
         "{msg}"
     );
+    // The kernel gradient of a convolution whose one batch entry is over the limit (it
+    // contracts over the batch, cut only between entries).
+    let opts = ConvOptions::new(&[1, 1], Padding::Same).dimension_numbers("NHWC", "HWIO", "NHWC");
+    let err = jit(move |t: &[Tensor]| {
+        grad(|p: &[Tensor]| vec![p[0].conv_general_dilated(&p[1], &opts).sum_all()])
+            .argnums(&[1])
+            .apply(t)
+    })
+    .on(dev)
+    .call(&[rand_f32(&[1, 97, 53, 8], 133), rand_f32(&[3, 3, 8, 5], 134)])
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, Error::OverLimit { limit: LIMIT, .. })
+            && msg.contains("[1, 97, 53, 8]")
+            && msg.contains("contracted leading axis"),
+        "{msg}"
+    );
 }
