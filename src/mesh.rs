@@ -307,6 +307,15 @@ impl PartitionSpec {
             _ => &[],
         }
     }
+    /// The spec of an array with one more, unsplit, dimension at `at` (what `vmap` of a
+    /// `shard_map` gives its batched arguments and outputs): entries from `at` on move up one.
+    pub(crate) fn with_unsplit_dim(&self, at: usize) -> PartitionSpec {
+        let mut e = self.0.clone();
+        if at < e.len() {
+            e.insert(at, SpecEntry::Replicated);
+        }
+        PartitionSpec(e)
+    }
     /// Every mesh axis the spec names, in order.
     pub fn named_axes(&self) -> Vec<&str> {
         self.0

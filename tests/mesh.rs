@@ -11,8 +11,9 @@
 mod common;
 
 use brigade::{
-    Array, Device, Error, HostArray, Mesh, NamedSharding, P, PartitionSpec, Tensor, all_gather,
-    axis_index, device_put, grad, jit, pmap, psum, psum_axes, psum_scatter, shard_map,
+    Array, DType, Device, Error, HostArray, Mesh, NamedSharding, P, PartitionSpec, Tensor,
+    all_gather, axis_index, device_put, grad, jit, pmap, pmax, psum, psum_axes, psum_scatter,
+    shard_map,
 };
 use common::{Tol, assert_close, device_guard, devices_with, host, rand_f32, rand_f32_in};
 
@@ -177,6 +178,68 @@ fn collectives_over_one_axis_of_a_2d_mesh() {
             vec![0, 1, 10, 11],
             "{layout}: axis_index"
         );
+        // Every collective reads the argument, and psum_axes over both axes is one collective over
+        // all four devices: one host round trip for the whole program.
+        assert_eq!(
+            f.stage_count(std::slice::from_ref(&x)).unwrap().1,
+            1,
+            "{layout}: exchanges"
+        );
+        let chain = shard_map(|a: &[Tensor]| vec![pmax(&pmax(&a[0], "model"), "data")])
+            .mesh(mesh)
+            .in_specs(&[P!["data", "model"]])
+            .out_specs(&[P![]]);
+        assert_eq!(chain.stage_count(std::slice::from_ref(&x)).unwrap().1, 1);
+        let want_max: Vec<f32> = (0..6)
+            .map(|k| {
+                let (r, c) = (k / 3, k % 3);
+                [at(r, c), at(r, c + 3), at(r + 2, c), at(r + 2, c + 3)]
+                    .into_iter()
+                    .fold(f64::MIN, f64::max) as f32
+            })
+            .collect();
+        assert_eq!(
+            vals(&chain.call(std::slice::from_ref(&x)).unwrap()[0]),
+            want_max,
+            "{layout}: pmax over both axes"
+        );
+        // A dimension split over both axes with "model" outermost: row block m * 2 + d.
+        let g = shard_map(|a: &[Tensor]| vec![&a[0] * 2.0 + axis_index("model").cast(DType::F32)])
+            .mesh(mesh)
+            .in_specs(&[P![("model", "data"), None]])
+            .out_specs(&[P![("model", "data"), None]]);
+        let want_g: Vec<f32> = (0..24)
+            .map(|i| xv[i] * 2.0 + ((i / 6) / 2) as f32)
+            .collect();
+        for (how, got) in [
+            ("call", g.call(std::slice::from_ref(&x))),
+            (
+                "emulate",
+                g.emulate(&mesh.devices()[0], std::slice::from_ref(&x)),
+            ),
+        ] {
+            let got = got.unwrap_or_else(|e| panic!("{layout}: {how}: {e}"));
+            assert_eq!(
+                vals(&got[0]),
+                want_g,
+                "{layout}: ('model', 'data') rows, {how}"
+            );
+        }
+        // The same program emulated on one device (one vmap per mesh axis) gives the same arrays.
+        let em = f
+            .emulate(&mesh.devices()[0], std::slice::from_ref(&x))
+            .unwrap_or_else(|e| panic!("{layout}: emulate: {e}"));
+        assert_eq!(em.len(), y.len());
+        for (k, (e, r)) in em.iter().zip(&y).enumerate() {
+            assert_eq!(e.shape(), r.shape(), "{layout}: emulated output {k}");
+            assert_eq!(e.dtype(), r.dtype(), "{layout}: emulated output {k}");
+            assert_close(
+                &host(e),
+                &host(r),
+                Tol::REDUCE,
+                &ctx(&format!("emulated output {k}")),
+            );
+        }
     });
 }
 
@@ -243,12 +306,24 @@ fn megatron_mlp_matches_one_device_forward_and_grad() {
         let got = step
             .call(&[w1.clone(), w2.clone(), x.clone(), t.clone()])
             .unwrap_or_else(|e| panic!("{layout}: {e}"));
+        let em = step
+            .emulate(
+                &mesh.devices()[0],
+                &[w1.clone(), w2.clone(), x.clone(), t.clone()],
+            )
+            .unwrap_or_else(|e| panic!("{layout}: emulate: {e}"));
         for (k, what) in ["y", "d loss / d w1", "d loss / d w2"].iter().enumerate() {
             assert_close(
                 &host(&got[k]),
                 &host(&want[k]),
                 Tol::REDUCE,
                 &format!("{layout}: {what}"),
+            );
+            assert_close(
+                &host(&em[k]),
+                &host(&want[k]),
+                Tol::REDUCE,
+                &format!("{layout}: {what}, emulated on one device"),
             );
         }
         // Two stages cut at the collectives, so the forward psum, its transpose and the data psums
@@ -522,4 +597,52 @@ fn one_axis_outputs_are_named_shardings_and_feed_a_mesh_in_place() {
         .unwrap()
         .remove(0);
     assert_eq!(p.sharding().unwrap().spec(), &P!["shard"]);
+}
+
+/// `vmap` of a mesh `shard_map` (JAX's `vmap(shard_map(f, mesh, …))`): the batch axis is a new,
+/// unsplit dimension of every block, so the Megatron forward over 3 stacked weight sets (batch
+/// axis 0 of w1, axis 2 of w2, shared x) equals the one-device program on each set, stacked at
+/// the requested output axis; collectives still combine devices example by example.
+#[test]
+fn vmap_of_a_mesh_shard_map_batches_every_block() {
+    let (nb, b, d, h, o) = (3usize, 8usize, 6, 8, 5);
+    let x = rand_f32(&[b, d], 21);
+    let w1 = rand_f32(&[nb, d, h], 22);
+    let w2 = rand_f32(&[h, o, nb], 23);
+    let one = jit(|a: &[Tensor]| vec![mlp(&a[0], &a[1], &a[2])]).on(&cpu());
+    let (w1v, w2v, xv) = (vals(&w1), vals(&w2), vals(&x));
+    // Example e stacked at output axis 1: want[r, e, c] = mlp(x, w1[e], w2[.., .., e])[r, c].
+    let mut want = vec![0f32; b * nb * o];
+    for e in 0..nb {
+        let w1e = Array::from_vec(w1v[e * d * h..(e + 1) * d * h].to_vec(), &[d, h]).unwrap();
+        let w2e: Vec<f32> = (0..h * o).map(|k| w2v[k * nb + e]).collect();
+        let w2e = Array::from_vec(w2e, &[h, o]).unwrap();
+        let xa = Array::from_vec(xv.clone(), &[b, d]).unwrap();
+        let y = vals(&one.call(&[xa, w1e, w2e]).unwrap()[0]);
+        for r in 0..b {
+            for c in 0..o {
+                want[(r * nb + e) * o + c] = y[r * o + c];
+            }
+        }
+    }
+    let want = HostArray::from_vec(want, &[b, nb, o]).unwrap();
+    for_each_mesh(|layout, mesh| {
+        let f =
+            shard_map(|a: &[Tensor]| vec![psum(&a[0].matmul(&a[1]).relu().matmul(&a[2]), "model")])
+                .mesh(mesh)
+                .in_specs(&[P!["data", None], P![None, "model"], P!["model", None]])
+                .out_specs(&[P!["data", None]])
+                .vmap(&[None, Some(0), Some(2)], &[Some(1)], None);
+        let y = f
+            .call(&[x.clone(), w1.clone(), w2.clone()])
+            .unwrap_or_else(|e| panic!("{layout}: {e}"));
+        assert_eq!(y[0].shape(), &[b, nb, o], "{layout}");
+        // The batch dimension is not split: rows over "data", examples whole on every device.
+        assert_eq!(
+            y[0].sharding().unwrap().spec(),
+            &P!["data", None, None],
+            "{layout}"
+        );
+        assert_close(&host(&y[0]), &want, Tol::REDUCE, &format!("{layout}: vmap"));
+    });
 }

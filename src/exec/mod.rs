@@ -171,6 +171,24 @@ impl Executable {
         Ok(self.print_extras(dev, outs))
     }
 
+    /// [`Executable::run_planned`] with arguments the caller may have given up (`owned`: see
+    /// [`RunOpts::owned`]), for a parallel stage that hands a donated shard over.
+    pub(crate) fn run_planned_with(
+        &self,
+        dev: &Device,
+        args: Vec<Array>,
+        limits: &DeviceLimits,
+        owned: bool,
+    ) -> Result<Vec<Array>> {
+        let opts = RunOpts {
+            owned,
+            ..RunOpts::default()
+        };
+        let outs = self.run_unprinted(dev, &args, limits, opts)?;
+        drop(args);
+        Ok(self.print_extras(dev, outs))
+    }
+
     /// Run on `dev` with `opts` (extra output usages, outputs written into given arrays, or
     /// recorded into an app's encoder).
     pub(crate) fn run_with(
@@ -561,7 +579,7 @@ impl Default for RunOpts<'_> {
 
 /// Refuse a donation the program cannot honour: a donated position past the arguments, or an
 /// array (or its buffer) given at a donated position and at another one (JAX refuses both).
-fn check_donation(donate: &[usize], args: &[Array]) -> Result<()> {
+pub(crate) fn check_donation(donate: &[usize], args: &[Array]) -> Result<()> {
     for &d in donate {
         let Some(a) = args.get(d) else {
             return Err(Error::BadDonation {

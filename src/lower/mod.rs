@@ -772,19 +772,25 @@ pub(crate) fn lower_donating(
     let max_inputs = (limits.max_storage_buffers_per_shader_stage as usize)
         .saturating_sub(1)
         .max(2);
-    let mut g = split_wide_concats(&canonicalize_dots(graph), max_inputs);
+    // Matmuls too wide to run over blocks are split first: their parts may be concatenated.
+    let g = segments::split_contractions(&canonicalize_dots(graph), limits);
+    let mut g = split_wide_concats(&g, max_inputs);
     g.dce();
     check_sizes(&g, limits)?;
     let producers = g.producers();
     let mut mat = materialize(&g, &producers);
-    // A reshape of a stored array over one binding shares its buffer instead of being read
-    // through in a fused kernel: kernels bind such arrays in segments, read at their own index.
     for e in &g.eqns {
-        if matches!(e.prim.lowering(), Lowering::Remap { alias: true, .. })
-            && mat[e.inputs[0].idx()]
-            && segments::too_big(&g, e.inputs[0], limits)
+        // A remap (layout op, gather) reading an array over one binding is never fused into a
+        // consumer (kernels bind such arrays in segments, read at their own index): stored, with
+        // stored operands. A reshape then shares its operand's buffer; the others run as a
+        // kernel of their own over windows of the operand (see `segments::remap`).
+        if matches!(e.prim.lowering(), Lowering::Remap { .. })
+            && e.inputs.iter().any(|&v| segments::too_big(&g, v, limits))
         {
             mat[e.out.idx()] = true;
+            for &v in &e.inputs {
+                mat[v.idx()] = true;
+            }
         }
         // Slices and concatenations of such arrays are buffer copies: stored, with stored
         // operands (an elementwise operand becomes a segmented kernel of its own).

@@ -12,7 +12,15 @@
 //! reductions, arg-reductions and matmuls as small programs over blocks of rows ([`blocked`]:
 //! each block's arrays fit one binding, partial reductions over the cut axis are combined by one
 //! more program, a matmul whose `B` is over the limit also sums over chunks of its contraction); slices (unit strides) and concatenations as buffer copies of contiguous runs
-//! ([`copies`]).
+//! ([`copies`]); every other remap of a large operand (transpose, strided slice, pad,
+//! broadcast, reshape that is not an alias, concatenation of more than 4096 runs, `take`) as a
+//! kernel of its own, never fused into its consumer, run once per pair of segments of its
+//! result and its large operand, each invocation storing its element only when its source lies
+//! in the bound segment ([`remap`]; more than 65 536 such dispatches are refused with a typed
+//! [`Error::OverLimit`]). Matmuls whose operand or result has rows too wide for 64 of them to
+//! fit one binding are first rewritten into smaller ones ([`split_contractions`]): a sum over
+//! chunks of the contraction (the gradient `x^T @ g` of a weight reads blocks of rows of `x`,
+//! transposed in place), or blocks of rows or columns of the result, concatenated.
 //!
 //! Reductions and arg-reductions see their input as `[a, k, rest..]` (kept rows, the first
 //! reduced axis, the rest): rows wider than 64 per binding are cut into blocks of fewer rows,
@@ -21,9 +29,9 @@
 //! kernel's rules across chunks (first index on ties, NaN first). A block's range that starts
 //! off the 256-byte alignment is staged through a copy to or from a slot of its own.
 //!
-//! Kernels of their own are cut along leading axes by their family's rule ([`Split`]): pooling
-//! and its gradients (`reduce_window`, `select_and_scatter_add`, `select_and_gather`) over the
-//! leading axes their window does not span (batch, channels), convolutions and their input
+//! Kernels of their own are cut along leading axes by their family's rule ([`KernelCut`]):
+//! pooling and its gradients (`reduce_window`, `select_and_scatter_add`, `select_and_gather`) over
+//! the leading axes their window does not span (batch, channels), convolutions and their input
 //! gradient over the batch (the kernel bound whole), the kernel gradient over the batch it
 //! contracts (per-block partials summed), `argsort` over the rows before its axis (the block's
 //! merge-sort state within one binding too). Window kernels whose window spans the cut axis, and
@@ -31,6 +39,10 @@
 //! chunks reading overlapping input rows ([`window_halo`], [`conv_halo`]). A sort along the
 //! leading axis, an input dilation along a cut axis, a channels-first convolution of one batch
 //! entry over the limit, and a row over one binding are refused.
+//!
+//! Refused ([`unsupported`]): batched matmuls whose 64 batch entries exceed one binding, the
+//! reduction, window, convolution and sort cases named above and in [`blocked`], and kernels of
+//! the other families binding a large array.
 
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
@@ -115,9 +127,10 @@ pub(crate) type SegLaunch = (KernelSrc, Vec<Option<View>>);
 /// when every array it binds fits one binding.
 ///
 /// The output is cut into segments of [`segment_bytes`]; operands as large as the output are
-/// bound at the same segment, the others whole. Errors ([`unsupported`]) for a large operand the
-/// kernel reads away from the output's own index (a transpose, slice or other layout op fused
-/// into it), and for a large operand of a small output.
+/// bound at the same segment, the others whole. A kernel computing a remap of large operands
+/// runs over windows of them ([`remap`]). Errors ([`unsupported`]) for a large operand any other
+/// kernel reads away from the output's own index, and for a large operand of a small output
+/// (the planner stores remaps of large arrays, so neither happens).
 pub(crate) fn elementwise(
     g: &Graph,
     producers: &[Option<usize>],
@@ -145,6 +158,9 @@ pub(crate) fn elementwise(
             "layout ops",
         )
     };
+    if matches!(prim.lowering(), Lowering::Remap { .. }) && !big.is_empty() {
+        return remap(g, producers, mat, out, &big, limits).map(Some);
+    }
     if !too_big(g, out, limits) {
         return match big.first() {
             None => Ok(None),
@@ -161,6 +177,8 @@ pub(crate) fn elementwise(
             base,
             len: per.min(n - base),
             vars: big.clone(),
+            windows: Vec::new(),
+            first: true,
         };
         let (src, off_root) = wgsl::elementwise_segment(g, producers, mat, out, max_wg, Some(&seg));
         if let Some(&v) = off_root.first() {
@@ -179,6 +197,239 @@ pub(crate) fn elementwise(
         launches.push((src, views));
     }
     Ok(Some(launches))
+}
+
+/// Most dispatches one remap over windows ([`remap`]) may take.
+const MAX_REMAP_DISPATCHES: usize = 1 << 16;
+
+/// The `(start, len)` element ranges of the segments of `v` (one, `(0, 0)`, when it is empty).
+fn cuts(g: &Graph, v: Var, limits: &DeviceLimits) -> Vec<(usize, usize)> {
+    let n = g.aval(v).size();
+    let per = (segment_bytes(limits) as usize / g.aval(v).dtype.size_bytes()).max(1);
+    let mut c: Vec<(usize, usize)> = (0..n).step_by(per).map(|b| (b, per.min(n - b))).collect();
+    if c.is_empty() {
+        c.push((0, 0));
+    }
+    c
+}
+
+/// The dispatches of the kernel computing `out`, a remap (a layout op or gather) whose operands
+/// `big` are over one binding: the output is cut into segments (when it is over one binding
+/// itself) and, for each, the kernel runs once per combination of one segment of every large
+/// operand that the output segment may read ([`source_range`]), bound as a window
+/// ([`wgsl::Window`]). An invocation stores its element only when its source lies in the bound
+/// windows (elements that read no large operand, such as a pad value, are stored by the first
+/// combination), so each element is written by the dispatch holding its source. Dispatches:
+/// about the segments of the result plus those of the operand for slices, pads and broadcasts,
+/// their product for a transpose or a gather.
+fn remap(
+    g: &Graph,
+    producers: &[Option<usize>],
+    mat: &[bool],
+    out: Var,
+    big: &[Var],
+    limits: &DeviceLimits,
+) -> Result<Vec<SegLaunch>> {
+    let out_big = too_big(g, out, limits);
+    let outs = if out_big {
+        cuts(g, out, limits)
+    } else {
+        vec![(0, g.aval(out).size())]
+    };
+    let ins: Vec<Vec<(usize, usize)>> = big.iter().map(|&v| cuts(g, v, limits)).collect();
+    let e = &g.eqns[producers[out.idx()].expect("kernels compute produced variables")];
+    // Per output segment and large operand, the operand's segments it may read (the first one
+    // when it reads none: its reads never run).
+    let cands: Vec<Vec<Vec<(usize, usize)>>> = outs
+        .iter()
+        .map(|&(base, len)| {
+            big.iter()
+                .zip(&ins)
+                .map(|(&v, segs)| {
+                    let range = e
+                        .inputs
+                        .iter()
+                        .enumerate()
+                        .filter(|&(_, &x)| x == v)
+                        .filter_map(|(j, _)| source_range(g, e, j, base, base + len))
+                        .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)));
+                    let hit: Vec<(usize, usize)> = match range {
+                        Some((lo, hi)) => segs
+                            .iter()
+                            .copied()
+                            .filter(|&(s, l)| s <= hi && lo < s + l.max(1))
+                            .collect(),
+                        None => Vec::new(),
+                    };
+                    if hit.is_empty() { vec![segs[0]] } else { hit }
+                })
+                .collect()
+        })
+        .collect();
+    let total: usize = cands
+        .iter()
+        .map(|c| c.iter().map(Vec::len).product::<usize>())
+        .sum();
+    if total > MAX_REMAP_DISPATCHES {
+        let a = g.aval(big[0]);
+        return Err(Error::OverLimit {
+            device: "target".into(),
+            what: format!(
+                "`{}` of an array of shape {:?} ({}) larger than one storage binding: it runs \
+                 once per pair of segments of its operand and result that it reads, {total} \
+                 dispatches; raise the binding limit or split the array",
+                e.prim.name(),
+                a.shape,
+                a.dtype
+            ),
+            needed: total as u64,
+            limit: MAX_REMAP_DISPATCHES as u64,
+            unit: "dispatches",
+            limit_name: "segmented layout ops",
+        });
+    }
+    let max_wg = limits.max_compute_workgroups_per_dimension;
+    let view = |v: Var, (base, len): (usize, usize)| {
+        let e = g.aval(v).dtype.size_bytes();
+        View {
+            offset: (base * e) as u64,
+            size: (len * e).max(4) as u64,
+        }
+    };
+    let mut launches = Vec::new();
+    for (&(base, len), cands) in outs.iter().zip(&cands) {
+        let combos: usize = cands.iter().map(Vec::len).product();
+        for c in 0..combos {
+            // Combination `c`, one segment per large operand (mixed radix).
+            let mut rest = c;
+            let windows: Vec<wgsl::Window> = big
+                .iter()
+                .zip(cands.iter())
+                .map(|(&var, segs)| {
+                    let (b, l) = segs[rest % segs.len()];
+                    rest /= segs.len();
+                    wgsl::Window {
+                        var,
+                        base: b,
+                        len: l,
+                    }
+                })
+                .collect();
+            let seg = Segment {
+                base,
+                len,
+                vars: Vec::new(),
+                windows: windows.clone(),
+                first: c == 0,
+            };
+            let (src, _) = wgsl::elementwise_segment(g, producers, mat, out, max_wg, Some(&seg));
+            let mut views: Vec<Option<View>> = src
+                .inputs
+                .iter()
+                .map(|&v| {
+                    windows
+                        .iter()
+                        .find(|w| w.var == v)
+                        .map(|w| view(v, (w.base, w.len)))
+                })
+                .collect();
+            views.push(out_big.then(|| view(out, (base, len))));
+            launches.push((src, views));
+        }
+    }
+    Ok(launches)
+}
+
+/// A superset of the linear indices of operand `j` of remap `e` that elements `a..b` of its
+/// result read, as an inclusive range; `None` when they read none of it. The elements span a box
+/// of multi-indices (fixed leading axes, a range on the first axis where `a` and `b - 1` differ,
+/// every later axis whole), mapped axis by axis to the operand.
+fn source_range(g: &Graph, e: &Eqn, j: usize, a: usize, b: usize) -> Option<(usize, usize)> {
+    let out = &g.aval(e.out).shape;
+    let shape = &g.aval(e.inputs[j]).shape;
+    if b <= a || shape.contains(&0) {
+        return None;
+    }
+    let whole = Some((0, shape.iter().product::<usize>() - 1));
+    let (ia, ib) = (
+        crate::host::unravel(a, out),
+        crate::host::unravel(b - 1, out),
+    );
+    let split = (0..out.len())
+        .find(|&d| ia[d] != ib[d])
+        .unwrap_or(out.len());
+    let r#box: Vec<(usize, usize)> = (0..out.len())
+        .map(|d| match d.cmp(&split) {
+            std::cmp::Ordering::Less => (ia[d], ia[d]),
+            std::cmp::Ordering::Equal => (ia[d], ib[d]),
+            std::cmp::Ordering::Greater => (0, out[d] - 1),
+        })
+        .collect();
+    let in_box: Vec<(usize, usize)> = match &e.prim {
+        Prim::Layout(LayoutOp::Reshape { .. }) => return Some((a, b - 1)),
+        Prim::Layout(LayoutOp::Transpose { perm }) => {
+            let mut ib = vec![(0, 0); perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                ib[p] = r#box[i];
+            }
+            ib
+        }
+        Prim::Layout(LayoutOp::BroadcastInDim { dims, .. }) => dims
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if shape[i] == 1 { (0, 0) } else { r#box[d] })
+            .collect(),
+        Prim::Layout(LayoutOp::Slice { start, stride, .. }) => (0..shape.len())
+            .map(|d| {
+                let (lo, hi) = r#box[d];
+                (start[d] + lo * stride[d], start[d] + hi * stride[d])
+            })
+            .collect(),
+        Prim::Layout(LayoutOp::Pad { lo, interior, .. }) => {
+            let mut ib = Vec::new();
+            for d in 0..shape.len() {
+                let (l, h) = r#box[d];
+                let step = interior[d] + 1;
+                if h < lo[d] {
+                    return None;
+                }
+                let first = l.saturating_sub(lo[d]).div_ceil(step);
+                let last = ((h - lo[d]) / step).min(shape[d] - 1);
+                if first > last {
+                    return None;
+                }
+                ib.push((first, last));
+            }
+            ib
+        }
+        Prim::Layout(LayoutOp::Concatenate { axis }) => {
+            let at: usize = e.inputs[..j].iter().map(|&v| g.aval(v).shape[*axis]).sum();
+            let (l, h) = r#box[*axis];
+            if h < at || l >= at + shape[*axis] {
+                return None;
+            }
+            let mut ib = r#box.clone();
+            ib[*axis] = (l.max(at) - at, h.min(at + shape[*axis] - 1) - at);
+            ib
+        }
+        Prim::Indexing(crate::ops::IndexOp::Take { axis }) => {
+            let r = g.aval(e.inputs[1]).rank();
+            if j == 1 {
+                r#box[*axis..*axis + r].to_vec()
+            } else {
+                let mut ib = r#box[..*axis].to_vec();
+                ib.push((0, shape[*axis] - 1));
+                ib.extend_from_slice(&r#box[*axis + r..]);
+                ib
+            }
+        }
+        _ => return whole,
+    };
+    let st = crate::host::strides(shape);
+    let lin = |f: fn(&(usize, usize)) -> usize| -> usize {
+        in_box.iter().zip(&st).map(|(x, s)| f(x) * s).sum()
+    };
+    Some((lin(|x| x.0), lin(|x| x.1)))
 }
 
 /// Where a block of a [`Blocked`] step reads or writes: a variable of the parent graph, or one
@@ -374,8 +625,8 @@ pub(crate) fn blocked(
             }))
         }
         Lowering::Reduce { .. } | Lowering::ArgReduce { .. } => reduction(&cx, e).map(Some),
-        Lowering::Kernel(_) | Lowering::Passes(_) => match split(e) {
-            Some(Ok(Split::Rows { lead, cut, scratch })) => {
+        Lowering::Kernel(_) | Lowering::Passes(_) => match kernel_cut(e) {
+            Some(Ok(KernelCut::Rows { lead, cut, scratch })) => {
                 match (rows_of(&cx, e, (lead, &cut, scratch)), &e.prim) {
                     // Rows over one binding: a window kernel is cut along its window too.
                     (Err(_), Prim::Window(w)) => window_halo(&cx, e, w).map(Some),
@@ -383,8 +634,8 @@ pub(crate) fn blocked(
                     (r, _) => r.map(Some),
                 }
             }
-            Some(Ok(Split::Summed)) => summed(&cx, e).map(Some),
-            Some(Ok(Split::Halo)) => match &e.prim {
+            Some(Ok(KernelCut::Summed)) => summed(&cx, e).map(Some),
+            Some(Ok(KernelCut::Halo)) => match &e.prim {
                 Prim::Window(w) => window_halo(&cx, e, w).map(Some),
                 _ => unreachable!("halos are cut for window kernels"),
             },
@@ -650,7 +901,7 @@ fn reduction(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
 
 /// How a kernel of its own (window, convolution, sort) is cut along its arrays' leading axes
 /// when one is over one binding: the family's rule.
-enum Split {
+enum KernelCut {
     /// The first `lead` axes of the inputs marked in `cut` and of the result are independent:
     /// blocks of rows (over those axes merged), the other inputs bound whole; the block's
     /// kernels also bind `scratch` bytes of temporaries per element of its result.
@@ -666,18 +917,19 @@ enum Split {
     Halo,
 }
 
-/// The [`Split`] of equation `e`, `Err(why)` when its family cannot be cut (`None`: not a
+/// The [`KernelCut`] of equation `e`, `Err(why)` when its family cannot be cut (`None`: not a
 /// family cut this way).
-fn split(e: &Eqn) -> Option<std::result::Result<Split, String>> {
-    let rows =
-        |lead: usize, cut: Vec<bool>, scratch: usize| Some(Ok(Split::Rows { lead, cut, scratch }));
+fn kernel_cut(e: &Eqn) -> Option<std::result::Result<KernelCut, String>> {
+    let rows = |lead: usize, cut: Vec<bool>, scratch: usize| {
+        Some(Ok(KernelCut::Rows { lead, cut, scratch }))
+    };
     match &e.prim {
         Prim::Window(w) => match w.window.unit_lead() {
-            0 => Some(Ok(Split::Halo)),
+            0 => Some(Ok(KernelCut::Halo)),
             lead => rows(lead, vec![true; e.inputs.len()], 0),
         },
         Prim::Conv(c) if c.batch_leads() => rows(1, vec![true, false], 0),
-        Prim::Conv(c) if c.contracts_lead() => Some(Ok(Split::Summed)),
+        Prim::Conv(c) if c.contracts_lead() => Some(Ok(KernelCut::Summed)),
         Prim::Conv(_) => Some(Err(
             "neither the batch nor the contracted features lead the operands".into(),
         )),
@@ -704,7 +956,7 @@ fn lead_rows(a: &Aval, lead: usize, rows: usize) -> Aval {
     a
 }
 
-/// Blocks of rows of a kernel of its own ([`Split::Rows`]).
+/// Blocks of rows of a kernel of its own ([`KernelCut::Rows`]).
 fn rows_of(cx: &Cx<'_>, e: &Eqn, (lead, cut, scratch): (usize, &[bool], usize)) -> Result<Blocked> {
     let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
     if let Some(&v) = (e.inputs.iter().zip(cut))
@@ -731,7 +983,8 @@ fn rows_of(cx: &Cx<'_>, e: &Eqn, (lead, cut, scratch): (usize, &[bool], usize)) 
         return Err(refuse(
             *v,
             &format!(
-                "one row of its leading {lead} axes needs {w} bytes in one binding                  (its data, or its kernels' temporaries)"
+                "one row of its leading {lead} axes needs {w} bytes in one binding \
+                 (its data, or its kernels' temporaries)"
             ),
         ));
     };
@@ -1206,13 +1459,227 @@ fn k_chunks(
     })
 }
 
+/// How [`split_contractions`] cuts a matmul none of whose blocks of 64 rows fit one binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    /// `A`'s rows are too wide: a sum over chunks of the contraction.
+    K,
+    /// `C`'s rows are too wide (one fits): `C`'s rows in blocks, concatenated.
+    M,
+    /// `B`'s rows (or a single row of `C`) are too wide: `C`'s columns in blocks, concatenated.
+    N,
+}
+
+/// `g` with every canonical `[1, m, k] x [1, k, n]` matmul that [`blocked`] cannot cut (64 rows
+/// of one of its operands or of its result over one binding) rewritten into smaller ones, until
+/// none is left:
+/// - `A` too wide (a very wide contraction, or the gradient `x^T @ g` of a weight, contracting
+///   over the rows of a large `x`): a sum over chunks of the contraction, `A[:, :, chunk] @
+///   B[:, chunk, :]`, added up in order. When `A` is `x^T` for a 2-D `x`, its chunk is the
+///   transpose of a block of contiguous rows of `x` (a buffer copy, read transposed in place:
+///   no transposed copy of `x`; done for every large such `x` whose rows fit one binding when
+///   the result does too); otherwise a slice of `A`'s columns.
+/// - `C` too wide: blocks of rows of `A`, their products concatenated along the rows.
+/// - `B` too wide: blocks of columns of `B`, their products concatenated along the columns.
+///
+/// Slices and concatenations of large arrays are buffer copies ([`copies`]) or remaps over
+/// windows ([`remap`]).
+pub(crate) fn split_contractions(g: &Graph, limits: &DeviceLimits) -> Graph {
+    let mut g = g.clone();
+    while let Some(next) = split_pass(&g, limits) {
+        g = next;
+    }
+    g
+}
+
+/// The split [`split_contractions`] makes of equation `e`, if any. A left operand `x^T` of a
+/// large 2-D `x` is always cut along the contraction when the result fits one binding (blocks of
+/// rows of `x` are contiguous: no transposed copy of `x`).
+fn split_of(
+    g: &Graph,
+    producers: &[Option<usize>],
+    e: &Eqn,
+    limits: &DeviceLimits,
+) -> Option<Split> {
+    let Lowering::Matmul(d) = e.prim.lowering() else {
+        return None;
+    };
+    let (a, c) = (g.aval(e.inputs[0]), g.aval(e.out));
+    if !super::is_canonical_dot(d) || a.shape[0] != 1 {
+        return None;
+    }
+    let (m, k, n) = (a.shape[1], a.shape[2], c.shape[2]);
+    let elem = a.dtype.size_bytes();
+    let narrow = |v: Var, rows: usize, row: usize| {
+        !too_big(g, v, limits) || rows_per_block(rows, &[row * elem], limits).is_some()
+    };
+    let lim = limits.max_storage_buffer_binding_size as usize;
+    // (Only when a row of `x` fits one binding: each chunk then does, and is not cut again.)
+    let transposed = || {
+        m * elem <= lim
+            && super::transposed_source(g, producers, e.inputs[0])
+                .is_some_and(|x| g.aval(x).shape == [k, m])
+    };
+    let a_big = too_big(g, e.inputs[0], limits);
+    if !narrow(e.inputs[0], m, k) || (a_big && !too_big(g, e.out, limits) && transposed()) {
+        Some(Split::K)
+    } else if !narrow(e.inputs[1], k, n) || n * elem > lim {
+        Some(Split::N)
+    } else if !narrow(e.out, m, n) {
+        Some(Split::M)
+    } else {
+        None
+    }
+}
+
+/// One pass of [`split_contractions`]: `None` when no matmul needed a split.
+fn split_pass(g: &Graph, limits: &DeviceLimits) -> Option<Graph> {
+    let producers = g.producers();
+    let mut out = g.without_eqns();
+    let mut changed = false;
+    let lim = limits.max_storage_buffer_binding_size as usize;
+    for e in &g.eqns {
+        let Some(split) = split_of(g, &producers, e, limits) else {
+            out.eqns.push(e.clone());
+            continue;
+        };
+        changed = true;
+        let (a, c) = (g.aval(e.inputs[0]), g.aval(e.out));
+        let (m, k, n) = (a.shape[1], a.shape[2], c.shape[2]);
+        let dt = a.dtype;
+        let elem = dt.size_bytes();
+        // Pieces along the cut axis of `len`, each with `cross` elements across it: the whole
+        // piece within one binding when possible, else 64 rows of it.
+        let piece = |len: usize, cross: usize| {
+            let rows = if cross * elem <= lim {
+                cross.max(1)
+            } else {
+                64
+            };
+            let per = (lim / (rows * elem)).max(1);
+            (0..len)
+                .step_by(per)
+                .map(|s| (s, (s + per).min(len)))
+                .collect::<Vec<(usize, usize)>>()
+        };
+        let slice = |out: &mut Graph, v: Var, start: Vec<usize>, limit: Vec<usize>| {
+            let shape: Vec<usize> = start.iter().zip(&limit).map(|(s, l)| l - s).collect();
+            let r = out.new_var(Aval::new(shape, dt));
+            out.eqns.push(Eqn::new(
+                Prim::Layout(LayoutOp::Slice {
+                    stride: vec![1; start.len()],
+                    start,
+                    limit,
+                }),
+                vec![v],
+                r,
+            ));
+            r
+        };
+        let unary = |out: &mut Graph, prim: Prim, v: Var, shape: Vec<usize>| {
+            let r = out.new_var(Aval::new(shape, dt));
+            out.eqns.push(Eqn::new(prim, vec![v], r));
+            r
+        };
+        let matmul = |out: &mut Graph, a: Var, b: Var, rows: usize, cols: usize| {
+            let r = out.new_var(Aval::new(vec![1, rows, cols], dt));
+            out.eqns.push(Eqn::new(e.prim.clone(), vec![a, b], r));
+            r
+        };
+        let parts: Vec<Var> = match split {
+            Split::K => {
+                // `x` with A = reshape(transpose(x)), x = [k, m].
+                let x = super::transposed_source(g, &producers, e.inputs[0])
+                    .filter(|&x| g.aval(x).shape == [k, m]);
+                piece(k, m)
+                    .into_iter()
+                    .map(|(k0, k1)| {
+                        let aj = match x {
+                            Some(x) => {
+                                let rows = slice(&mut out, x, vec![k0, 0], vec![k1, m]);
+                                let t = unary(
+                                    &mut out,
+                                    Prim::Layout(LayoutOp::Transpose { perm: vec![1, 0] }),
+                                    rows,
+                                    vec![m, k1 - k0],
+                                );
+                                let shape = vec![1, m, k1 - k0];
+                                unary(
+                                    &mut out,
+                                    Prim::Layout(LayoutOp::Reshape {
+                                        shape: shape.clone(),
+                                    }),
+                                    t,
+                                    shape,
+                                )
+                            }
+                            None => slice(&mut out, e.inputs[0], vec![0, 0, k0], vec![1, m, k1]),
+                        };
+                        let bj = slice(&mut out, e.inputs[1], vec![0, k0, 0], vec![1, k1, n]);
+                        matmul(&mut out, aj, bj, m, n)
+                    })
+                    .collect()
+            }
+            Split::M => piece(m, n)
+                .into_iter()
+                .map(|(m0, m1)| {
+                    let ai = slice(&mut out, e.inputs[0], vec![0, m0, 0], vec![1, m1, k]);
+                    matmul(&mut out, ai, e.inputs[1], m1 - m0, n)
+                })
+                .collect(),
+            Split::N => piece(n, k)
+                .into_iter()
+                .map(|(n0, n1)| {
+                    let bj = slice(&mut out, e.inputs[1], vec![0, 0, n0], vec![1, k, n1]);
+                    matmul(&mut out, e.inputs[0], bj, m, n1 - n0)
+                })
+                .collect(),
+        };
+        // Join the parts into `e.out`: added up in order, or concatenated.
+        match split {
+            Split::K => {
+                let add =
+                    Prim::Elementwise(crate::ops::ElementwiseOp::Binary(crate::ops::BinaryOp::Add));
+                let mut sum = parts[0];
+                for (j, &p) in parts.iter().enumerate().skip(1) {
+                    let r = if j + 1 == parts.len() {
+                        e.out
+                    } else {
+                        out.new_var(c.clone())
+                    };
+                    out.eqns.push(Eqn::new(add.clone(), vec![sum, p], r));
+                    sum = r;
+                }
+                if parts.len() == 1 {
+                    out.eqns.push(Eqn::new(
+                        Prim::Layout(LayoutOp::Reshape {
+                            shape: c.shape.clone(),
+                        }),
+                        vec![sum],
+                        e.out,
+                    ));
+                }
+            }
+            Split::M | Split::N => {
+                let axis = if split == Split::M { 1 } else { 2 };
+                out.eqns.push(Eqn::new(
+                    Prim::Layout(LayoutOp::Concatenate { axis }),
+                    parts,
+                    e.out,
+                ));
+            }
+        }
+    }
+    changed.then_some(out)
+}
+
 /// Whether equation `e` is lowered by [`blocked`] when its arrays are over one binding: its
 /// operands must then be stored (not fused into its kernel).
 pub(crate) fn blocks_operands(e: &Eqn) -> bool {
     matches!(
         e.prim.lowering(),
         Lowering::Matmul(_) | Lowering::Reduce { .. } | Lowering::ArgReduce { .. }
-    ) || split(e).is_some()
+    ) || kernel_cut(e).is_some()
 }
 
 /// One byte run of a [`copies`] step: `bytes` from `src` at `src_offset` to the output at
@@ -1239,8 +1706,8 @@ pub(crate) fn copies_operands(e: &Eqn) -> bool {
 
 /// A slice (unit strides) or concatenation involving an array over one binding, as buffer-to-
 /// buffer copies of contiguous runs (copies are bounded by the buffer size only): `None` when
-/// every array fits a binding, or the op is not one of these. Errors ([`unsupported`]) for a
-/// strided slice and for more than 4096 runs.
+/// every array fits a binding, or the op is not one of these, and for a strided slice or more
+/// than 4096 runs (those run as a remap over windows, see [`remap`]).
 pub(crate) fn copies(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Result<Option<Vec<Run>>> {
     if !copies_operands(e)
         || !std::iter::once(e.out)
@@ -1250,22 +1717,6 @@ pub(crate) fn copies(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Result<Option
         return Ok(None);
     }
     let elem = g.aval(e.out).dtype.size_bytes() as u64;
-    let name = e.prim.name();
-    let refuse = |why: &str| {
-        let v = e
-            .inputs
-            .iter()
-            .copied()
-            .find(|&v| too_big(g, v, limits))
-            .unwrap_or(e.out);
-        unsupported(
-            g,
-            v,
-            limits,
-            &format!("copied by `{name}` ({why})"),
-            "layout ops",
-        )
-    };
     let mut runs = Vec::new();
     match &e.prim {
         Prim::Layout(LayoutOp::Slice {
@@ -1274,7 +1725,7 @@ pub(crate) fn copies(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Result<Option
             stride,
         }) => {
             if stride.iter().any(|&s| s != 1) {
-                return Err(refuse("a strided slice"));
+                return Ok(None); // a remap over windows (see `remap`)
             }
             let shape = &g.aval(e.inputs[0]).shape;
             let rank = shape.len();
@@ -1289,7 +1740,7 @@ pub(crate) fn copies(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Result<Option
             let outer: Vec<usize> = (0..c).map(|a| limit[a] - start[a]).collect();
             let count: usize = outer.iter().product();
             if count > MAX_RUNS {
-                return Err(refuse(&format!("{count} runs, at most {MAX_RUNS}")));
+                return Ok(None);
             }
             let strides = crate::host::strides(shape);
             for k in 0..count {
@@ -1311,10 +1762,7 @@ pub(crate) fn copies(g: &Graph, e: &Eqn, limits: &DeviceLimits) -> Result<Option
             let out = &g.aval(e.out).shape;
             let outer: usize = out[..*axis].iter().product();
             if outer * e.inputs.len() > MAX_RUNS {
-                return Err(refuse(&format!(
-                    "{} runs, at most {MAX_RUNS}",
-                    outer * e.inputs.len()
-                )));
+                return Ok(None);
             }
             let out_row = out[*axis..].iter().product::<usize>() as u64 * elem;
             for o in 0..outer {

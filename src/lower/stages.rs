@@ -33,10 +33,13 @@ pub struct Stage {
     pub outputs: Vec<Var>,
 }
 
-/// One collective of an exchange: `out = collective(input)` in the original graph.
+/// One collective of an exchange: `out = collective(input)` in the original graph, over the
+/// devices that differ along `axes` (the collective's own axis, or several when a chain of the
+/// same reduction over different axes, `psum_axes`, was merged into one exchange).
 #[derive(Clone, Debug)]
 pub struct Exchange {
     pub collective: Collective,
+    pub axes: Vec<String>,
     pub input: Var,
     pub out: Var,
 }
@@ -90,7 +93,56 @@ pub fn split_stages(g: &Graph) -> StagePlan {
         Prim::Control(ControlOp::Scan(p)) => crate::lower::first_collective(&p.body).is_some(),
         _ => false,
     };
+    // A reduction over one axis of the result of the same reduction over other axes
+    // (`psum_axes(x, &["data", "model"])`), that result used nowhere else, is one collective over
+    // all those axes: same level, one exchange (sum of sums, max of maxes, mean of equal-size
+    // means). `merged[out]` = (the first operand, the axes so far).
+    let uses = g.use_counts();
+    let mut merged: HashMap<Var, (Var, Vec<String>)> = HashMap::new();
+    let mut absorbed = vec![false; n];
+    let reduction = |c: &Collective| {
+        matches!(
+            c.kind,
+            CollectiveKind::Psum
+                | CollectiveKind::Pmean
+                | CollectiveKind::Pmax
+                | CollectiveKind::Pmin
+        )
+    };
     for e in &g.eqns {
+        let (Prim::Collective(c), Some(x)) = (&e.prim, e.inputs.first()) else {
+            continue;
+        };
+        let inner = producers[x.idx()].map(|i| &g.eqns[i]);
+        let chained = match inner.map(|i| (i, &i.prim)) {
+            Some((i, Prim::Collective(c0)))
+                if reduction(c)
+                    && c0.kind == c.kind
+                    && uses[i.out.idx()] == 1
+                    && !g.outputs.contains(&i.out) =>
+            {
+                let (root, mut axes) = merged
+                    .get(&i.out)
+                    .cloned()
+                    .unwrap_or_else(|| (i.inputs[0], vec![c0.axis_name.clone()]));
+                (!axes.contains(&c.axis_name)).then(|| {
+                    axes.push(c.axis_name.clone());
+                    (i.out, root, axes)
+                })
+            }
+            _ => None,
+        };
+        if let Some((inner_out, root, axes)) = chained {
+            absorbed[inner_out.idx()] = true;
+            merged.insert(e.out, (root, axes));
+        }
+    }
+    for e in &g.eqns {
+        if merged.contains_key(&e.out) {
+            // Merged with the collective it reads: the same exchange.
+            level[e.out.idx()] = level[e.inputs[0].idx()];
+            continue;
+        }
         let top = e.inputs.iter().map(|v| level[v.idx()]).max().unwrap_or(0);
         let top_out = if host_loop(e) { top + 1 } else { top };
         for x in &e.extra_outs {
@@ -213,11 +265,18 @@ pub fn split_stages(g: &Graph) -> StagePlan {
                 .iter()
                 .filter_map(|e| match &e.prim {
                     Prim::Collective(c)
-                        if c.kind != CollectiveKind::AxisIndex && level[e.out.idx()] == s + 1 =>
+                        if c.kind != CollectiveKind::AxisIndex
+                            && level[e.out.idx()] == s + 1
+                            && !absorbed[e.out.idx()] =>
                     {
+                        let (input, axes) = merged
+                            .get(&e.out)
+                            .cloned()
+                            .unwrap_or_else(|| (e.inputs[0], vec![c.axis_name.clone()]));
                         Some(Exchange {
                             collective: c.clone(),
-                            input: e.inputs[0],
+                            axes,
+                            input,
                             out: e.out,
                         })
                     }

@@ -60,12 +60,34 @@ pub(crate) struct Emitter<'a> {
 /// `vars` (same shape as the output, too large to bind whole) bound at the same elements. The
 /// kernel computes global indices, so operands bound whole (broadcasts, small arrays) are read
 /// as usual; `base` is a multiple of [`LANES`].
+///
+/// With `windows` (a remap of large inputs: a transpose, a strided slice, a gather), each such
+/// input is bound at one window of its elements and read anywhere: an element is stored only
+/// when every windowed read it makes lies in its window, or, with `first`, when it makes none
+/// (a pad value). The caller dispatches once per combination of windows, so every element is
+/// stored by exactly the dispatches that hold its source. Such a kernel computes one element
+/// per invocation.
 #[derive(Clone, Debug)]
 pub(crate) struct Segment {
     pub base: usize,
     pub len: usize,
     pub vars: Vec<Var>,
+    pub windows: Vec<Window>,
+    pub first: bool,
 }
+
+/// A large input bound at its elements `base..base + len` only (see [`Segment::windows`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Window {
+    pub var: Var,
+    pub base: usize,
+    pub len: usize,
+}
+
+/// Names of the flags of a kernel over [`Segment::windows`]: whether every windowed read so far
+/// was in its window, and whether there was one.
+const SEG_HIT: &str = "seg_hit";
+const SEG_TOUCHED: &str = "seg_touched";
 
 /// What an [`Emitter`] over a [`Segment`] shifts, and which segment-bound inputs it read away
 /// from the output's own index (a segment binding cannot serve those).
@@ -73,6 +95,7 @@ struct SegReads {
     vars: Vec<Var>,
     base: usize,
     off_root: Vec<Var>,
+    windows: Vec<Window>,
 }
 
 /// Lane state of an [`Emitter`] whose kernel computes `LANES` adjacent output elements per
@@ -143,6 +166,17 @@ impl<'a> Emitter<'a> {
     /// The index `lin` of a read of `v` (in units of `per` elements), relative to `v`'s segment
     /// binding when it has one; `at_root` says whether the read is at the output's own index.
     fn seg_lin(&mut self, v: Var, lin: String, at_root: bool, per: usize) -> String {
+        let window = self
+            .seg
+            .as_ref()
+            .and_then(|s| s.windows.iter().find(|w| w.var == v).copied());
+        if let Some(w) = window {
+            // Relative to the window (wrapping below it), clamped so the load stays in bounds.
+            let j = self.bind("j", format!("({lin}) - {}u", w.base));
+            self.line(&format!("{SEG_TOUCHED} = true;"));
+            self.line(&format!("{SEG_HIT} = {SEG_HIT} && {j} < {}u;", w.len));
+            return format!("min({j}, {}u)", w.len.max(1) - 1);
+        }
         match &mut self.seg {
             Some(s) if s.vars.contains(&v) => {
                 if !at_root && !s.off_root.contains(&v) {
@@ -716,8 +750,10 @@ fn elementwise_kernel_with(
             vars: s.vars.clone(),
             base: s.base,
             off_root: Vec::new(),
+            windows: s.windows.clone(),
         })
     };
+    let windowed = seg.is_some_and(|s| !s.windows.is_empty());
     // Shifts of the stores (elements, and groups of LANES) and of the first group.
     let (base, len) = seg.map_or((0, n), |s| (s.base, s.len));
     // Emit with `root` itself treated as computed (it is the output, not an input).
@@ -735,7 +771,11 @@ fn elementwise_kernel_with(
     em1.in_place = in_place;
     let val1 = em1.value(root, &idx1);
     let heavy = calls_soft_float(&em1.helpers);
-    let lanes = if n >= LANES && !heavy { LANES } else { 1 };
+    let lanes = if n >= LANES && !heavy && !windowed {
+        LANES
+    } else {
+        1
+    };
     // Groups this kernel computes, and the shift of the stores in elements.
     let nv = len.div_ceil(lanes);
     let sb = if base > 0 {
@@ -746,12 +786,30 @@ fn elementwise_kernel_with(
     let (index, body, store, inputs, vec_inputs, helpers, off_root);
     if lanes == 1 {
         index = ix1;
-        store = format!("    out0[gb{sb}] = {};", store_expr(aval.dtype, &val1));
+        let put = format!("out0[gb{sb}] = {};", store_expr(aval.dtype, &val1));
         if em1.in_place_off_root {
             return None;
         }
         off_root = em1.seg.map(|s| s.off_root).unwrap_or_default();
-        (body, inputs, vec_inputs, helpers) = (em1.body, em1.inputs, Vec::new(), em1.helpers);
+        (inputs, vec_inputs, helpers) = (em1.inputs, Vec::new(), em1.helpers);
+        // Over windows: store only where the reads were in them (see `Segment::windows`).
+        (body, store) = match seg {
+            Some(s) if windowed => {
+                let cond = if s.first {
+                    SEG_HIT.to_string()
+                } else {
+                    format!("{SEG_TOUCHED} && {SEG_HIT}")
+                };
+                (
+                    format!(
+                        "    var {SEG_HIT} = true;\n    var {SEG_TOUCHED} = false;\n{}",
+                        em1.body
+                    ),
+                    format!("    if ({cond}) {{\n        {put}\n    }}"),
+                )
+            }
+            _ => (em1.body, format!("    {put}")),
+        };
     } else {
         let rank = aval.rank();
         let along_last =

@@ -28,6 +28,10 @@ pub(super) struct ParallelExe {
     pub(super) axes: Vec<(String, usize)>,
     pub(super) plan: StagePlan,
     pub(super) stages: Vec<Executable>,
+    /// Per stage, per stage input: a donated argument this stage reads last, which a call that
+    /// owns its arguments hands over (taken out of the environment, not cloned), so that the
+    /// stage may compute an output into its buffer.
+    pub(super) consumed: Vec<Vec<bool>>,
     pub(super) out_layouts: Vec<ShardLayout>,
     /// `axis_index` values per device id (uploaded once; locked only to look up and insert).
     pub(super) index_arrays: Mutex<HashMap<(u64, usize), Array>>,
@@ -50,16 +54,22 @@ impl ParallelExe {
         shown: Graph,
         axes: Vec<(String, usize)>,
         out_layouts: Vec<ShardLayout>,
+        donate: &[usize],
     ) -> ParallelExe {
         // Prints are taken out of the program (those in cond branches before the branches are
         // inlined); their values stay in each device's environment to the end of the run.
         let (stripped, prints) = crate::debug::strip_prints(&shown);
         let graph = crate::ops::control::inline_conds(&stripped);
         let plan = split_stages(&graph);
+        let consumed = donated_last_reads(&graph, &plan, donate);
         let stages = plan
             .stages
             .iter()
-            .map(|s| Executable::new(s.graph.clone()))
+            .zip(&consumed)
+            .map(|(s, c)| {
+                let d: Vec<usize> = (0..c.len()).filter(|&j| c[j]).collect();
+                Executable::donating(s.graph.clone(), &d)
+            })
             .collect();
         let loop_bodies = plan
             .loops
@@ -70,6 +80,7 @@ impl ParallelExe {
                     (*l.params.body).clone(),
                     axes.clone(),
                     Vec::new(),
+                    &[],
                 ))
             })
             .collect();
@@ -83,6 +94,7 @@ impl ParallelExe {
             axes,
             plan,
             stages,
+            consumed,
             out_layouts,
             index_arrays: Mutex::new(HashMap::new()),
             scratch: Mutex::new(Vec::new()),
@@ -141,7 +153,7 @@ impl ParallelExe {
                 }
                 args.push(a);
             }
-            let outs = Box::pin(body.run(devices, args)).await?;
+            let outs = Box::pin(body.run(devices, args, false)).await?;
             for (d, mut o) in outs.into_iter().enumerate() {
                 let y = o.split_off(nk);
                 carry[d] = o;
@@ -182,10 +194,13 @@ impl ParallelExe {
     }
 
     /// Run every stage on every device; collectives in between. Returns each device's outputs.
+    /// `owned`: the caller gave up its handles to `args` (`call_donating`), so donated arguments
+    /// are handed to the stage that reads them last.
     pub(super) async fn run(
         &self,
         devices: &[Device],
         args: Vec<Vec<Array>>,
+        owned: bool,
     ) -> Result<Vec<Vec<Array>>> {
         let n = devices.len();
         let mut env: Vec<HashMap<Var, Array>> = vec![HashMap::new(); n];
@@ -228,8 +243,16 @@ impl ParallelExe {
         for (s, stage) in self.plan.stages.iter().enumerate() {
             if !stage.graph.eqns.is_empty() || !stage.graph.outputs.is_empty() {
                 for &d in &order {
-                    let ins: Vec<Array> = stage.inputs.iter().map(|v| env[d][v].clone()).collect();
-                    let outs = self.stages[s].run_planned(&devices[d], &ins, &limits)?;
+                    let ins: Vec<Array> = stage
+                        .inputs
+                        .iter()
+                        .zip(&self.consumed[s])
+                        .map(|(v, &last)| match last && owned {
+                            true => env[d].remove(v).expect("stage input computed"),
+                            false => env[d][v].clone(),
+                        })
+                        .collect();
+                    let outs = self.stages[s].run_planned_with(&devices[d], ins, &limits, owned)?;
                     for (v, x) in stage.outputs.iter().zip(outs) {
                         env[d].insert(*v, x);
                     }
@@ -406,7 +429,8 @@ impl ParallelExe {
 impl ParallelExe {
     /// The device groups the collective of `x` combines, each in axis order.
     fn groups(&self, x: &Exchange) -> Vec<Vec<usize>> {
-        crate::mesh::groups(&self.axes, &[x.collective.axis_name.as_str()])
+        let names: Vec<&str> = x.axes.iter().map(String::as_str).collect();
+        crate::mesh::groups(&self.axes, &names)
     }
 }
 
@@ -421,4 +445,42 @@ pub(super) fn put(h: &HostArray, dev: &Device) -> Result<Array> {
         buf,
         Aval::new(h.shape.clone(), h.dtype()),
     ))
+}
+
+/// Per stage of `plan`, per stage input: whether it is a donated input of `graph` (positions
+/// `donate`) that this stage reads last — no later stage, no exchange or host loop after it, and
+/// no output reads it.
+fn donated_last_reads(graph: &Graph, plan: &StagePlan, donate: &[usize]) -> Vec<Vec<bool>> {
+    let donated: Vec<Var> = donate
+        .iter()
+        .filter_map(|&i| graph.inputs.get(i).copied())
+        .collect();
+    // The last reader of each donated input, as 2 * stage (+ 1 for what runs after the stage).
+    let last = |v: Var| {
+        let mut at = None;
+        for (s, stage) in plan.stages.iter().enumerate() {
+            if stage.inputs.contains(&v) {
+                at = Some(2 * s);
+            }
+            let after = plan.exchanges[s].iter().any(|x| x.input == v)
+                || plan.loops[s].iter().any(|l| l.inputs.contains(&v));
+            if after {
+                at = Some(2 * s + 1);
+            }
+        }
+        at
+    };
+    plan.stages
+        .iter()
+        .enumerate()
+        .map(|(s, stage)| {
+            stage
+                .inputs
+                .iter()
+                .map(|&v| {
+                    donated.contains(&v) && !graph.outputs.contains(&v) && last(v) == Some(2 * s)
+                })
+                .collect()
+        })
+        .collect()
 }

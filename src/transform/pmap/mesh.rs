@@ -24,6 +24,20 @@ where
         mesh: &Mesh,
         args: &[Array],
     ) -> Result<(Arc<ParallelExe>, Vec<NamedSharding>)> {
+        let (shardings, shard_avals) = self.mesh_shardings(mesh, args)?;
+        let exe = self.cached_exe(args, shard_avals, mesh.devices(), |key| {
+            self.trace_mesh(mesh, args, key, &shardings)
+        })?;
+        Ok((exe, shardings))
+    }
+
+    /// Check a mesh call (builder options, spec counts, static arguments, placement) and give
+    /// each traced argument's sharding and block aval.
+    pub(super) fn mesh_shardings(
+        &self,
+        mesh: &Mesh,
+        args: &[Array],
+    ) -> Result<(Vec<NamedSharding>, Vec<Aval>)> {
         let bad = |detail: String| Error::BadSharding {
             op: "shard_map",
             detail,
@@ -104,10 +118,113 @@ where
             shard_avals.push(Aval::new(local, x.dtype()));
             shardings.push(s);
         }
-        let exe = self.cached_exe(args, shard_avals, mesh.devices(), |key| {
-            self.trace_mesh(mesh, args, key, &shardings)
-        })?;
-        Ok((exe, shardings))
+        Ok((shardings, shard_avals))
+    }
+
+    /// [`Parallel::emulate`] of a mesh `shard_map`: one `vmap` per mesh axis (outermost first,
+    /// named after it), nested. Each argument's split dimensions are cut into
+    /// `(axis sizes…, block)` and the axis dimensions moved to the front in mesh order, so each
+    /// level maps its axis at position 0; each output stacks the axes its spec names at the front
+    /// (the others must not vary: `vmap` refuses a varying output with out_axes `None`), and is
+    /// then joined back as its spec says.
+    pub(super) fn emulated_mesh_body(
+        &self,
+        mesh: &Mesh,
+        shardings: &[Option<NamedSharding>],
+        ts: &[Tensor],
+    ) -> Vec<Tensor> {
+        let axes = mesh.axes();
+        let pos = |name: &str| axes.iter().position(|(a, _)| a == name).unwrap_or(0);
+        let size = |name: &str| mesh.axis_size(name).unwrap_or(1);
+        // Arguments: the named axes' dimensions at the front, in mesh order.
+        let args: Vec<Tensor> = ts
+            .iter()
+            .zip(shardings)
+            .map(|(t, s)| {
+                let Some(s) = s else { return t.clone() };
+                let spec = s.spec();
+                let mut shape: Vec<i64> = Vec::new();
+                let mut named: Vec<(usize, usize)> = Vec::new(); // (mesh position, dim)
+                let mut rest = Vec::new();
+                for (k, &d) in t.shape().iter().enumerate() {
+                    let split = spec.axes_of(k);
+                    let parts: usize = split.iter().map(|a| size(a)).product();
+                    for a in split {
+                        named.push((pos(a), shape.len()));
+                        shape.push(size(a) as i64);
+                    }
+                    rest.push(shape.len());
+                    shape.push((d / parts.max(1)) as i64);
+                }
+                named.sort_unstable();
+                let perm: Vec<usize> = named.iter().map(|&(_, d)| d).chain(rest).collect();
+                t.reshape(&shape).transpose(&perm)
+            })
+            .collect();
+        let outs = self.emulate_level(mesh, shardings, 0, &args);
+        let specs = self.out_specs.as_deref().unwrap_or_default();
+        outs.into_iter()
+            .enumerate()
+            .map(|(j, y)| {
+                let Some(spec) = specs.get(if specs.len() == 1 { 0 } else { j }) else {
+                    return y;
+                };
+                if y.error().is_some() {
+                    return y;
+                }
+                // y: [sizes of the named axes in mesh order…, block…].
+                let mut named: Vec<&str> = spec.named_axes();
+                named.sort_by_key(|a| pos(a));
+                let lead = named.len();
+                let block = &y.shape()[lead..];
+                let mut perm = Vec::new();
+                let mut shape: Vec<i64> = Vec::new();
+                for (k, &d) in block.iter().enumerate() {
+                    let mut parts = 1;
+                    for a in spec.axes_of(k) {
+                        perm.push(named.iter().position(|n| n == a).unwrap_or(0));
+                        parts *= size(a);
+                    }
+                    perm.push(lead + k);
+                    shape.push((parts * d) as i64);
+                }
+                y.transpose(&perm).reshape(&shape)
+            })
+            .collect()
+    }
+
+    /// Level `level` of [`Parallel::emulated_mesh_body`]: `vmap` over mesh axis `level` of the
+    /// levels inside it (the function itself past the last axis).
+    fn emulate_level(
+        &self,
+        mesh: &Mesh,
+        shardings: &[Option<NamedSharding>],
+        level: usize,
+        ts: &[Tensor],
+    ) -> Vec<Tensor> {
+        let Some((name, n)) = mesh.axes().get(level) else {
+            return (self.f)(ts);
+        };
+        let named = |s: &PartitionSpec| s.named_axes().contains(&name.as_str());
+        let in_axes: Vec<Option<usize>> = shardings
+            .iter()
+            .map(|s| s.as_ref().filter(|s| named(s.spec())).map(|_| 0))
+            .collect();
+        let out_axes: Vec<Option<usize>> = self
+            .out_specs
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .map(|s| named(s).then_some(0))
+            .collect();
+        crate::transform::vmap::vmap(|xs: &[Tensor]| {
+            self.emulate_level(mesh, shardings, level + 1, xs)
+        })
+        .axis_name(name)
+        .axis_size(*n)
+        .in_axes(&in_axes)
+        .out_axes(&out_axes)
+        .apply(ts)
     }
 
     fn trace_mesh(
@@ -185,7 +302,12 @@ where
             }
             out_layouts.push(ShardLayout::Named(s));
         }
-        Ok(ParallelExe::build(traced, axes, out_layouts))
+        Ok(ParallelExe::build(
+            traced,
+            axes,
+            out_layouts,
+            &self.donated_inputs(),
+        ))
     }
 
     /// Each device's block of every traced argument, on that device. Arguments already placed as

@@ -80,6 +80,8 @@ pub struct Parallel<F> {
     axis_size: Option<usize>,
     devices: Option<Vec<Device>>,
     static_argnums: Vec<usize>,
+    /// Arguments whose shards the stages may compute outputs into (`donate_argnums`).
+    donate: Vec<usize>,
     /// `shard_map` over a mesh: the mesh and the per-argument / per-output specs.
     mesh: Option<crate::mesh::Mesh>,
     in_specs: Option<Vec<PartitionSpec>>,
@@ -88,6 +90,21 @@ pub struct Parallel<F> {
     cache: SyncLru<Key, Arc<ParallelExe>>,
     /// Single-device emulations ([`Parallel::emulate`]) by signature, bounded likewise.
     emulated: SyncLru<Key, Arc<Executable>>,
+}
+
+/// The arguments of a call: borrowed (`call`) or given up (`call_donating`).
+enum ArgsIn<'a> {
+    Borrowed(&'a [Array]),
+    Owned(Vec<Array>),
+}
+
+impl ArgsIn<'_> {
+    fn as_slice(&self) -> &[Array] {
+        match self {
+            ArgsIn::Borrowed(a) => a,
+            ArgsIn::Owned(a) => a,
+        }
+    }
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -167,6 +184,7 @@ where
             axis_size: None,
             devices: None,
             static_argnums: Vec::new(),
+            donate: Vec::new(),
             mesh: None,
             in_specs: None,
             out_specs: None,
@@ -249,6 +267,41 @@ where
         self.static_argnums = nums.to_vec();
         self
     }
+    /// Donate the arguments at these positions (JAX's `pmap(f, donate_argnums=…)`): on every
+    /// device the stage that reads a donated argument's shard last may compute an output of the
+    /// same byte size into that shard's buffer, so a replicated parameter update
+    /// (`p - lr * pmean(g)`) needs no second copy of the parameters. Shards are reused only
+    /// when the arguments are given up with [`Parallel::call_donating`] and nothing else holds
+    /// them (no clone of the array); otherwise the output gets a copy and every holder keeps the
+    /// old values, as with [`crate::Jit::donate_argnums`] (see [`crate::Counters::donations_reused`]).
+    /// A position past the arguments, a static argument, or an array passed twice while donated
+    /// is a typed [`Error::BadDonation`].
+    ///
+    /// ```
+    /// use brigade::{pmap, pmean, Array, Tensor};
+    /// let n = brigade::devices()?.len().min(2);
+    /// // Replicated parameters, per-device gradients: every device applies the mean gradient.
+    /// let step = pmap(|a: &[Tensor]| vec![&a[0] - pmean(&a[1], "d") * 0.5])
+    ///     .axis_name("d")
+    ///     .in_axes(&[None, Some(0)])
+    ///     .out_axes(&[None])
+    ///     .donate_argnums(&[0]);
+    /// let g = Array::from_vec((0..n * 2).map(|v| v as f32).collect::<Vec<f32>>(), &[n, 2])?;
+    /// let mut p = Array::from_vec(vec![1.0f32, 1.0], &[2])?;
+    /// for _ in 0..3 {
+    ///     p = step.call_donating(vec![p, g.clone()])?.remove(0);
+    /// }
+    /// assert_eq!(p.shape(), &[2]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn donate_argnums(mut self, argnums: &[usize]) -> Self {
+        let mut d = argnums.to_vec();
+        d.sort_unstable();
+        d.dedup();
+        self.donate = d;
+        self
+    }
+
     /// `vmap(pmap(f))` (JAX's `jax.vmap(jax.pmap(f))`): vectorize this parallel map over one more
     /// axis, `in_axes` per argument (`None`: shared by every example) and `out_axes` per output
     /// (one entry for all; `None`: an output that does not vary over the examples). The result is
@@ -256,6 +309,10 @@ where
     /// each device runs `vmap(f)` on its share of every example (the map and the batch axes
     /// swapped, as JAX's batching rule of `pmap` does), so collectives over the device axis combine
     /// the devices example by example. With `axis_name`, collectives may also name the batch axis.
+    ///
+    /// Over a mesh (`shard_map(f).mesh(..)`, JAX's `vmap(shard_map(f, mesh, …))`) the batch axis is
+    /// a new dimension that no mesh axis splits: each `in_specs`/`out_specs` entry at or after the
+    /// batch position moves up one, and every device runs `vmap(f)` on its blocks.
     ///
     /// ```
     /// use brigade::{pmap, psum, Array, Tensor};
@@ -275,65 +332,123 @@ where
         out_axes: &[Option<usize>],
         axis_name: Option<&str>,
     ) -> Parallel<impl Fn(&[Tensor]) -> Vec<Tensor>> {
-        let split = self.mode == ParallelMode::Split;
-        let n_args = in_axes.len();
-        let map_in: Vec<Option<usize>> = match &self.in_axes {
-            Some(a) => a.clone(),
-            None => vec![Some(0); n_args],
-        };
-        // Per argument: the device axis in the full array, and the batch axis in a device's part.
-        let (outer_in, inner_in): (Vec<Option<usize>>, Vec<Option<usize>>) =
-            if map_in.len() == n_args {
-                in_axes
-                    .iter()
-                    .zip(&map_in)
-                    .enumerate()
-                    .map(|(i, (&va, &pa))| {
-                        if self.static_argnums.contains(&i) {
-                            return (pa, None);
-                        }
-                        match (va, pa) {
-                            (va, None) => (None, va),
-                            (None, pa) => (pa, None),
-                            (Some(va), Some(pa)) => {
-                                let full = if pa >= va { pa + 1 } else { pa };
-                                let inner = if !split && va > full { va - 1 } else { va };
-                                (Some(full), Some(inner))
-                            }
-                        }
-                    })
-                    .unzip()
+        #[allow(clippy::type_complexity)]
+        let (outer_in, outer_out, inner_in, inner_out, in_specs, out_specs): (
+            Option<Vec<Option<usize>>>,
+            Option<Vec<Option<usize>>>,
+            Vec<Option<usize>>,
+            Vec<Option<usize>>,
+            _,
+            _,
+        ) = if self.mesh.is_some() {
+            // Over a mesh the batch dimension is a new, unsplit dimension of every block: the
+            // specs move up one at it, and each device runs vmap(f) on its blocks.
+            let inner_in: Vec<Option<usize>> = in_axes
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| a.filter(|_| !self.static_argnums.contains(&i)))
+                .collect();
+            let inner_out = if out_axes.is_empty() {
+                vec![Some(0)]
             } else {
-                // The arity error is reported by the call (with both counts).
-                (map_in.clone(), in_axes.to_vec())
+                out_axes.to_vec()
             };
-        // Per output (one entry for all when both lists have one): where the device axis and the
-        // batch axis go.
-        let map_out = self.out_axes.clone().unwrap_or_else(|| vec![Some(0)]);
-        let vm_out = if out_axes.is_empty() {
-            vec![Some(0)]
+            let in_specs = self.in_specs.as_ref().map(|specs| {
+                specs
+                    .iter()
+                    .zip(inner_in.iter().chain(std::iter::repeat(&None)))
+                    .map(|(s, a)| a.map_or_else(|| s.clone(), |a| s.with_unsplit_dim(a)))
+                    .collect::<Vec<_>>()
+            });
+            let out_specs = self.out_specs.as_ref().map(|specs| {
+                // One spec for all outputs stays one when one batch axis serves them all.
+                let k = match (specs.len(), inner_out.len()) {
+                    (1, 1) => 1,
+                    (1, k) => k,
+                    (k, _) => k,
+                };
+                (0..k)
+                    .map(|j| {
+                        let s = &specs[j.min(specs.len() - 1)];
+                        let a = if inner_out.len() == 1 {
+                            inner_out[0]
+                        } else {
+                            inner_out.get(j).copied().flatten()
+                        };
+                        a.map_or_else(|| s.clone(), |a| s.with_unsplit_dim(a))
+                    })
+                    .collect::<Vec<_>>()
+            });
+            (None, None, inner_in, inner_out, in_specs, out_specs)
         } else {
-            out_axes.to_vec()
-        };
-        let k = map_out.len().max(vm_out.len());
-        let pick = |v: &[Option<usize>], j: usize| {
-            if v.len() == 1 {
-                v[0]
+            let split = self.mode == ParallelMode::Split;
+            let n_args = in_axes.len();
+            let map_in: Vec<Option<usize>> = match &self.in_axes {
+                Some(a) => a.clone(),
+                None => vec![Some(0); n_args],
+            };
+            // Per argument: the device axis in the full array, and the batch axis in a device's part.
+            let (outer_in, inner_in): (Vec<Option<usize>>, Vec<Option<usize>>) =
+                if map_in.len() == n_args {
+                    in_axes
+                        .iter()
+                        .zip(&map_in)
+                        .enumerate()
+                        .map(|(i, (&va, &pa))| {
+                            if self.static_argnums.contains(&i) {
+                                return (pa, None);
+                            }
+                            match (va, pa) {
+                                (va, None) => (None, va),
+                                (None, pa) => (pa, None),
+                                (Some(va), Some(pa)) => {
+                                    let full = if pa >= va { pa + 1 } else { pa };
+                                    let inner = if !split && va > full { va - 1 } else { va };
+                                    (Some(full), Some(inner))
+                                }
+                            }
+                        })
+                        .unzip()
+                } else {
+                    // The arity error is reported by the call (with both counts).
+                    (map_in.clone(), in_axes.to_vec())
+                };
+            // Per output (one entry for all when both lists have one): where the device axis and the
+            // batch axis go.
+            let map_out = self.out_axes.clone().unwrap_or_else(|| vec![Some(0)]);
+            let vm_out = if out_axes.is_empty() {
+                vec![Some(0)]
             } else {
-                v.get(j).copied().flatten()
-            }
-        };
-        let (outer_out, inner_out): (Vec<Option<usize>>, Vec<Option<usize>>) = (0..k)
-            .map(|j| match (pick(&vm_out, j), pick(&map_out, j)) {
-                (vo, None) => (None, vo),
-                (None, po) => (po, None),
-                (Some(vo), Some(po)) => {
-                    let full = if po >= vo { po + 1 } else { po };
-                    let inner = if !split && vo > full { vo - 1 } else { vo };
-                    (Some(full), Some(inner))
+                out_axes.to_vec()
+            };
+            let k = map_out.len().max(vm_out.len());
+            let pick = |v: &[Option<usize>], j: usize| {
+                if v.len() == 1 {
+                    v[0]
+                } else {
+                    v.get(j).copied().flatten()
                 }
-            })
-            .unzip();
+            };
+            let (outer_out, inner_out): (Vec<Option<usize>>, Vec<Option<usize>>) = (0..k)
+                .map(|j| match (pick(&vm_out, j), pick(&map_out, j)) {
+                    (vo, None) => (None, vo),
+                    (None, po) => (po, None),
+                    (Some(vo), Some(po)) => {
+                        let full = if po >= vo { po + 1 } else { po };
+                        let inner = if !split && vo > full { vo - 1 } else { vo };
+                        (Some(full), Some(inner))
+                    }
+                })
+                .unzip();
+            (
+                Some(outer_in),
+                Some(outer_out),
+                inner_in,
+                inner_out,
+                self.in_specs,
+                self.out_specs,
+            )
+        };
         let f = self.f;
         let name = axis_name.map(str::to_string);
         let body = move |xs: &[Tensor]| {
@@ -350,14 +465,15 @@ where
             mode: self.mode,
             label: format!("vmap({})", self.label),
             axis_name: self.axis_name,
-            in_axes: Some(outer_in),
-            out_axes: Some(outer_out),
+            in_axes: outer_in,
+            out_axes: outer_out,
             axis_size: self.axis_size,
             devices: self.devices,
             static_argnums: self.static_argnums,
+            donate: self.donate,
             mesh: self.mesh,
-            in_specs: self.in_specs,
-            out_specs: self.out_specs,
+            in_specs,
+            out_specs,
             cache: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
             emulated: SyncLru::new(DEFAULT_PROGRAM_CACHE_CAPACITY),
         }
@@ -400,8 +516,26 @@ where
         pollster::block_on(self.call_async(args))
     }
 
+    /// Call with arguments given up by the caller, so that donated arguments
+    /// ([`Parallel::donate_argnums`]) can give their shards to the outputs. Otherwise as `call`.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn call_donating(&self, args: Vec<Array>) -> Result<Vec<Array>> {
+        pollster::block_on(self.call_donating_async(args))
+    }
+
+    /// [`Parallel::call_donating`] for every platform.
+    pub async fn call_donating_async(&self, args: Vec<Array>) -> Result<Vec<Array>> {
+        self.run_call(ArgsIn::Owned(args)).await
+    }
+
     /// [`Parallel::call`] for every platform: in the browser collectives await their reads.
     pub async fn call_async(&self, args: &[Array]) -> Result<Vec<Array>> {
+        self.run_call(ArgsIn::Borrowed(args)).await
+    }
+
+    async fn run_call(&self, given: ArgsIn<'_>) -> Result<Vec<Array>> {
+        let args = given.as_slice();
+        self.check_donation(args)?;
         let (exe, devices, shard_args) = match &self.mesh {
             Some(mesh) => {
                 let (exe, shardings) = self.prepare_mesh(mesh, args)?;
@@ -414,7 +548,10 @@ where
                 (exe, devices, shard_args)
             }
         };
-        let per_device = exe.run(&devices, shard_args).await?;
+        // The shards are now held by `shard_args` alone when the caller gave its arrays up.
+        let owned = matches!(given, ArgsIn::Owned(_));
+        drop(given);
+        let per_device = exe.run(&devices, shard_args, owned).await?;
         // In the browser a kernel or dispatch error arrives asynchronously: report it here.
         #[cfg(target_arch = "wasm32")]
         for d in &devices {
@@ -438,23 +575,36 @@ where
     /// (the single-device fallback): the same results as [`Parallel::call`] — collectives become
     /// array work along the emulated axis — from one device, for any number of shards (pmap: the
     /// mapped size; split mode: `axis_size`, else the number of devices it would use). Compiled as
-    /// one program per signature; the outputs are ordinary arrays on `device`.
+    /// one program per signature; the outputs are ordinary arrays on `device`. A mesh
+    /// `shard_map` nests one `vmap` per mesh axis, each named after its axis, so collectives over
+    /// one axis or several combine the emulated devices as the mesh would.
     pub fn emulate(&self, device: &Device, args: &[Array]) -> Result<Vec<Array>> {
-        if self.mesh.is_some() {
-            return Err(Error::Unsupported {
-                op: "emulate",
-                detail: "of a shard_map over a mesh: only pmap and one-axis shard_map emulate their devices on one device".into(),
-            });
-        }
-        let mapped = self.mapped_axes(args)?;
-        let n = match self.mode {
-            ParallelMode::Pmap => self.pmap_size(&mapped, args, usize::MAX)?,
-            ParallelMode::Split => {
-                let n = match self.axis_size {
-                    Some(k) => k,
-                    None => self.available_devices()?.len(),
+        // Per argument: its sharding over the mesh (a mesh call), else its mapped axis.
+        let (mapped, shardings, n) = match &self.mesh {
+            Some(mesh) => {
+                let (traced, _) = self.mesh_shardings(mesh, args)?;
+                let mut traced = traced.into_iter();
+                let shardings: Vec<Option<NamedSharding>> = (0..args.len())
+                    .map(|i| match self.static_argnums.contains(&i) {
+                        true => None,
+                        false => traced.next(),
+                    })
+                    .collect();
+                (vec![None; args.len()], shardings, mesh.size())
+            }
+            None => {
+                let mapped = self.mapped_axes(args)?;
+                let n = match self.mode {
+                    ParallelMode::Pmap => self.pmap_size(&mapped, args, usize::MAX)?,
+                    ParallelMode::Split => {
+                        let n = match self.axis_size {
+                            Some(k) => k,
+                            None => self.available_devices()?.len(),
+                        };
+                        self.split_size(&mapped, args, n)?
+                    }
                 };
-                self.split_size(&mapped, args, n)?
+                (mapped, Vec::new(), n)
             }
         };
         let is_static = |i: usize| self.static_argnums.contains(&i);
@@ -486,7 +636,10 @@ where
                         }
                     })
                     .collect();
-                let f = |ts: &[Tensor]| self.emulated_body(ts, &mapped, n);
+                let f = |ts: &[Tensor]| match &self.mesh {
+                    Some(mesh) => self.emulated_mesh_body(mesh, &shardings, ts),
+                    None => self.emulated_body(ts, &mapped, n),
+                };
                 let g = trace_args(&format!("{} (emulated)", self.label), &f, &targs)?;
                 let e = Arc::new(Executable::new(g));
                 let kept = self.emulated.insert_or_keep(

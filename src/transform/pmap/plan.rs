@@ -28,6 +28,59 @@ where
         Ok(devs)
     }
 
+    /// Refuse donations a call cannot honour: a position past the arguments, a static argument,
+    /// an array (or a shard of it) also given at another position.
+    pub(super) fn check_donation(&self, args: &[Array]) -> Result<()> {
+        crate::exec::check_donation(&self.donate, args)?;
+        for &d in &self.donate {
+            if self.static_argnums.contains(&d) {
+                return Err(Error::BadDonation {
+                    donated: d,
+                    other: None,
+                    detail: format!(
+                        "argument {d} is static (static_argnums): its value is part of the program, \
+                         not a buffer an output could take; do not donate it"
+                    ),
+                });
+            }
+            let bufs = |a: &Array| -> Vec<Arc<crate::device::DeviceBuffer>> {
+                a.shards()
+                    .unwrap_or(std::slice::from_ref(a))
+                    .iter()
+                    .filter_map(|s| s.buffer().cloned())
+                    .collect()
+            };
+            let mine = bufs(&args[d]);
+            let shared = (0..args.len()).find(|&j| {
+                j != d
+                    && bufs(&args[j])
+                        .iter()
+                        .any(|b| mine.iter().any(|m| m.same_wgpu_buffer(b)))
+            });
+            if let Some(j) = shared {
+                return Err(Error::BadDonation {
+                    donated: d,
+                    other: Some(j),
+                    detail: format!(
+                        "argument {d} is donated (its shards may become outputs) but argument {j} \
+                         shares a shard's buffer with it, which the program still reads: pass a \
+                         copy at one of them or do not donate argument {d}"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Positions among the traced (non-static) arguments of the donated ones.
+    pub(super) fn donated_inputs(&self) -> Vec<usize> {
+        self.donate
+            .iter()
+            .filter(|d| !self.static_argnums.contains(d))
+            .map(|&d| (0..d).filter(|i| !self.static_argnums.contains(i)).count())
+            .collect()
+    }
+
     /// The mapped axis of every argument (None for broadcast and static ones), checked.
     pub(super) fn mapped_axes(&self, args: &[Array]) -> Result<Vec<Option<usize>>> {
         let op = self.mode.op();
@@ -330,6 +383,7 @@ where
             traced,
             vec![(axis_label, key.shards)],
             out_layouts,
+            &self.donated_inputs(),
         ))
     }
 
