@@ -1199,6 +1199,18 @@ fn take_donor(
     None
 }
 
+/// A copy of `bytes` from `(slot, byte offset)` `from` to `to`.
+fn copy_op(from: (usize, u64), to: (usize, u64), bytes: u64) -> Op {
+    let at = |base| At { base, stride: 0 };
+    Op::Copy {
+        src: from.0,
+        src_at: at(from.1),
+        dst: to.0,
+        dst_at: at(to.1),
+        bytes,
+    }
+}
+
 /// Append block `b` of a blocked step (see `segments::blocked`) to the parent program: its
 /// input and output slots become ranges of the parent's slots (`place`), its other slots new
 /// ones, which are returned (free once the block has run).
@@ -1209,9 +1221,26 @@ fn embed_block(
 ) -> Result<Vec<usize>> {
     let p = &b.program;
     let mut map: Vec<Option<(usize, Option<View>)>> = vec![None; p.slot_bytes.len()];
+    let mut fresh = Vec::new();
+    // A range starting off the storage-offset alignment cannot be bound: it is copied to (or,
+    // the output, from) a slot of its own, bound whole.
+    let unaligned = |view: &Option<View>| view.filter(|v| v.offset % segments::ALIGN != 0);
+    let mut staging = |view: View, fresh: &mut Vec<usize>| {
+        to.slot_bytes.push(view.size.max(16));
+        fresh.push(to.slot_bytes.len() - 1);
+        to.slot_bytes.len() - 1
+    };
+    let mut copies_in = Vec::new();
     for (k, &s) in p.input_slots.iter().enumerate() {
         let (pl, view) = &b.ins[k];
-        map[s] = Some((place(pl), *view));
+        map[s] = Some(match unaligned(view) {
+            Some(v) => {
+                let t = staging(v, &mut fresh);
+                copies_in.push(copy_op((place(pl), v.offset), (t, 0), v.size));
+                (t, None)
+            }
+            None => (place(pl), *view),
+        });
     }
     let [o] = p.output_slots.as_slice() else {
         unreachable!("a block computes one output")
@@ -1222,8 +1251,16 @@ fn embed_block(
             detail: "a block whose output is one of its inputs (internal)".into(),
         });
     }
-    map[*o] = Some((place(&b.out.0), b.out.1));
-    let mut fresh = Vec::new();
+    let mut copy_out = None;
+    map[*o] = Some(match unaligned(&b.out.1) {
+        Some(v) => {
+            let t = staging(v, &mut fresh);
+            copy_out = Some(copy_op((t, 0), (place(&b.out.0), v.offset), v.size));
+            (t, None)
+        }
+        None => (place(&b.out.0), b.out.1),
+    });
+    to.schedule.extend(copies_in);
     let map: Vec<(usize, Option<View>)> = map
         .into_iter()
         .enumerate()
@@ -1261,6 +1298,7 @@ fn embed_block(
             }
         }
     }
+    to.schedule.extend(copy_out);
     Ok(fresh)
 }
 

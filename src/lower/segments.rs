@@ -22,14 +22,36 @@
 //! chunks of the contraction (the gradient `x^T @ g` of a weight reads blocks of rows of `x`,
 //! transposed in place), or blocks of rows or columns of the result, concatenated.
 //!
+//! Reductions and arg-reductions see their input as `[a, k, rest..]` (kept rows, the first
+//! reduced axis, the rest): rows wider than 64 per binding are cut into blocks of fewer rows,
+//! and a row over one binding into chunks of its reduced axis whose partial results (an
+//! arg-reduction's: the chunk's extreme value and index) one program combines, keeping the
+//! kernel's rules across chunks (first index on ties, NaN first). A block's range that starts
+//! off the 256-byte alignment is staged through a copy to or from a slot of its own.
+//!
+//! Kernels of their own are cut along leading axes by their family's rule ([`KernelCut`]):
+//! pooling and its gradients (`reduce_window`, `select_and_scatter_add`, `select_and_gather`) over
+//! the leading axes their window does not span (batch, channels), convolutions and their input
+//! gradient over the batch (the kernel bound whole), the kernel gradient over the batch it
+//! contracts (per-block partials summed), `argsort` over the rows before its axis (the block's
+//! merge-sort state within one binding too). Window kernels whose window spans the cut axis, and
+//! NHWC convolutions whose batch entries are each over one binding, are cut along that axis into
+//! chunks reading overlapping input rows ([`window_halo`], [`conv_halo`]). A sort along the
+//! leading axis, an input dilation along a cut axis, a channels-first convolution of one batch
+//! entry over the limit, and a row over one binding are refused.
+//!
 //! Refused ([`unsupported`]): batched matmuls whose 64 batch entries exceed one binding, the
-//! reduction cases named in [`blocked`], and kernels of the other families (convolutions,
-//! windows, sorts, …) binding a large array.
+//! reduction, window, convolution and sort cases named above and in [`blocked`], and kernels of
+//! the other families binding a large array.
 
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
 use crate::ops::matmul::kernel::MatmulChooser;
-use crate::ops::{LayoutOp, Lowering, Prim, ReductionOp};
+use crate::ops::{
+    ArgOp, ConvParams, LayoutOp, Lowering, Prim, ReduceOp, ReductionOp, SortOp, Window, WindowKind,
+    WindowPrim,
+};
+use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Graph, Var};
 use crate::wgsl::{self, KernelSrc, Segment};
 
@@ -423,7 +445,8 @@ pub(crate) enum Place {
 #[derive(Clone, Debug)]
 pub(crate) struct Block {
     pub program: Program,
-    /// Per input of `program`, in order: the buffer and the range (`None`: the whole buffer).
+    /// Per input of `program`, in order: the buffer and the range (`None`: the whole buffer; a
+    /// range starting off [`ALIGN`] is staged through a copy, as is such an output range).
     pub ins: Vec<(Place, Option<View>)>,
     pub out: (Place, Option<View>),
 }
@@ -501,8 +524,8 @@ fn rows_view(r0: usize, len: usize, row: usize) -> Option<View> {
 
 /// The blocks of equation `e` (a reduction, arg-reduction or canonical matmul reading and
 /// writing materialized variables) when one of its arrays is larger than a binding, `None`
-/// when all fit. Errors ([`unsupported`]) for the cases not cut yet: a matmul whose `B` is over
-/// the limit, an arg-reduction along the first axis, rows too wide for even 64 to fit.
+/// when all fit. Errors ([`unsupported`]) for the cases not cut yet: matmul rows too wide for
+/// even 64 to fit, a reduction's slice or partials over the limit ([`reduction`]).
 pub(crate) fn blocked(
     g: &Graph,
     e: &Eqn,
@@ -532,6 +555,12 @@ pub(crate) fn blocked(
         .find(|&v| big(v))
         .expect("some array is big");
     let lower = |sub: &Graph| super::lower_with(sub, limits, chooser);
+    let cx = Cx {
+        g,
+        limits,
+        lower: &lower,
+        refuse: &refuse,
+    };
     match e.prim.lowering() {
         Lowering::Matmul(_) => {
             let (a, b) = (g.aval(e.inputs[0]), g.aval(e.inputs[1]));
@@ -595,149 +624,732 @@ pub(crate) fn blocked(
                 blocks,
             }))
         }
-        Lowering::Reduce { op, axes } => {
-            let x = g.aval(e.inputs[0]);
-            let out = g.aval(e.out);
-            let rank = x.rank();
-            // A reduction over every axis is one over the flat array.
-            let (xs, axes): (Aval, Vec<usize>) = if axes.len() == rank {
-                (Aval::new(vec![x.size()], x.dtype), vec![0])
-            } else {
-                (x.clone(), axes.to_vec())
-            };
-            let prim = |axes: Vec<usize>| Prim::Reduction(ReductionOp::Reduce { op, axes });
-            let rows = xs.shape[0];
-            if !axes.contains(&0) {
-                // Rows are independent: each block reduces its rows into the same rows of out.
-                let Some(r) = rows_per_block(rows, &[row_bytes(&xs), row_bytes(out)], limits)
-                else {
-                    return Err(refuse(first_big, "64 rows exceed one binding"));
-                };
-                let mut blocks = Vec::new();
-                for r0 in (0..rows).step_by(r) {
-                    let len = r.min(rows - r0);
-                    let sub = one_eqn(
-                        prim(axes.clone()),
-                        &[with_rows(&xs, len)],
-                        with_rows(out, len),
-                    );
-                    blocks.push(Block {
-                        program: lower(&sub)?,
-                        ins: vec![(Place::Var(e.inputs[0]), rows_view(r0, len, row_bytes(&xs)))],
-                        out: (Place::Var(e.out), rows_view(r0, len, row_bytes(out))),
-                    });
+        Lowering::Reduce { .. } | Lowering::ArgReduce { .. } => reduction(&cx, e).map(Some),
+        Lowering::Kernel(_) | Lowering::Passes(_) => match kernel_cut(e) {
+            Some(Ok(KernelCut::Rows { lead, cut, scratch })) => {
+                match (rows_of(&cx, e, (lead, &cut, scratch)), &e.prim) {
+                    // Rows over one binding: a window kernel is cut along its window too.
+                    (Err(_), Prim::Window(w)) => window_halo(&cx, e, w).map(Some),
+                    (Err(_), Prim::Conv(p)) => conv_halo(&cx, e, p).map(Some),
+                    (r, _) => r.map(Some),
                 }
-                return Ok(Some(Blocked {
-                    temps: Vec::new(),
-                    blocks,
-                }));
             }
-            if big(e.out) {
-                return Err(refuse(e.out, "a partial result over one binding"));
-            }
-            // Over the first axis too: each block's partial result goes to its own 256-byte
-            // aligned place of a temporary, and one more program reduces the partials.
-            let Some(r) = rows_per_block(rows, &[row_bytes(&xs)], limits) else {
-                return Err(refuse(first_big, "64 rows exceed one binding"));
-            };
-            let nb = rows.div_ceil(r);
-            let elem = out.dtype.size_bytes();
-            let stride = (out.size() * elem).max(4).next_multiple_of(ALIGN as usize);
-            let temp_bytes = (nb * stride) as u64;
-            if temp_bytes > limits.max_storage_buffer_binding_size {
-                return Err(refuse(first_big, "too many partial results"));
-            }
-            let mut blocks = Vec::new();
-            for (i, r0) in (0..rows).step_by(r).enumerate() {
-                let len = r.min(rows - r0);
-                let sub = one_eqn(prim(axes.clone()), &[with_rows(&xs, len)], out.clone());
-                blocks.push(Block {
-                    program: lower(&sub)?,
-                    ins: vec![(Place::Var(e.inputs[0]), rows_view(r0, len, row_bytes(&xs)))],
-                    out: (
-                        Place::Temp(0),
-                        Some(View {
-                            offset: (i * stride) as u64,
-                            size: (out.size() * elem).max(4) as u64,
-                        }),
-                    ),
-                });
-            }
-            // Combine: slice the partials out of their strides, reduce over the blocks.
-            let mut comb = Graph::default();
-            let t = comb.new_var(Aval::new(vec![nb, stride / elem], out.dtype));
-            let s = comb.new_var(Aval::new(vec![nb, out.size()], out.dtype));
-            let mut parts_shape = vec![nb];
-            parts_shape.extend(&out.shape);
-            let p = comb.new_var(Aval::new(parts_shape.clone(), out.dtype));
-            let o = comb.new_var(out.clone());
-            comb.inputs = vec![t];
-            comb.eqns.push(Eqn::new(
-                Prim::Layout(LayoutOp::Slice {
-                    start: vec![0, 0],
-                    limit: vec![nb, out.size()],
-                    stride: vec![1, 1],
-                }),
-                vec![t],
-                s,
-            ));
-            comb.eqns.push(Eqn::new(
-                Prim::Layout(LayoutOp::Reshape { shape: parts_shape }),
-                vec![s],
-                p,
-            ));
-            comb.eqns.push(Eqn::new(prim(vec![0]), vec![p], o));
-            comb.outputs = vec![o];
-            blocks.push(Block {
-                program: lower(&comb)?,
-                ins: vec![(Place::Temp(0), None)],
-                out: (Place::Var(e.out), None),
-            });
-            Ok(Some(Blocked {
-                temps: vec![temp_bytes],
-                blocks,
-            }))
-        }
-        Lowering::ArgReduce { axis, .. } => {
-            let x = g.aval(e.inputs[0]);
-            let out = g.aval(e.out);
-            if axis == 0 || x.rank() < 2 {
-                return Err(refuse(
-                    first_big,
-                    "arg-reductions are cut along another axis",
-                ));
-            }
-            let Some(r) = rows_per_block(x.shape[0], &[row_bytes(x), row_bytes(out)], limits)
-            else {
-                return Err(refuse(first_big, "64 rows exceed one binding"));
-            };
-            let rows = x.shape[0];
-            let mut blocks = Vec::new();
-            for r0 in (0..rows).step_by(r) {
-                let len = r.min(rows - r0);
-                let sub = one_eqn(e.prim.clone(), &[with_rows(x, len)], with_rows(out, len));
-                blocks.push(Block {
-                    program: lower(&sub)?,
-                    ins: vec![(Place::Var(e.inputs[0]), rows_view(r0, len, row_bytes(x)))],
-                    out: (Place::Var(e.out), rows_view(r0, len, row_bytes(out))),
-                });
-            }
-            Ok(Some(Blocked {
-                temps: Vec::new(),
-                blocks,
-            }))
-        }
+            Some(Ok(KernelCut::Summed)) => summed(&cx, e).map(Some),
+            Some(Ok(KernelCut::Halo)) => match &e.prim {
+                Prim::Window(w) => window_halo(&cx, e, w).map(Some),
+                _ => unreachable!("halos are cut for window kernels"),
+            },
+            Some(Err(why)) => Err(refuse(first_big, &why)),
+            None => Ok(None),
+        },
         Lowering::Elementwise
         | Lowering::Constant
         | Lowering::Remap { .. }
         | Lowering::Keyed
-        | Lowering::Kernel(_)
-        | Lowering::Passes(_)
         | Lowering::Loop
         | Lowering::Inline
         | Lowering::StageBoundary
         | Lowering::HostOnly => Ok(None),
     }
+}
+
+/// What the block builders of one equation share: the graph, the limits, how a block's graph
+/// is lowered, and the typed refusal naming an array and why.
+#[derive(Clone, Copy)]
+struct Cx<'a> {
+    g: &'a Graph,
+    limits: &'a DeviceLimits,
+    lower: &'a dyn Fn(&Graph) -> Result<Program>,
+    refuse: &'a dyn Fn(Var, &str) -> Error,
+}
+
+/// [`rows_per_block`], or else any number of rows that fits (blocks whose views start off the
+/// storage-offset alignment are staged through copies when the program is assembled).
+fn rows_staged(rows: usize, row_bytes: &[usize], limits: &DeviceLimits) -> Option<usize> {
+    rows_per_block(rows, row_bytes, limits).or_else(|| {
+        let widest = row_bytes.iter().copied().max().unwrap_or(1).max(1);
+        let fit = limits.max_storage_buffer_binding_size as usize / widest;
+        (fit > 0).then_some(fit.min(rows))
+    })
+}
+
+/// A graph of one output traced from `f` over inputs of `ins`.
+fn traced(ins: &[Aval], f: impl Fn(&[Tensor]) -> Tensor) -> Result<Graph> {
+    crate::trace::trace_fn("segments", &|x: &[Tensor]| vec![f(x)], ins)
+}
+
+/// A reduction's input as `[a, k, rest..]`: `a` the kept axes before the first reduced one, `k`
+/// the first reduced axis, `rest` the axes after it, adjacent axes merged where both are kept or
+/// both reduced (so each `a` row and each `k` slice is contiguous); `red`: the reduced axes of
+/// `[k, rest..]`.
+struct Normal {
+    a: usize,
+    k: usize,
+    rest: Vec<usize>,
+    red: Vec<usize>,
+}
+
+fn normalize(shape: &[usize], reduced: &[usize]) -> Normal {
+    let mut groups: Vec<(usize, bool)> = Vec::new();
+    for (i, &d) in shape.iter().enumerate() {
+        let r = reduced.contains(&i);
+        match groups.last_mut() {
+            Some((n, gr)) if *gr == r => *n *= d,
+            _ => groups.push((d, r)),
+        }
+    }
+    let p = groups.iter().position(|g| g.1).unwrap_or(groups.len());
+    let a = groups[..p].iter().map(|g| g.0).product();
+    let k = groups.get(p).map_or(1, |g| g.0);
+    let rest: Vec<(usize, bool)> = groups.get(p + 1..).unwrap_or_default().to_vec();
+    let mut red = vec![0];
+    red.extend((0..rest.len()).filter(|&i| rest[i].1).map(|i| i + 1));
+    Normal {
+        a,
+        k,
+        rest: rest.iter().map(|g| g.0).collect(),
+        red,
+    }
+}
+
+/// A reduction or arg-reduction over arrays larger than one binding, its input seen as
+/// `[a, k, rest..]` ([`normalize`]). When one `a` row fits a binding, blocks of rows reduce into
+/// the same rows of the result. Else each row's reduced axis is cut into chunks of `k`, every
+/// chunk's partial result (an arg-reduction's: the chunk's extreme value and its index in the
+/// row) goes to its own 256-byte aligned place of a temporary, and one program combines them:
+/// the reduction again over the chunks, or for an arg-reduction the index of the chunk an
+/// arg-reduction of the partial values picks (first chunk on ties, NaN first, as the kernel does
+/// within a chunk). Errors ([`unsupported`]) when one slice of the reduced axis, the partial
+/// results or a result combined from partials exceeds one binding.
+fn reduction(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
+    let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
+    let (xv, x, out) = (e.inputs[0], g.aval(e.inputs[0]), g.aval(e.out));
+    let (n, arg) = match e.prim.lowering() {
+        Lowering::Reduce { axes, .. } => (normalize(&x.shape, axes), None),
+        Lowering::ArgReduce { op, axis } => (normalize(&x.shape, &[axis]), Some(op)),
+        _ => unreachable!("reductions only"),
+    };
+    let apply = |t: &Tensor, axes: Vec<usize>| match &e.prim {
+        Prim::Reduction(ReductionOp::Reduce { op, .. }) => {
+            Tensor::apply(Prim::Reduction(ReductionOp::Reduce { op: *op, axes }), &[t])
+        }
+        Prim::Reduction(ReductionOp::ArgReduce { op, .. }) => Tensor::apply(
+            Prim::Reduction(ReductionOp::ArgReduce {
+                op: *op,
+                axis: axes[0],
+            }),
+            &[t],
+        ),
+        _ => unreachable!("reductions only"),
+    };
+    let dims = |lead: &[usize]| -> Vec<i64> {
+        lead.iter()
+            .chain(&n.rest)
+            .map(|&d| d as i64)
+            .collect::<Vec<_>>()
+    };
+    let (elem, oelem) = (x.dtype.size_bytes(), out.dtype.size_bytes());
+    let r: usize = n.rest.iter().product();
+    let o = out.size() / n.a.max(1);
+    let flat = |a: &Aval, len: usize| Aval::new(vec![len], a.dtype);
+    let mut blocks = Vec::new();
+    // Whole rows of `a`: each block reduces its rows into the same rows of the result.
+    if let Some(rows) = rows_staged(n.a, &[n.k * r * elem, o * oelem], limits) {
+        let row = n.k * r * elem;
+        for a0 in (0..n.a).step_by(rows) {
+            let len = rows.min(n.a - a0);
+            let red: Vec<usize> = n.red.iter().map(|&i| i + 1).collect();
+            let sub = traced(&[flat(x, len * n.k * r)], |t| {
+                apply(&t[0].reshape(&dims(&[len, n.k])), red.clone()).reshape(&[-1])
+            })?;
+            blocks.push(Block {
+                program: lower(&sub)?,
+                ins: vec![(Place::Var(xv), rows_view(a0, len, row))],
+                out: (Place::Var(e.out), rows_view(a0, len, o * oelem)),
+            });
+        }
+        return Ok(Blocked {
+            temps: Vec::new(),
+            blocks,
+        });
+    }
+    if too_big(g, e.out, limits) {
+        return Err(refuse(
+            e.out,
+            "a result combined from partials over one binding",
+        ));
+    }
+    let Some(kc) = rows_staged(n.k, &[r * elem], limits) else {
+        return Err(refuse(
+            xv,
+            "one slice of the reduced axis exceeds one binding",
+        ));
+    };
+    let nc = n.k.div_ceil(kc);
+    let nb = n.a * nc;
+    // Partial values (and an arg-reduction's indices, i32) at 256-byte strides.
+    let stride = |el: usize| (o * el).max(4).next_multiple_of(ALIGN as usize);
+    let pdt = out.dtype;
+    let vdt = x.dtype;
+    let temps: Vec<u64> = match arg {
+        None => vec![(nb * stride(oelem)) as u64],
+        Some(_) => vec![(nb * stride(elem)) as u64, (nb * stride(oelem)) as u64],
+    };
+    if temps
+        .iter()
+        .any(|&t| t > limits.max_storage_buffer_binding_size)
+    {
+        return Err(refuse(
+            xv,
+            &format!("{nb} partial results exceed one binding"),
+        ));
+    }
+    let part = |t: usize, i: usize, el: usize| {
+        (
+            Place::Temp(t),
+            Some(View {
+                offset: (i * stride(el)) as u64,
+                size: (o * el).max(4) as u64,
+            }),
+        )
+    };
+    for a in 0..n.a {
+        for (c, k0) in (0..n.k).step_by(kc).enumerate() {
+            let len = kc.min(n.k - k0);
+            let i = a * nc + c;
+            let input = (Place::Var(xv), rows_view(a * n.k + k0, len, r * elem));
+            let chunk = [flat(x, len * r)];
+            let program = |f: &dyn Fn(&Tensor) -> Tensor| -> Result<Program> {
+                lower(&traced(&chunk, |t| {
+                    f(&t[0].reshape(&dims(&[len]))).reshape(&[-1])
+                })?)
+            };
+            match arg {
+                None => blocks.push(Block {
+                    program: program(&|t| apply(t, n.red.clone()))?,
+                    ins: vec![input],
+                    out: part(0, i, oelem),
+                }),
+                Some(op) => {
+                    // The chunk's extreme value: max for argmax, min for argmin (both NaN first).
+                    let vop = match op {
+                        ArgOp::ArgMax => ReduceOp::Max,
+                        ArgOp::ArgMin => ReduceOp::Min,
+                    };
+                    let value = |t: &Tensor| {
+                        Tensor::apply(
+                            Prim::Reduction(ReductionOp::Reduce {
+                                op: vop,
+                                axes: vec![0],
+                            }),
+                            &[t],
+                        )
+                    };
+                    blocks.push(Block {
+                        program: program(&value)?,
+                        ins: vec![input],
+                        out: part(0, i, elem),
+                    });
+                    let index = |t: &Tensor| {
+                        let j = apply(t, vec![0]);
+                        if k0 == 0 { j } else { j + k0 as i32 }
+                    };
+                    blocks.push(Block {
+                        program: program(&index)?,
+                        ins: vec![input],
+                        out: part(1, i, oelem),
+                    });
+                }
+            }
+        }
+    }
+    // Combine: the partials out of their strides as [a, chunks, o], reduced over the chunks.
+    let shape: Vec<i64> = out.shape.iter().map(|&d| d as i64).collect();
+    let comb = match arg {
+        None => traced(&[Aval::new(vec![nb, stride(oelem) / oelem], pdt)], |t| {
+            let p = t[0]
+                .slice(&[0, 0], &[nb, o], None)
+                .reshape(&[n.a as i64, nc as i64, o as i64]);
+            apply(&p, vec![1]).reshape(&shape)
+        })?,
+        Some(_) => traced(
+            &[
+                Aval::new(vec![nb, stride(elem) / elem], vdt),
+                Aval::new(vec![nb, stride(oelem) / oelem], pdt),
+            ],
+            |t| {
+                let p = |t: &Tensor| {
+                    t.slice(&[0, 0], &[nb, o], None)
+                        .reshape(&[n.a as i64, nc as i64, o as i64])
+                };
+                let (v, idx) = (p(&t[0]), p(&t[1]));
+                // The chunk holding the pick, as a one-hot mask over the chunks.
+                let j = apply(&v, vec![1]).broadcast_in_dim(&[n.a, nc, o], &[0, 2]);
+                let hot = Tensor::iota(pdt, &[n.a, nc, o], 1).eq(&j).cast(pdt);
+                (&idx * &hot).sum(1i64, false).reshape(&shape)
+            },
+        )?,
+    };
+    let ins = (0..temps.len()).map(|t| (Place::Temp(t), None)).collect();
+    blocks.push(Block {
+        program: lower(&comb)?,
+        ins,
+        out: (Place::Var(e.out), None),
+    });
+    Ok(Blocked { temps, blocks })
+}
+
+/// How a kernel of its own (window, convolution, sort) is cut along its arrays' leading axes
+/// when one is over one binding: the family's rule.
+enum KernelCut {
+    /// The first `lead` axes of the inputs marked in `cut` and of the result are independent:
+    /// blocks of rows (over those axes merged), the other inputs bound whole; the block's
+    /// kernels also bind `scratch` bytes of temporaries per element of its result.
+    Rows {
+        lead: usize,
+        cut: Vec<bool>,
+        scratch: usize,
+    },
+    /// The first axis of every input is contracted: each block of it gives a partial of the
+    /// whole result, the partials summed.
+    Summed,
+    /// A window kernel whose window spans the leading axis: [`window_halo`].
+    Halo,
+}
+
+/// The [`KernelCut`] of equation `e`, `Err(why)` when its family cannot be cut (`None`: not a
+/// family cut this way).
+fn kernel_cut(e: &Eqn) -> Option<std::result::Result<KernelCut, String>> {
+    let rows = |lead: usize, cut: Vec<bool>, scratch: usize| {
+        Some(Ok(KernelCut::Rows { lead, cut, scratch }))
+    };
+    match &e.prim {
+        Prim::Window(w) => match w.window.unit_lead() {
+            0 => Some(Ok(KernelCut::Halo)),
+            lead => rows(lead, vec![true; e.inputs.len()], 0),
+        },
+        Prim::Conv(c) if c.batch_leads() => rows(1, vec![true, false], 0),
+        Prim::Conv(c) if c.contracts_lead() => Some(Ok(KernelCut::Summed)),
+        Prim::Conv(_) => Some(Err(
+            "neither the batch nor the contracted features lead the operands".into(),
+        )),
+        Prim::Sort(SortOp::Argsort { axis: 0, .. }) => Some(Err(
+            "it sorts along the leading axis: rows along another axis are cut".into(),
+        )),
+        Prim::Sort(SortOp::Argsort { axis, .. }) => rows(
+            *axis,
+            vec![true; e.inputs.len()],
+            SortOp::state_bytes(e.inputs.len()),
+        ),
+        _ => None,
+    }
+}
+
+/// The shape of `rows` rows of `a` cut along its `lead` leading axes merged: `[1.., rows, rest]`
+/// (the axes stay, so the primitive's parameters apply unchanged).
+fn lead_rows(a: &Aval, lead: usize, rows: usize) -> Aval {
+    let mut a = a.clone();
+    for d in &mut a.shape[..lead] {
+        *d = 1;
+    }
+    a.shape[lead - 1] = rows;
+    a
+}
+
+/// Blocks of rows of a kernel of its own ([`KernelCut::Rows`]).
+fn rows_of(cx: &Cx<'_>, e: &Eqn, (lead, cut, scratch): (usize, &[bool], usize)) -> Result<Blocked> {
+    let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
+    if let Some(&v) = (e.inputs.iter().zip(cut))
+        .find(|&(&v, &c)| !c && too_big(g, v, limits))
+        .map(|(v, _)| v)
+    {
+        return Err(refuse(v, "an operand bound whole by every block"));
+    }
+    let out = g.aval(e.out);
+    let rows: usize = out.shape[..lead].iter().product();
+    let row = |a: &Aval| a.size_bytes() / rows.max(1);
+    let cuts: Vec<Var> = (e.inputs.iter().zip(cut))
+        .filter(|&(_, &c)| c)
+        .map(|(&v, _)| v)
+        .chain([e.out])
+        .collect();
+    let mut widths: Vec<usize> = cuts.iter().map(|&v| row(g.aval(v))).collect();
+    widths.push(out.size() / rows.max(1) * scratch);
+    let Some(r) = rows_staged(rows, &widths, limits) else {
+        let (v, w) = (cuts.iter().zip(&widths))
+            .max_by_key(|(_, w)| **w)
+            .expect("the result is cut");
+        let w = w.max(&widths[cuts.len()]);
+        return Err(refuse(
+            *v,
+            &format!(
+                "one row of its leading {lead} axes needs {w} bytes in one binding \
+                 (its data, or its kernels' temporaries)"
+            ),
+        ));
+    };
+    let mut blocks = Vec::new();
+    for r0 in (0..rows).step_by(r) {
+        let len = r.min(rows - r0);
+        let ins: Vec<Aval> = (e.inputs.iter().zip(cut))
+            .map(|(&v, &c)| {
+                let a = g.aval(v);
+                if c {
+                    lead_rows(a, lead, len)
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        let sub = one_eqn(e.prim.clone(), &ins, lead_rows(out, lead, len));
+        blocks.push(Block {
+            program: lower(&sub)?,
+            ins: (e.inputs.iter().zip(cut))
+                .map(|(&v, &c)| {
+                    let view = c.then(|| rows_view(r0, len, row(g.aval(v)))).flatten();
+                    (Place::Var(v), view)
+                })
+                .collect(),
+            out: (Place::Var(e.out), rows_view(r0, len, row(out))),
+        });
+    }
+    Ok(Blocked {
+        temps: Vec::new(),
+        blocks,
+    })
+}
+
+/// Windows along one axis of `n` input rows: stride `s`, low padding `lo` (negative: cropped),
+/// each spanning `span` rows (dilation included).
+#[derive(Clone, Copy)]
+struct Strip {
+    n: usize,
+    s: i64,
+    lo: i64,
+    span: i64,
+}
+
+impl Strip {
+    /// The input rows windows `o0..o1` cover, clipped to the input (`i0`, length), and the
+    /// padding of that range's own edges, which puts its windows where the whole kernel's are;
+    /// `None` when they lie wholly in the padding.
+    fn covered(&self, o0: i64, o1: i64) -> Option<(usize, usize, (i64, i64))> {
+        let (start, end) = (
+            o0 * self.s - self.lo,
+            (o1 - 1) * self.s - self.lo + self.span,
+        );
+        let (i0, i1) = (start.max(0), end.min(self.n as i64));
+        let pad_lo = i0 - start;
+        (i1 > i0).then_some((
+            i0 as usize,
+            (i1 - i0) as usize,
+            (pad_lo, end - start - pad_lo - (i1 - i0)),
+        ))
+    }
+
+    /// Windows per chunk when `fit` input rows and `out_fit` result rows fit one binding.
+    fn per_chunk(&self, fit: usize, out_fit: usize) -> i64 {
+        let fit = fit as i64;
+        if fit < self.span {
+            return 0;
+        }
+        ((fit - self.span) / self.s + 1).min(out_fit as i64)
+    }
+}
+
+/// `v` as one leading row (the axes before `a` of size 1) of `rows` rows along axis `a`.
+fn strip_rows(v: &Aval, a: usize, rows: usize) -> Aval {
+    let mut v = v.clone();
+    v.shape[..a].iter_mut().for_each(|d| *d = 1);
+    v.shape[a] = rows;
+    v
+}
+
+/// A window kernel over an axis its window spans, `a`, the first that is not a unit of the
+/// window, when the rows of the axes before it do not fit one binding: blocks of one leading row
+/// and a chunk along `a`, each reading the input rows its windows cover (overlapping its
+/// neighbours' by the window's span) with the padding of its own edges, so that each block's
+/// windows are the whole kernel's. `reduce_window` and `select_and_gather` (one result per
+/// window) are cut into chunks of windows; `select_and_scatter_add` (one result per input
+/// element) into chunks of result rows, each computed from every window overlapping it and
+/// sliced out (rows no window of the chunk covers get nothing, as in the whole kernel). Errors
+/// ([`unsupported`]) for an input dilation along `a`, a window over one binding, and a chunk
+/// no window covers.
+fn window_halo(cx: &Cx<'_>, e: &Eqn, w: &WindowPrim) -> Result<Blocked> {
+    let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
+    let win = &w.window;
+    let a = win.unit_lead();
+    let scatter = w.kind == WindowKind::SelectAndScatterAdd;
+    let xv = *e.inputs.last().expect("window kernels have operands");
+    if win.base_dilation[a] != 1 {
+        return Err(refuse(
+            xv,
+            "an input dilation along the axis its window spans",
+        ));
+    }
+    // One row along `a` per window: the source of a scatter, else the result.
+    let wv = if scatter { e.inputs[0] } else { e.out };
+    let (x, out, wa) = (g.aval(xv), g.aval(e.out), g.aval(wv));
+    let (n, m) = (x.shape[a], wa.shape[a]);
+    let lead: usize = x.shape[..a].iter().product();
+    let inner = |v: &Aval| v.shape[a + 1..].iter().product::<usize>() * v.dtype.size_bytes();
+    let (rin, rout, rw) = (inner(x), inner(out), inner(wa));
+    let strip = Strip {
+        n,
+        s: win.strides[a] as i64,
+        lo: win.padding[a].0 as i64,
+        span: ((win.dims[a] - 1) * win.window_dilation[a] + 1) as i64,
+    };
+    let (s, lo, span) = (strip.s, strip.lo, strip.span);
+    let max = limits.max_storage_buffer_binding_size as usize;
+    let fit = (max / rin.max(1)) as i64;
+    // Chunk length: windows, or result rows of a scatter (its input rows then span at most
+    // the chunk and a window's span on either side, its windows one per stride more).
+    let c = if scatter {
+        (fit - 2 * (span - 1))
+            .min((max / rout.max(1)) as i64)
+            .min(((max / rw.max(1)) as i64 - 2) * s)
+    } else {
+        strip.per_chunk(fit as usize, max / rout.max(1))
+    };
+    if c <= 0 {
+        return Err(refuse(
+            xv,
+            &format!(
+                "one window along axis {a} needs {} bytes of one binding",
+                span as usize * rin
+            ),
+        ));
+    }
+    let shaped = |v: &Aval, rows: usize| strip_rows(v, a, rows);
+    // The input rows windows `o0..o1` cover and the window with their edges' padding.
+    let covered = |o0: i64, o1: i64| {
+        strip.covered(o0, o1).map(|(i0, len, (plo, phi))| {
+            let mut wb = win.clone();
+            wb.padding[a] = (plo as usize, phi as usize);
+            (i0, len, wb)
+        })
+    };
+    let prim = |wb: Window| {
+        Prim::Window(WindowPrim {
+            window: wb,
+            ..w.clone()
+        })
+    };
+    let none_covers = || {
+        refuse(
+            xv,
+            "a chunk along the axis its window spans that no window covers",
+        )
+    };
+    let mut blocks = Vec::new();
+    let total = if scatter { n } else { m } as i64;
+    for l in 0..lead {
+        for c0 in (0..total).step_by(c as usize) {
+            let c1 = (c0 + c).min(total);
+            if !scatter {
+                let (i0, len, wb) = covered(c0, c1).ok_or_else(none_covers)?;
+                let ins: Vec<Aval> = e.inputs.iter().map(|&v| shaped(g.aval(v), len)).collect();
+                let sub = one_eqn(prim(wb), &ins, shaped(out, (c1 - c0) as usize));
+                blocks.push(Block {
+                    program: lower(&sub)?,
+                    ins: e
+                        .inputs
+                        .iter()
+                        .map(|&v| (Place::Var(v), rows_view(l * n + i0, len, rin)))
+                        .collect(),
+                    out: (
+                        Place::Var(e.out),
+                        rows_view(l * m + c0 as usize, (c1 - c0) as usize, rout),
+                    ),
+                });
+                continue;
+            }
+            // The windows overlapping result rows c0..c1, the rows they cover, and the chunk's
+            // rows sliced out of their scatter (padded where no window reaches).
+            let o0 = ((c0 + lo - span).div_euclid(s) + 1).max(0);
+            let o1 = ((c1 - 1 + lo).div_euclid(s) + 1).min(m as i64);
+            if o1 <= o0 {
+                return Err(none_covers());
+            }
+            let (i0, len, wb) = covered(o0, o1).ok_or_else(none_covers)?;
+            let (k0, k1) = (
+                (c0 as usize).max(i0),
+                (c1 as usize).min(i0 + len).max((c0 as usize).max(i0)),
+            );
+            let (before, after) = (k0 - c0 as usize, c1 as usize - k1);
+            let rank = out.rank();
+            let edge = |k: usize| {
+                let mut v = vec![0; rank];
+                v[a] = k;
+                v
+            };
+            let zero = crate::dtype::Scalar::F32(0.0).cast(out.dtype);
+            let ins = [shaped(wa, (o1 - o0) as usize), shaped(x, len)];
+            let sub = traced(&ins, |t| {
+                Tensor::apply(prim(wb.clone()), &[&t[0], &t[1]])
+                    .slice_axis(a as i64, k0 - i0, k1 - i0)
+                    .pad(&edge(before), &edge(after), zero)
+            })?;
+            blocks.push(Block {
+                program: lower(&sub)?,
+                ins: vec![
+                    (
+                        Place::Var(wv),
+                        rows_view(l * m + o0 as usize, (o1 - o0) as usize, rw),
+                    ),
+                    (Place::Var(xv), rows_view(l * n + i0, len, rin)),
+                ],
+                out: (
+                    Place::Var(e.out),
+                    rows_view(l * n + c0 as usize, (c1 - c0) as usize, rout),
+                ),
+            });
+        }
+    }
+    Ok(Blocked {
+        temps: Vec::new(),
+        blocks,
+    })
+}
+
+/// A convolution whose batch entries are each over one binding, its first spatial axis right
+/// after the batch in the input and the result (NHWC): blocks of one batch entry and a chunk of
+/// result rows along that axis, each reading the input rows its windows cover with the padding
+/// of its own edges ([`Strip`]), the kernel bound whole. Errors ([`unsupported`]) for another
+/// layout, an input dilation, a kernel over one binding or a window over one binding.
+fn conv_halo(cx: &Cx<'_>, e: &Eqn, p: &ConvParams) -> Result<Blocked> {
+    let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
+    let (xv, kv) = (e.inputs[0], e.inputs[1]);
+    if !p.spatial_follows_batch() {
+        return Err(refuse(
+            xv,
+            "one batch entry exceeds one binding, and the first spatial axis does not follow \
+             the batch (or is dilated)",
+        ));
+    }
+    if too_big(g, kv, limits) {
+        return Err(refuse(kv, "a kernel bound whole by every block"));
+    }
+    let (x, k, out) = (g.aval(xv), g.aval(kv), g.aval(e.out));
+    let (n, m) = (x.shape[1], out.shape[1]);
+    let inner = |v: &Aval| v.shape[2..].iter().product::<usize>() * v.dtype.size_bytes();
+    let (rin, rout) = (inner(x), inner(out));
+    let strip = Strip {
+        n,
+        s: p.window_strides[0] as i64,
+        lo: p.padding[0].0,
+        span: ((k.shape[p.dims.rhs[2]] - 1) * p.rhs_dilation[0] + 1) as i64,
+    };
+    let max = limits.max_storage_buffer_binding_size as usize;
+    let c = strip.per_chunk(max / rin.max(1), max / rout.max(1));
+    if c <= 0 {
+        return Err(refuse(
+            xv,
+            &format!(
+                "one window along its first spatial axis needs {} bytes of one binding",
+                strip.span as usize * rin
+            ),
+        ));
+    }
+    let mut blocks = Vec::new();
+    for b in 0..x.shape[0] {
+        for o0 in (0..m as i64).step_by(c as usize) {
+            let o1 = (o0 + c).min(m as i64);
+            let Some((i0, len, pads)) = strip.covered(o0, o1) else {
+                return Err(refuse(xv, "a chunk of windows lies wholly in the padding"));
+            };
+            let mut q = p.clone();
+            q.padding[0] = pads;
+            let rows = (o1 - o0) as usize;
+            let sub = one_eqn(
+                Prim::Conv(q),
+                &[strip_rows(x, 1, len), k.clone()],
+                strip_rows(out, 1, rows),
+            );
+            blocks.push(Block {
+                program: lower(&sub)?,
+                ins: vec![
+                    (Place::Var(xv), rows_view(b * n + i0, len, rin)),
+                    (Place::Var(kv), None),
+                ],
+                out: (
+                    Place::Var(e.out),
+                    rows_view(b * m + o0 as usize, rows, rout),
+                ),
+            });
+        }
+    }
+    Ok(Blocked {
+        temps: Vec::new(),
+        blocks,
+    })
+}
+
+/// Blocks of the contracted leading axis of every input ([`Split::Summed`]): block `j` computes
+/// its partial and adds the sum of the blocks before it, the sums alternating between temporary
+/// `0` and the result so that no dispatch reads and writes one buffer and the last lands in the
+/// result.
+fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
+    let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
+    let out = g.aval(e.out);
+    if too_big(g, e.out, limits) {
+        return Err(refuse(
+            e.out,
+            "a result summed over blocks, over one binding",
+        ));
+    }
+    let rows = g.aval(e.inputs[0]).shape[0];
+    let widths: Vec<usize> = e.inputs.iter().map(|&v| row_bytes(g.aval(v))).collect();
+    let Some(r) = rows_staged(rows, &widths, limits) else {
+        return Err(refuse(
+            e.inputs[0],
+            "one entry of the contracted leading axis exceeds one binding",
+        ));
+    };
+    let nb = rows.div_ceil(r);
+    let dest = |j: usize| {
+        if (nb - 1 - j).is_multiple_of(2) {
+            (Place::Var(e.out), None)
+        } else {
+            (Place::Temp(0), None)
+        }
+    };
+    let add = Prim::Elementwise(crate::ops::ElementwiseOp::Binary(crate::ops::BinaryOp::Add));
+    let mut blocks = Vec::new();
+    for (j, r0) in (0..rows).step_by(r).enumerate() {
+        let len = r.min(rows - r0);
+        let ins: Vec<Aval> = e
+            .inputs
+            .iter()
+            .map(|&v| with_rows(g.aval(v), len))
+            .collect();
+        let mut sub = one_eqn(e.prim.clone(), &ins, out.clone());
+        let mut views: Vec<(Place, Option<View>)> = e
+            .inputs
+            .iter()
+            .zip(&widths)
+            .map(|(&v, &w)| (Place::Var(v), rows_view(r0, len, w)))
+            .collect();
+        if j > 0 {
+            let prev = sub.new_var(out.clone());
+            let o = sub.new_var(out.clone());
+            sub.inputs.push(prev);
+            sub.eqns
+                .push(Eqn::new(add.clone(), vec![prev, sub.outputs[0]], o));
+            sub.outputs = vec![o];
+            views.push(dest(j - 1));
+        }
+        blocks.push(Block {
+            program: lower(&sub)?,
+            ins: views,
+            out: dest(j),
+        });
+    }
+    Ok(Blocked {
+        temps: vec![out.size_bytes() as u64],
+        blocks,
+    })
 }
 
 /// A `[1, m, k] x [1, k, n]` matmul whose `B` is over one binding: for every block of rows of
@@ -1067,7 +1679,7 @@ pub(crate) fn blocks_operands(e: &Eqn) -> bool {
     matches!(
         e.prim.lowering(),
         Lowering::Matmul(_) | Lowering::Reduce { .. } | Lowering::ArgReduce { .. }
-    )
+    ) || kernel_cut(e).is_some()
 }
 
 /// One byte run of a [`copies`] step: `bytes` from `src` at `src_offset` to the output at

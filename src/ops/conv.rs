@@ -198,6 +198,29 @@ impl fmt::Display for ConvParams {
 }
 
 impl ConvParams {
+    /// Whether the batch is the leading axis of the input and of the result: batch entries are
+    /// independent, so arrays over one storage binding are cut into blocks of them
+    /// (`lower::segments`).
+    pub(crate) fn batch_leads(&self) -> bool {
+        self.dims.lhs[0] == 0 && self.dims.out[0] == 0
+    }
+
+    /// Whether the first spatial axis directly follows the batch in the input and the result
+    /// (NHWC) and is not dilated: rows along it are contiguous within a batch entry, so a batch
+    /// entry over one storage binding is cut into chunks of them (`lower::segments`).
+    pub(crate) fn spatial_follows_batch(&self) -> bool {
+        let d = &self.dims;
+        d.lhs.len() > 2
+            && (d.lhs[0], d.lhs[2], d.out[0], d.out[2]) == (0, 1, 0, 1)
+            && self.lhs_dilation[0] == 1
+    }
+
+    /// Whether both operands' (input) feature axes lead and are one group (the kernel gradient,
+    /// which contracts over the batch): blocks of that axis give partial results to be summed.
+    pub(crate) fn contracts_lead(&self) -> bool {
+        self.dims.lhs[1] == 0 && self.dims.rhs[1] == 0 && self.feature_group_count == 1
+    }
+
     /// The parameters as JAX prints them.
     fn params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let d = &self.dims;

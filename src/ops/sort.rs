@@ -73,6 +73,14 @@ pub enum SortOp {
     },
 }
 
+impl SortOp {
+    /// Bytes of merge-sort state per element sorted by `keys` keys (the keys and the index, one
+    /// 4-byte word each): the state of the elements sorted at once must fit one binding.
+    pub(crate) fn state_bytes(keys: usize) -> usize {
+        (keys + 1) * 4
+    }
+}
+
 impl Rules for SortOp {
     fn name(&self) -> &'static str {
         match self {
@@ -379,7 +387,7 @@ fn argsort_passes(
     let inner: usize = shape[axis + 1..].iter().product();
     let total: usize = shape.iter().product();
     let nk = dts.len();
-    let words = nk + 1;
+    let words = SortOp::state_bytes(nk) / 4;
     if total == 0 {
         return Ok(PassPlan {
             temp_bytes: Vec::new(),

@@ -98,6 +98,20 @@ impl Window {
         self.dims.iter().product()
     }
 
+    /// How many leading axes have a window of 1, stride 1, no padding or input dilation: along
+    /// them every output element reads its own input row, so arrays over one storage binding are
+    /// cut into blocks of rows there (`lower::segments`).
+    pub(crate) fn unit_lead(&self) -> usize {
+        (0..self.dims.len())
+            .take_while(|&a| {
+                self.dims[a] == 1
+                    && self.strides[a] == 1
+                    && self.padding[a] == (0, 0)
+                    && self.base_dilation[a] == 1
+            })
+            .count()
+    }
+
     /// The same window with a leading axis of window 1, stride 1, no padding or dilation (the
     /// batching rule's batch axis).
     pub(crate) fn with_leading_unit(&self) -> Window {
