@@ -326,7 +326,7 @@ fn matmuls_over_row_blocks_match_the_reference() {
         Tol::REDUCE,
     );
     // A gradient step on the large operand: loss, its gradient (dY @ W^T, row blocks again), an
-    // update. (The gradient of W contracts over the 1201 rows: not cut yet.)
+    // update (the gradient of W, over the 1201 rows, is in tests/segments_layout.rs).
     check_segmented(
         |x: &[Tensor]| {
             let g = brigade::grad(|p: &[Tensor]| {
