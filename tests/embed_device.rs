@@ -186,8 +186,9 @@ fn square_and_sums(a: &[Tensor]) -> Vec<Tensor> {
     vec![a[0].mul(&a[0]), a[0].sum_all(), a[0].sum(1i64, false)]
 }
 
-/// Over the app's 1 MiB binding limit, elementwise kernels and reductions run in segments; a
-/// family not segmented yet (a transpose) is a typed error naming the limit.
+/// Over the app's 1 MiB binding limit, elementwise kernels, reductions and a transpose run in
+/// segments; a family that cannot be cut there (a sort along the leading axis) is a typed error
+/// naming the limit.
 #[test]
 fn an_array_over_the_apps_binding_limit_is_a_typed_error() {
     for backend in BACKENDS {
@@ -197,7 +198,13 @@ fn an_array_over_the_apps_binding_limit_is_a_typed_error() {
         // 300 000 f32 = 1 200 000 bytes > 1 MiB.
         let x = rand_f32(&[600, 500], 3);
         check_here(&dev, square_and_sums, std::slice::from_ref(&x), Tol::REDUCE);
-        let r = jit(|a: &[Tensor]| vec![a[0].transpose(&[1, 0])])
+        check_here(
+            &dev,
+            |a: &[Tensor]| vec![a[0].transpose(&[1, 0])],
+            std::slice::from_ref(&x),
+            Tol::EXACT,
+        );
+        let r = jit(|a: &[Tensor]| vec![a[0].argsort(0)])
             .on(&dev)
             .call(&[x]);
         match r {
@@ -216,7 +223,7 @@ fn an_array_over_the_apps_binding_limit_is_a_typed_error() {
                 );
             }
             other => panic!(
-                "{}: expected OverLimit for a transpose, got {other:?}",
+                "{}: expected OverLimit for a leading-axis argsort, got {other:?}",
                 dev.name()
             ),
         }
