@@ -8,8 +8,9 @@
 //! 2. runs a jitted softmax-and-matmul on it, planned within those limits, and checks it against
 //!    the CPU reference interpreter;
 //! 3. squares and sums an array over the 1 MiB binding limit in segments (kernels bind it a
-//!    segment or a block of rows at a time) and refuses its transpose, a layout op not segmented
-//!    yet, with a typed `Error::OverLimit`;
+//!    segment or a block of rows at a time), transposes it in segments too, and refuses its
+//!    argsort along axis 0 (a sort that cannot be cut into bindings) with a typed
+//!    `Error::OverLimit`;
 //! 4. refuses a device whose workgroups are narrower than its kernels (`max_compute_workgroup_size_x`
 //!    64) with a typed `Error::Unsupported` naming the limit;
 //! 5. lets go of the device on `Device::destroy` without destroying it: the app's device still runs
@@ -166,19 +167,32 @@ fn on_adapter(adapter: &wgpu::Adapter) -> Result<bool> {
         );
         ok = false;
     }
-    match jit(|a: &[Tensor]| vec![a[0].transpose(&[1, 0])])
+    // Its transpose runs in segments too (one dispatch per pair of segments it touches).
+    let t = jit(|a: &[Tensor]| vec![a[0].transpose(&[1, 0])])
+        .on(&dev)
+        .call(std::slice::from_ref(&big))?;
+    let t = t[0].to_vec::<f32>()?;
+    let transposed = (0..1024).all(|c| (0..512).all(|r| t[c * 512 + r] == values[r * 1024 + c]));
+    if transposed {
+        println!("  its transpose, 2 MiB over the 1 MiB binding, equal to the host's ✓");
+    } else {
+        println!("  MISMATCH: the segmented transpose of the 2 MiB array");
+        ok = false;
+    }
+    // A sort along the leading axis cannot be cut into bindings: a typed refusal.
+    match jit(|a: &[Tensor]| vec![a[0].argsort(0)])
         .on(&dev)
         .call(&[big])
     {
-        Err(e @ Error::OverLimit { .. }) => println!("  its transpose refused as expected: {e}"),
+        Err(e @ Error::OverLimit { .. }) => {
+            println!("  its argsort along axis 0 refused as expected: {e}")
+        }
         Err(e) => {
-            println!("  UNEXPECTED error for the transpose of the 2 MiB array: {e}");
+            println!("  UNEXPECTED error for the leading-axis argsort of the 2 MiB array: {e}");
             ok = false;
         }
         Ok(_) => {
-            println!(
-                "  UNEXPECTED: a 2 MiB transpose ran (segmented layout ops are not implemented)"
-            );
+            println!("  UNEXPECTED: a leading-axis argsort over segments ran (it is refused)");
             ok = false;
         }
     }
