@@ -20,16 +20,10 @@
 
 use brigade::{Array, Device, Error, Result, Tensor, jit, reference, wgpu};
 
-/// Deterministic data in [-2, 2).
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(7);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
-        })
-        .collect()
-}
+#[path = "common/util.rs"]
+#[allow(dead_code)] // only `data` is used here
+mod util;
+use util::data;
 
 /// The backends to try: the one `BRIGADE_DEVICES` names first, else Vulkan and GL.
 fn backends() -> Vec<(wgpu::Backends, &'static str)> {

@@ -92,6 +92,31 @@ pub struct Parallel<F> {
     emulated: SyncLru<Key, Arc<Executable>>,
 }
 
+/// Entry `j` of a per-output list where one entry serves every output.
+fn entry(v: &[Option<usize>], j: usize) -> Option<usize> {
+    if v.len() == 1 {
+        v[0]
+    } else {
+        v.get(j).copied().flatten()
+    }
+}
+
+/// `vmap` of a one-axis map, for one argument or output: from the batch axis `v` (in the full
+/// array) and the device axis `p` (in the array without the batch axis), the device axis in the
+/// full array and the batch axis in a device's part (pmap removes the device axis; split mode
+/// keeps it).
+fn swap_axes(split: bool, v: Option<usize>, p: Option<usize>) -> (Option<usize>, Option<usize>) {
+    match (v, p) {
+        (v, None) => (None, v),
+        (None, p) => (p, None),
+        (Some(v), Some(p)) => {
+            let full = if p >= v { p + 1 } else { p };
+            let inner = if !split && v > full { v - 1 } else { v };
+            (Some(full), Some(inner))
+        }
+    }
+}
+
 /// The arguments of a call: borrowed (`call`) or given up (`call_donating`).
 enum ArgsIn<'a> {
     Borrowed(&'a [Array]),
@@ -332,6 +357,12 @@ where
         out_axes: &[Option<usize>],
         axis_name: Option<&str>,
     ) -> Parallel<impl Fn(&[Tensor]) -> Vec<Tensor>> {
+        // Per output (one entry for all): where the batch axis goes.
+        let vm_out = if out_axes.is_empty() {
+            vec![Some(0)]
+        } else {
+            out_axes.to_vec()
+        };
         #[allow(clippy::type_complexity)]
         let (outer_in, outer_out, inner_in, inner_out, in_specs, out_specs): (
             Option<Vec<Option<usize>>>,
@@ -348,11 +379,7 @@ where
                 .enumerate()
                 .map(|(i, &a)| a.filter(|_| !self.static_argnums.contains(&i)))
                 .collect();
-            let inner_out = if out_axes.is_empty() {
-                vec![Some(0)]
-            } else {
-                out_axes.to_vec()
-            };
+            let inner_out = vm_out;
             let in_specs = self.in_specs.as_ref().map(|specs| {
                 specs
                     .iter()
@@ -370,12 +397,7 @@ where
                 (0..k)
                     .map(|j| {
                         let s = &specs[j.min(specs.len() - 1)];
-                        let a = if inner_out.len() == 1 {
-                            inner_out[0]
-                        } else {
-                            inner_out.get(j).copied().flatten()
-                        };
-                        a.map_or_else(|| s.clone(), |a| s.with_unsplit_dim(a))
+                        entry(&inner_out, j).map_or_else(|| s.clone(), |a| s.with_unsplit_dim(a))
                     })
                     .collect::<Vec<_>>()
             });
@@ -398,15 +420,7 @@ where
                             if self.static_argnums.contains(&i) {
                                 return (pa, None);
                             }
-                            match (va, pa) {
-                                (va, None) => (None, va),
-                                (None, pa) => (pa, None),
-                                (Some(va), Some(pa)) => {
-                                    let full = if pa >= va { pa + 1 } else { pa };
-                                    let inner = if !split && va > full { va - 1 } else { va };
-                                    (Some(full), Some(inner))
-                                }
-                            }
+                            swap_axes(split, va, pa)
                         })
                         .unzip()
                 } else {
@@ -416,29 +430,9 @@ where
             // Per output (one entry for all when both lists have one): where the device axis and the
             // batch axis go.
             let map_out = self.out_axes.clone().unwrap_or_else(|| vec![Some(0)]);
-            let vm_out = if out_axes.is_empty() {
-                vec![Some(0)]
-            } else {
-                out_axes.to_vec()
-            };
             let k = map_out.len().max(vm_out.len());
-            let pick = |v: &[Option<usize>], j: usize| {
-                if v.len() == 1 {
-                    v[0]
-                } else {
-                    v.get(j).copied().flatten()
-                }
-            };
             let (outer_out, inner_out): (Vec<Option<usize>>, Vec<Option<usize>>) = (0..k)
-                .map(|j| match (pick(&vm_out, j), pick(&map_out, j)) {
-                    (vo, None) => (None, vo),
-                    (None, po) => (po, None),
-                    (Some(vo), Some(po)) => {
-                        let full = if po >= vo { po + 1 } else { po };
-                        let inner = if !split && vo > full { vo - 1 } else { vo };
-                        (Some(full), Some(inner))
-                    }
-                })
+                .map(|j| swap_axes(split, entry(&vm_out, j), entry(&map_out, j)))
                 .unzip();
             (
                 Some(outer_in),
