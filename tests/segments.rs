@@ -325,6 +325,19 @@ fn matmuls_over_row_blocks_match_the_reference() {
         &[rand_f32(&[300, 8, 16], 63), rand_f32(&[300, 16, 8], 64)],
         Tol::REDUCE,
     );
+    // Batched matmuls whose 64 entries exceed one binding: one matmul per entry, concatenated
+    // along the batch (21 entries of 4 680 bytes in A), and entries each over the limit
+    // themselves (2 x [150, 131] in A, 78 600 bytes each: cut again into row blocks).
+    check_segmented(
+        |x: &[Tensor]| vec![x[0].matmul(&x[1])],
+        &[rand_f32(&[21, 39, 30], 69), rand_f32(&[21, 30, 17], 70)],
+        Tol::REDUCE,
+    );
+    check_segmented(
+        |x: &[Tensor]| vec![x[0].matmul(&x[1])],
+        &[rand_f32(&[2, 150, 131], 73), rand_f32(&[2, 131, 9], 74)],
+        Tol::REDUCE,
+    );
     // A gradient step on the large operand: loss, its gradient (dY @ W^T, row blocks again), an
     // update (the gradient of W, over the 1201 rows, is in tests/segments_layout.rs).
     check_segmented(

@@ -40,8 +40,8 @@
 //! leading axis, an input dilation along a cut axis, a channels-first convolution of one batch
 //! entry over the limit, and a row over one binding are refused.
 //!
-//! Refused ([`unsupported`]): batched matmuls whose 64 batch entries exceed one binding, the
-//! reduction, window, convolution and sort cases named above and in [`blocked`], and kernels of
+//! Batched matmuls whose 64 batch entries exceed one binding become one matmul per entry
+//! ([`split_contractions`]). Refused ([`unsupported`]): the reduction, window, convolution and sort cases named above and in [`blocked`], and kernels of
 //! the other families binding a large array.
 
 use crate::device::DeviceLimits;
@@ -1468,6 +1468,9 @@ enum Split {
     M,
     /// `B`'s rows (or a single row of `C`) are too wide: `C`'s columns in blocks, concatenated.
     N,
+    /// A batched matmul whose 64 batch entries exceed one binding: one `[1, m, k] x [1, k, n]`
+    /// matmul per entry (each cut further by the next pass if needed), concatenated.
+    Batch,
 }
 
 /// `g` with every canonical `[1, m, k] x [1, k, n]` matmul that [`blocked`] cannot cut (64 rows
@@ -1481,6 +1484,9 @@ enum Split {
 ///   the result does too); otherwise a slice of `A`'s columns.
 /// - `C` too wide: blocks of rows of `A`, their products concatenated along the rows.
 /// - `B` too wide: blocks of columns of `B`, their products concatenated along the columns.
+/// - A batched matmul whose 64 batch entries exceed one binding: one matmul per batch entry
+///   (`A[i] @ B[i]`, each cut further by the next pass when needed), concatenated along the
+///   batch.
 ///
 /// Slices and concatenations of large arrays are buffer copies ([`copies`]) or remaps over
 /// windows ([`remap`]).
@@ -1505,8 +1511,17 @@ fn split_of(
         return None;
     };
     let (a, c) = (g.aval(e.inputs[0]), g.aval(e.out));
-    if !super::is_canonical_dot(d) || a.shape[0] != 1 {
+    if !super::is_canonical_dot(d) {
         return None;
+    }
+    if a.shape[0] != 1 {
+        let b = g.aval(e.inputs[1]);
+        let any_big = [e.inputs[0], e.inputs[1], e.out]
+            .iter()
+            .any(|&v| too_big(g, v, limits));
+        let rows = [row_bytes(a), row_bytes(b), row_bytes(c)];
+        return (any_big && rows_per_block(a.shape[0], &rows, limits).is_none())
+            .then_some(Split::Batch);
     }
     let (m, k, n) = (a.shape[1], a.shape[2], c.shape[2]);
     let elem = a.dtype.size_bytes();
@@ -1545,7 +1560,7 @@ fn split_pass(g: &Graph, limits: &DeviceLimits) -> Option<Graph> {
         };
         changed = true;
         let (a, c) = (g.aval(e.inputs[0]), g.aval(e.out));
-        let (m, k, n) = (a.shape[1], a.shape[2], c.shape[2]);
+        let (batch, m, k, n) = (a.shape[0], a.shape[1], a.shape[2], c.shape[2]);
         let dt = a.dtype;
         let elem = dt.size_bytes();
         // Pieces along the cut axis of `len`, each with `cross` elements across it: the whole
@@ -1634,6 +1649,13 @@ fn split_pass(g: &Graph, limits: &DeviceLimits) -> Option<Graph> {
                     matmul(&mut out, e.inputs[0], bj, m, n1 - n0)
                 })
                 .collect(),
+            Split::Batch => (0..batch)
+                .map(|i| {
+                    let ai = slice(&mut out, e.inputs[0], vec![i, 0, 0], vec![i + 1, m, k]);
+                    let bi = slice(&mut out, e.inputs[1], vec![i, 0, 0], vec![i + 1, k, n]);
+                    matmul(&mut out, ai, bi, m, n)
+                })
+                .collect(),
         };
         // Join the parts into `e.out`: added up in order, or concatenated.
         match split {
@@ -1660,8 +1682,12 @@ fn split_pass(g: &Graph, limits: &DeviceLimits) -> Option<Graph> {
                     ));
                 }
             }
-            Split::M | Split::N => {
-                let axis = if split == Split::M { 1 } else { 2 };
+            Split::M | Split::N | Split::Batch => {
+                let axis = match split {
+                    Split::Batch => 0,
+                    Split::M => 1,
+                    _ => 2,
+                };
                 out.eqns.push(Eqn::new(
                     Prim::Layout(LayoutOp::Concatenate { axis }),
                     parts,
