@@ -321,9 +321,18 @@ fn convolutions_of_one_large_image_read_overlapping_rows() {
 
 #[test]
 fn argsort_over_blocks_of_rows() {
-    // Rows of 257 f32 (63 per block) with ties and NaNs; the last axis of a 3-d array.
+    // Rows of 257 f32 (63 per block) with ties and NaNs; the last axis of a 3-d array. The
+    // sorted values too (gathered through the segmented `take_along_axis`), ascending and
+    // descending (NaNs last, ties stable).
     check_segmented(
-        |t: &[Tensor]| vec![t[0].argsort(1), t[1].argsort(2)],
+        |t: &[Tensor]| {
+            vec![
+                t[0].argsort(1),
+                t[1].argsort(2),
+                t[0].sort(1),
+                brigade::numpy::sort(&t[1], Some(2), true),
+            ]
+        },
         &[
             ties_and_nans(&ODD, 121, &[5, 300, 257 * 40 + 7]),
             rand_f32(&[3, 301, 90], 122),
