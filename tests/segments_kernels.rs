@@ -97,6 +97,32 @@ fn reductions_with_rows_wider_than_64_per_binding() {
     );
 }
 
+#[test]
+fn reductions_whose_partials_exceed_one_binding_are_cut_along_a_kept_axis() {
+    // Column sums and arg-reductions of [300, 1201]: one slice of the reduced axis is 4 804
+    // bytes, so chunks of 13 rows give 24 partials of 4 864 bytes (116 736 bytes, over the
+    // limit): the columns are cut in two pieces, each reduced in chunks, then concatenated.
+    // A mean over the middle axis of [3, 200, 701] (27 partials of 3 072 bytes), and a column
+    // sum whose result alone (17 001 f32, 68 004 bytes) is over the limit (16 pieces).
+    check_segmented(
+        |x: &[Tensor]| {
+            vec![
+                x[0].sum(0i64, false),
+                x[0].argmax(0, false),
+                x[0].argmin(0, true),
+                x[1].mean(1i64, false),
+                x[2].sum(0i64, false),
+            ]
+        },
+        &[
+            ties_and_nans(&[300, 1201], 95, &[290 * 1201 + 5, 70 * 1201 + 5, 3]),
+            rand_f32(&[3, 200, 701], 96),
+            rand_f32(&[40, 17_001], 97),
+        ],
+        Tol::REDUCE,
+    );
+}
+
 /// NCHW, 81 KiB: 15 rows (batch x channels) of 33 x 41 f32, 12 per block.
 const POOL: [usize; 4] = [3, 5, 33, 41];
 

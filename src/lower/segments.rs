@@ -27,7 +27,10 @@
 //! and a row over one binding into chunks of its reduced axis whose partial results (an
 //! arg-reduction's: the chunk's extreme value and index) one program combines, keeping the
 //! kernel's rules across chunks (first index on ties, NaN first). A block's range that starts
-//! off the 256-byte alignment is staged through a copy to or from a slot of its own.
+//! off the 256-byte alignment is staged through a copy to or from a slot of its own. Where even
+//! that cannot fit (a slice of the reduced axis, the partials or the combined result over one
+//! binding), [`split_contractions`] first cuts the input along a kept axis and concatenates the
+//! pieces' results.
 //!
 //! Kernels of their own are cut along leading axes by their family's rule ([`KernelCut`]):
 //! pooling and its gradients (`reduce_window`, `select_and_scatter_add`, `select_and_gather`) over
@@ -710,6 +713,46 @@ fn normalize(shape: &[usize], reduced: &[usize]) -> Normal {
         rest: rest.iter().map(|g| g.0).collect(),
         red,
     }
+}
+
+/// Whether [`reduction`] can cut a reduction of `x` over `reduced` (giving elements of `oelem`
+/// bytes): one row of kept axes per block, or chunks of the reduced axis whose partial results
+/// and combined result each fit one binding (`arg`: an arg-reduction also keeps the partial
+/// values). The condition [`split_reductions`] cuts kept axes until it holds.
+fn reduction_fits(
+    x: &Aval,
+    reduced: &[usize],
+    oelem: usize,
+    arg: bool,
+    limits: &DeviceLimits,
+) -> bool {
+    let lim = limits.max_storage_buffer_binding_size as usize;
+    let n = normalize(&x.shape, reduced);
+    let elem = x.dtype.size_bytes();
+    let r: usize = n.rest.iter().product();
+    let o = kept_rest(&n);
+    if rows_staged(n.a, &[n.k * r * elem, o * oelem], limits).is_some() {
+        return true;
+    }
+    if n.a * o * oelem > lim {
+        return false;
+    }
+    let Some(kc) = rows_staged(n.k, &[r * elem], limits) else {
+        return false;
+    };
+    let nb = n.a * n.k.div_ceil(kc);
+    let stride = |el: usize| (o * el).max(4).next_multiple_of(ALIGN as usize);
+    nb * stride(oelem) <= lim && (!arg || nb * stride(elem) <= lim)
+}
+
+/// Elements of the result per kept row of a [`Normal`] input: the kept axes of `rest`.
+fn kept_rest(n: &Normal) -> usize {
+    n.rest
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !n.red.contains(&(i + 1)))
+        .map(|(_, &d)| d)
+        .product()
 }
 
 /// A reduction or arg-reduction over arrays larger than one binding, its input seen as
@@ -1488,6 +1531,8 @@ enum Split {
 ///   (`A[i] @ B[i]`, each cut further by the next pass when needed), concatenated along the
 ///   batch.
 ///
+/// Reductions that [`reduction`] cannot cut are split here too ([`split_reduction`]).
+///
 /// Slices and concatenations of large arrays are buffer copies ([`copies`]) or remaps over
 /// windows ([`remap`]).
 pub(crate) fn split_contractions(g: &Graph, limits: &DeviceLimits) -> Graph {
@@ -1554,6 +1599,10 @@ fn split_pass(g: &Graph, limits: &DeviceLimits) -> Option<Graph> {
     let mut changed = false;
     let lim = limits.max_storage_buffer_binding_size as usize;
     for e in &g.eqns {
+        if split_reduction(g, &mut out, e, limits) {
+            changed = true;
+            continue;
+        }
         let Some(split) = split_of(g, &producers, e, limits) else {
             out.eqns.push(e.clone());
             continue;
@@ -1697,6 +1746,75 @@ fn split_pass(g: &Graph, limits: &DeviceLimits) -> Option<Graph> {
         }
     }
     changed.then_some(out)
+}
+
+/// If `e` is a reduction or arg-reduction of a large array that [`reduction`] cannot cut (one
+/// slice of the reduced axis, the partial results or the combined result over one binding),
+/// pushes onto `out` the same reduction of pieces of its input cut along its largest kept axis
+/// after the first reduced one, halved until each piece can be cut, and their results
+/// concatenated; `false` (nothing pushed) when `e` needs no such split or none helps.
+fn split_reduction(g: &Graph, out: &mut Graph, e: &Eqn, limits: &DeviceLimits) -> bool {
+    let (reduced, arg) = match e.prim.lowering() {
+        Lowering::Reduce { axes, .. } => (axes.to_vec(), false),
+        Lowering::ArgReduce { axis, .. } => (vec![axis], true),
+        _ => return false,
+    };
+    let (x, y) = (g.aval(e.inputs[0]), g.aval(e.out));
+    let oelem = y.dtype.size_bytes();
+    if !too_big(g, e.inputs[0], limits) || reduction_fits(x, &reduced, oelem, arg, limits) {
+        return false;
+    }
+    let first = reduced.iter().copied().min().unwrap_or(0);
+    let Some(ax) = (first + 1..x.shape.len())
+        .filter(|i| !reduced.contains(i) && x.shape[*i] > 1)
+        .max_by_key(|&i| (x.shape[i], std::cmp::Reverse(i)))
+    else {
+        return false;
+    };
+    let piece_fits = |len: usize| {
+        let mut p = x.clone();
+        p.shape[ax] = len;
+        reduction_fits(&p, &reduced, oelem, arg, limits)
+    };
+    let mut len = x.shape[ax];
+    while !piece_fits(len) {
+        if len == 1 {
+            return false;
+        }
+        len = len.div_ceil(2);
+    }
+    // The result's axis of `ax`: kept axes before it, in order.
+    let oax = (0..ax).filter(|i| !reduced.contains(i)).count();
+    let mut parts = Vec::new();
+    for s in (0..x.shape[ax]).step_by(len) {
+        let l = len.min(x.shape[ax] - s);
+        let (mut start, mut limit) = (vec![0; x.shape.len()], x.shape.clone());
+        start[ax] = s;
+        limit[ax] = s + l;
+        let mut xs = x.clone();
+        xs.shape[ax] = l;
+        let piece = out.new_var(xs);
+        out.eqns.push(Eqn::new(
+            Prim::Layout(LayoutOp::Slice {
+                stride: vec![1; start.len()],
+                start,
+                limit,
+            }),
+            vec![e.inputs[0]],
+            piece,
+        ));
+        let mut ys = y.clone();
+        ys.shape[oax] = l;
+        let r = out.new_var(ys);
+        out.eqns.push(Eqn::new(e.prim.clone(), vec![piece], r));
+        parts.push(r);
+    }
+    out.eqns.push(Eqn::new(
+        Prim::Layout(LayoutOp::Concatenate { axis: oax }),
+        parts,
+        e.out,
+    ));
+    true
 }
 
 /// Whether equation `e` is lowered by [`blocked`] when its arrays are over one binding: its
