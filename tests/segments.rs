@@ -377,24 +377,29 @@ fn slices_and_concatenations_are_buffer_copies() {
 }
 
 #[test]
-fn families_not_segmented_yet_refuse_with_typed_errors() {
-    let a = rand_f32(&ODD, 41);
-    for dev in devices() {
-        let _g = device_guard(&dev);
-        // Sorting along the leading axis: each row of the sort is a strided column.
-        refused(
-            &dev,
-            |x: &[Tensor]| vec![x[0].argsort(0)],
-            std::slice::from_ref(&a),
-            "`argsort` kernels",
-        );
-        // The device still runs afterwards.
-        let y = jit(|x: &[Tensor]| vec![&x[0] + 1.0])
-            .on(&dev)
-            .call(&[Array::from_vec(vec![1.0f32, 2.0], &[2]).unwrap()])
-            .unwrap();
-        assert_eq!(y[0].to_vec::<f32>().unwrap(), vec![2.0, 3.0]);
-    }
+fn sorts_along_the_leading_axis_run_on_transposed_keys() {
+    // Each row of such a sort is a strided column: the keys are transposed (a remap over
+    // segments), sorted along their last axis over blocks of rows, and the indices transposed
+    // back. Ties (small integers) check the stable order; a 3-d array moves axis 0 last.
+    let ties: Vec<f32> = i32s(numel(&ODD), 41, -4, 4)
+        .into_iter()
+        .map(|v| v as f32)
+        .collect();
+    check_segmented(
+        |x: &[Tensor]| {
+            vec![
+                x[0].argsort(0),
+                x[0].sort(0),
+                brigade::numpy::argsort(&x[0], Some(0), true),
+                x[1].argsort(0),
+            ]
+        },
+        &[
+            Array::from_vec(ties, &ODD).unwrap(),
+            rand_f32(&[301, 3, 90], 42),
+        ],
+        Tol::EXACT,
+    );
 }
 
 /// pmap over a Vulkan and a GL device with the forced limit: every shard over one binding, a

@@ -386,7 +386,7 @@ fn kernels_that_cannot_be_cut_refuse_with_typed_errors() {
             std::slice::from_ref(&a),
             "`reduce_window_max` kernels",
         );
-        // (Sorting along the leading axis: tests/segments.rs.)
+        // (Sorting along the leading axis runs on transposed keys: tests/segments.rs.)
     }
     // One row of the sort over the limit (20 000 keys and their indices): the message names
     // the bytes the row needs.

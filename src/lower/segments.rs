@@ -39,9 +39,10 @@
 //! contracts (per-block partials summed), `argsort` over the rows before its axis (the block's
 //! merge-sort state within one binding too). Window kernels whose window spans the cut axis, and
 //! NHWC convolutions whose batch entries are each over one binding, are cut along that axis into
-//! chunks reading overlapping input rows ([`window_halo`], [`conv_halo`]). A sort along the
-//! leading axis, an input dilation along a cut axis, a channels-first convolution of one batch
-//! entry over the limit, and a row over one binding are refused.
+//! chunks reading overlapping input rows ([`window_halo`], [`conv_halo`]); a sort along the
+//! leading axis first becomes one along the last axis of its keys transposed
+//! ([`split_contractions`]). An input dilation along a cut axis, a channels-first convolution of
+//! one batch entry over the limit, and a sort row over one binding are refused.
 //!
 //! Batched matmuls whose 64 batch entries exceed one binding become one matmul per entry
 //! ([`split_contractions`]). Refused ([`unsupported`]): the reduction, window, convolution and sort cases named above and in [`blocked`], and kernels of
@@ -976,8 +977,9 @@ fn kernel_cut(e: &Eqn) -> Option<std::result::Result<KernelCut, String>> {
         Prim::Conv(_) => Some(Err(
             "neither the batch nor the contracted features lead the operands".into(),
         )),
+        // (A leading-axis sort of rank 2 or more was moved to the last axis by `leading_sort`.)
         Prim::Sort(SortOp::Argsort { axis: 0, .. }) => Some(Err(
-            "it sorts along the leading axis: rows along another axis are cut".into(),
+            "its one sort row, the whole array, must fit one binding".into(),
         )),
         Prim::Sort(SortOp::Argsort { axis, .. }) => rows(
             *axis,
@@ -1531,7 +1533,8 @@ enum Split {
 ///   (`A[i] @ B[i]`, each cut further by the next pass when needed), concatenated along the
 ///   batch.
 ///
-/// Reductions that [`reduction`] cannot cut are split here too ([`split_reduction`]).
+/// Reductions that [`reduction`] cannot cut are split here too ([`split_reduction`]), and sorts
+/// along the leading axis become sorts along the last axis ([`leading_sort`]).
 ///
 /// Slices and concatenations of large arrays are buffer copies ([`copies`]) or remaps over
 /// windows ([`remap`]).
@@ -1599,7 +1602,7 @@ fn split_pass(g: &Graph, limits: &DeviceLimits) -> Option<Graph> {
     let mut changed = false;
     let lim = limits.max_storage_buffer_binding_size as usize;
     for e in &g.eqns {
-        if split_reduction(g, &mut out, e, limits) {
+        if split_reduction(g, &mut out, e, limits) || leading_sort(g, &mut out, e, limits) {
             changed = true;
             continue;
         }
@@ -1812,6 +1815,65 @@ fn split_reduction(g: &Graph, out: &mut Graph, e: &Eqn, limits: &DeviceLimits) -
     out.eqns.push(Eqn::new(
         Prim::Layout(LayoutOp::Concatenate { axis: oax }),
         parts,
+        e.out,
+    ));
+    true
+}
+
+/// If `e` is an argsort along the leading axis of large keys of rank 2 or more (which blocks of
+/// leading rows cannot cut), pushes onto `out` the same argsort along the last axis of the keys
+/// transposed (that axis moved last), its indices transposed back: both transposes are remaps
+/// over segments and the sort runs over blocks of rows. `false` (nothing pushed) otherwise.
+fn leading_sort(g: &Graph, out: &mut Graph, e: &Eqn, limits: &DeviceLimits) -> bool {
+    let Prim::Sort(SortOp::Argsort {
+        axis: 0,
+        descending,
+        order,
+    }) = &e.prim
+    else {
+        return false;
+    };
+    let rank = g.aval(e.out).shape.len();
+    if rank < 2
+        || !e
+            .inputs
+            .iter()
+            .chain([&e.out])
+            .any(|&v| too_big(g, v, limits))
+    {
+        return false;
+    }
+    let to_last: Vec<usize> = (1..rank).chain([0]).collect();
+    let back: Vec<usize> = [rank - 1].into_iter().chain(0..rank - 1).collect();
+    let moved = |out: &mut Graph, v: Var, perm: &[usize]| {
+        let a = out.aval(v).clone();
+        let shape: Vec<usize> = perm.iter().map(|&p| a.shape[p]).collect();
+        let r = out.new_var(Aval::new(shape, a.dtype));
+        out.eqns.push(Eqn::new(
+            Prim::Layout(LayoutOp::Transpose {
+                perm: perm.to_vec(),
+            }),
+            vec![v],
+            r,
+        ));
+        r
+    };
+    let keys: Vec<Var> = e.inputs.iter().map(|&v| moved(out, v, &to_last)).collect();
+    let y = g.aval(e.out);
+    let shape: Vec<usize> = to_last.iter().map(|&p| y.shape[p]).collect();
+    let idx = out.new_var(Aval::new(shape, y.dtype));
+    out.eqns.push(Eqn::new(
+        Prim::Sort(SortOp::Argsort {
+            axis: rank - 1,
+            descending: *descending,
+            order: *order,
+        }),
+        keys,
+        idx,
+    ));
+    out.eqns.push(Eqn::new(
+        Prim::Layout(LayoutOp::Transpose { perm: back }),
+        vec![idx],
         e.out,
     ));
     true
