@@ -25,6 +25,7 @@ use brigade::{
 mod data_parallel_training;
 use data_parallel_training::{BATCH, HIDDEN, TRAIN, load, loss};
 
+#[allow(dead_code)]
 #[path = "common/util.rs"]
 mod util;
 
