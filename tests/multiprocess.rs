@@ -128,6 +128,39 @@ fn collectives(devices: &[Device], offset: usize, total: usize, wide: bool) -> R
     Ok(lines)
 }
 
+/// Fast mode's program: one exchange of all-reduces only (so MPI_Allreduce takes it).
+fn all_reduces(devices: &[Device], offset: usize) -> Result<Vec<String>> {
+    let n = devices.len();
+    let x: Vec<f32> = (0..n).flat_map(|d| data(24, offset + d)).collect();
+    let x = Array::from_vec(x, &[n, 8, 3])?;
+    let f = pmap(|a: &[Tensor]| {
+        let x = &a[0];
+        vec![
+            psum(&(x * 1000.0).cast(DType::I32), "i"),
+            pmax(x, "i"),
+            pmin(x, "i"),
+            psum(x, "i"),
+        ]
+    })
+    .axis_name("i")
+    .devices(devices);
+    let mut lines = Vec::new();
+    for (name, out) in ["psum_i32", "pmax", "pmin", "psum"]
+        .iter()
+        .zip(f.call(&[x])?)
+    {
+        for (d, s) in out.shards().expect("sharded").iter().enumerate() {
+            let h = s.to_host()?;
+            lines.push(format!(
+                "{name} {} {:016x}",
+                offset + d,
+                fingerprint(&h.data.to_bytes())
+            ));
+        }
+    }
+    Ok(lines)
+}
+
 /// Report `e` for the launching test and leave at once (after a failed exchange MPI cannot
 /// finalize).
 fn fail(e: brigade::Error) -> ! {
@@ -169,7 +202,14 @@ fn worker() {
         brigade::distributed::shutdown();
         return;
     }
-    let lines = collectives(&devices, p * n, count * n, wide).unwrap_or_else(|e| fail(e));
+    let lines = match task.as_str() {
+        "fast" => {
+            brigade::distributed::set_fast(true);
+            all_reduces(&devices, p * n)
+        }
+        _ => collectives(&devices, p * n, count * n, wide),
+    }
+    .unwrap_or_else(|e| fail(e));
     for l in lines {
         println!("LINE {l}");
     }
@@ -328,6 +368,45 @@ fn collectives_vulkan_2_processes() {
 #[test]
 fn collectives_vulkan_4_processes() {
     check_collectives(4, "vulkan:1", "vulkan:4");
+}
+
+/// Fast mode (MPI_Allreduce): integer sums, max and min are exact whatever MPI's order, so they
+/// equal the one-process bits; the float sum is only promised equal on every process.
+#[test]
+fn fast_mode_all_reduces() {
+    let rt = pollster::block_on(Runtime::builder().layout_str("cpu:4").build()).expect("cpu:4");
+    let want: BTreeSet<String> = all_reduces(rt.devices(), 0)
+        .expect("one process")
+        .into_iter()
+        .collect();
+    let run = run_workers(4, "cpu:1", "fast", "60");
+    assert!(
+        run.success,
+        "fast mode failed\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    let got: BTreeSet<String> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("LINE ").map(|(_, r)| r.to_string()))
+        .collect();
+    let exact = |l: &&String| !l.starts_with("psum ");
+    let (w, g): (BTreeSet<_>, BTreeSet<_>) = (
+        want.iter().filter(exact).collect(),
+        got.iter().filter(exact).collect(),
+    );
+    assert_eq!(w, g, "exact all-reduces in fast mode\n{}", run.stdout);
+    let sums: BTreeSet<&str> = got
+        .iter()
+        .filter(|l| l.starts_with("psum "))
+        .map(|l| l.rsplit(' ').next().unwrap_or(""))
+        .collect();
+    let n_sums = got.iter().filter(|l| l.starts_with("psum ")).count();
+    assert!(
+        n_sums == 4 && sums.len() == 1,
+        "the float sum is one value on all 4 devices: {sums:?}\n{}",
+        run.stdout
+    );
 }
 
 /// The last process traces a wider operand: every process fails with the divergence error,
