@@ -305,9 +305,21 @@ pub(crate) fn exchange(header: &str, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
         payloads.push(part[8 + h..].to_vec());
     }
     if headers.iter().any(|h| *h != headers[0]) {
+        // Name the first collective where they differ (headers are `; `-separated lists).
+        let items: Vec<Vec<&str>> = headers.iter().map(|h| h.split("; ").collect()).collect();
+        let k = (0..)
+            .find(|&k| items.iter().any(|i| i.get(k) != items[0].get(k)))
+            .expect("the headers differ");
+        let shown: Vec<String> = items
+            .iter()
+            .map(|i| match i.get(k) {
+                Some(item) => format!("collective {} of {}: {item}", k + 1, i.len()),
+                None => format!("no collective {} (it has {})", k + 1, i.len()),
+            })
+            .collect();
         // Group the processes by what they reached, in process order.
         let mut seen: Vec<(&str, Vec<usize>)> = Vec::new();
-        for (p, h) in headers.iter().enumerate() {
+        for (p, h) in shown.iter().enumerate() {
             match seen.iter_mut().find(|(x, _)| *x == h) {
                 Some((_, ps)) => ps.push(p),
                 None => seen.push((h, vec![p])),

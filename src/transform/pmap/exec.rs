@@ -495,7 +495,7 @@ impl ParallelExe {
                 )
             })
             .collect::<Vec<_>>()
-            .join(", ");
+            .join("; ");
         let header = format!("{header} on {n} devices of {total}");
         let per_process = crate::distributed::exchange(&header, &pieces.concat())?;
         // The headers matched, so every process sent pieces of these lengths in this order.
