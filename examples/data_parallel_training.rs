@@ -21,12 +21,12 @@ use brigade::{
 };
 
 const DIGITS: &[u8] = include_bytes!("../data/digits.bin");
-const HIDDEN: usize = 32;
-const BATCH: usize = 240; // divisible by 1, 2, 3, 4, 5, 6 and 8 devices
-const TRAIN: usize = 1440;
+pub const HIDDEN: usize = 32;
+pub const BATCH: usize = 240; // divisible by 1, 2, 3, 4, 5, 6 and 8 devices
+pub const TRAIN: usize = 1440;
 
 /// Pixels scaled to [0, 1] and labels, from the shipped file.
-fn load() -> Result<(Vec<f32>, Vec<i32>)> {
+pub fn load() -> Result<(Vec<f32>, Vec<i32>)> {
     let bad = |detail: &str| brigade::Error::BadShapeArg {
         op: "digits.bin",
         shape: vec![DIGITS.len()],
@@ -48,13 +48,13 @@ fn load() -> Result<(Vec<f32>, Vec<i32>)> {
 }
 
 /// Logits of the MLP: 64 → HIDDEN (tanh) → 10.
-fn forward(p: &[Tensor], x: &Tensor) -> Tensor {
+pub fn forward(p: &[Tensor], x: &Tensor) -> Tensor {
     let h = (x.matmul(&p[0]) + &p[1]).tanh();
     h.matmul(&p[2]) + &p[3]
 }
 
 /// Mean cross-entropy of the batch.
-fn loss(p: &[Tensor], x: &Tensor, y: &Tensor) -> Tensor {
+pub fn loss(p: &[Tensor], x: &Tensor, y: &Tensor) -> Tensor {
     let logp = forward(p, x).log_softmax(-1);
     -(&logp * &y.one_hot(10).cast(DType::F32)).sum_all() / x.shape()[0] as f32
 }

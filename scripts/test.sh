@@ -201,6 +201,25 @@ setup_data_packages() {
     log "data packages present: ${DATA_APT_PKGS[*]}"
 }
 
+# 2c. Multi-process meshes (feature `mpi`): Open MPI, and libclang for rsmpi's bindgen.
+MPI_APT_PKGS=(openmpi-bin libopenmpi-dev libclang-dev)
+setup_mpi_packages() {
+    local missing=() p
+    for p in "${MPI_APT_PKGS[@]}"; do pkg_installed "$p" || missing+=("$p"); done
+    if (( ${#missing[@]} )); then
+        log "installing ${missing[*]}"
+        apt_get update -q
+        apt_get install -y -q "${missing[@]}"
+    fi
+    log "mpi packages present: ${MPI_APT_PKGS[*]}"
+}
+
+# tests/multiprocess.rs runs `mpirun -n 2` / `-n 4` on its own binary and on the example.
+mpi_test() {
+    cargo build --features mpi --example multihost_training
+    cargo test --features mpi --test multiprocess
+}
+
 # 3. Rust targets for the cross-target checks, and clippy/rustfmt.
 setup_rust() {
     command -v rustup >/dev/null || die "rustup not found: the Rust toolchain is installed with rustup"
@@ -353,6 +372,12 @@ if (( ! QUICK )); then
 fi
 run_step "cargo test --all-targets" cargo test --all-targets "$@"
 run_step "cargo test --doc" cargo test --doc "$@"
+run_step "mpi: Open MPI, libclang" setup_mpi_packages
+if (( ! QUICK )); then
+    run_step "mpi: cargo clippy --features mpi" cargo clippy --features mpi --lib \
+        --example multihost_training --test multiprocess -- -D warnings
+fi
+run_step "mpi: multi-process tests (mpirun)" mpi_test
 # The tour (the README's first command) on every adapter found; it exits non-zero if any
 # result differs from the CPU reference. Debug build: the test step already compiled it.
 run_step "tour (every scenario, verified)" cargo run --example tour

@@ -348,6 +348,29 @@ pub enum Error {
         got: String,
     },
 
+    // ---- processes (multi-process meshes, feature `mpi`) ------------------------------------
+    /// The processes of a multi-process run reached an exchange with different collectives,
+    /// shapes or sequence numbers: their programs diverged. Raised on every process.
+    #[error(
+        "processes diverged at exchange #{exchange}: {detail}\nhelp: every process must run the same parallel calls in the same order on arrays of the same shapes (trace with shapes that do not depend on the process index)"
+    )]
+    ProcessDivergence { exchange: u64, detail: String },
+
+    /// MPI failed, or the other processes did not reach an exchange before the timeout (one exited
+    /// early or is stuck). MPI state is unusable afterwards: end the process.
+    #[error("{op}: {detail}")]
+    ProcessFailure { op: &'static str, detail: String },
+
+    /// Data access to a device of another process.
+    #[error(
+        "device {device} belongs to process {owner}, not to this process ({here}): only this process's devices (distributed::local_devices) hold data here; read the addressable shards, or gather inside pmap first"
+    )]
+    NotAddressable {
+        device: usize,
+        owner: usize,
+        here: usize,
+    },
+
     // ---- compilation -------------------------------------------------------------------------
     /// A generated shader failed naga validation or pipeline creation.
     #[error("shader `{kernel}` failed to compile: {message}\n---- WGSL ----\n{wgsl}")]
@@ -396,6 +419,8 @@ impl Error {
                 | Error::BranchMismatch { .. }
                 | Error::CarryMismatch { .. }
                 | Error::BadBuffer { .. }
+                | Error::ProcessDivergence { .. }
+                | Error::NotAddressable { .. }
         )
     }
 }

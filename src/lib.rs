@@ -7,6 +7,8 @@ pub mod counters;
 pub mod cpu;
 pub mod debug;
 pub mod device;
+#[cfg(feature = "mpi")]
+pub mod distributed;
 pub mod dtype;
 pub mod error;
 mod exec;

@@ -39,6 +39,9 @@ pub(super) struct ParallelExe {
     /// into memory that is already mapped in. A call takes it out for its exchange and puts it
     /// back after (a concurrent call meanwhile finds it empty and grows its own).
     pub(super) scratch: Mutex<Vec<u32>>,
+    /// A call spanning processes (feature `mpi`): this process's first global device index and
+    /// the global device count. The axes then count every process's devices.
+    pub(super) global: Option<(usize, usize)>,
 }
 
 // One traced parallel program is shared by the threads that call its map.
@@ -98,7 +101,27 @@ impl ParallelExe {
             out_layouts,
             index_arrays: Mutex::new(HashMap::new()),
             scratch: Mutex::new(Vec::new()),
+            global: None,
         }
+    }
+
+    /// Make this program (and its host loops' bodies) span processes: `global` as in
+    /// [`ParallelExe::global`].
+    pub(super) fn spanning(mut self, global: Option<(usize, usize)>) -> ParallelExe {
+        self.global = global;
+        self.loop_bodies = std::mem::take(&mut self.loop_bodies)
+            .into_iter()
+            .map(|b| {
+                let b = Arc::try_unwrap(b).unwrap_or_else(|_| unreachable!("built just now"));
+                Arc::new(b.spanning(global))
+            })
+            .collect();
+        self
+    }
+
+    /// The global index of local device `d` (its own index in a one-process call).
+    fn global_index(&self, d: usize) -> usize {
+        self.global.map_or(0, |(offset, _)| offset) + d
     }
 
     /// A small program for a loop's bookkeeping (slicing `xs`, stacking `ys`), cached by signature.
@@ -213,7 +236,7 @@ impl ParallelExe {
         for (v, name) in &self.plan.axis_index {
             let p = self.axes.iter().position(|(a, _)| a == name).unwrap_or(0);
             for (d, dev) in devices.iter().enumerate() {
-                let k = crate::mesh::coords(&self.axes, d)[p];
+                let k = crate::mesh::coords(&self.axes, self.global_index(d))[p];
                 let key = (dev.inner.id, k);
                 let cached = lock(&self.index_arrays).get(&key).cloned();
                 let a = match cached {
@@ -310,7 +333,7 @@ impl ParallelExe {
                     let at: Vec<String> = self
                         .axes
                         .iter()
-                        .zip(crate::mesh::coords(&self.axes, d))
+                        .zip(crate::mesh::coords(&self.axes, self.global_index(d)))
                         .map(|((a, _), k)| format!("{a}={k}"))
                         .collect();
                     let tag = format!("{} {}", crate::debug::device_tag(dev), at.join(" "));
@@ -333,6 +356,10 @@ impl ParallelExe {
         env: &[HashMap<Var, Array>],
         exchange: &[Exchange],
     ) -> Result<Vec<(Var, Vec<Array>)>> {
+        #[cfg(feature = "mpi")]
+        if let Some(global) = self.global {
+            return self.exchange_global(devices, env, exchange, global).await;
+        }
         let n = devices.len();
         // All-reduces of 32-bit numbers on GPU devices fold straight from the mapped staging memory
         // into a reused host buffer, which is written to every device.
@@ -421,6 +448,160 @@ impl ParallelExe {
                 }
                 results.push((x.out, arrays.into_iter().map(Option::unwrap).collect()));
             }
+        }
+        Ok(results)
+    }
+}
+
+#[cfg(feature = "mpi")]
+impl ParallelExe {
+    /// [`ParallelExe::exchange`] across processes: read this process's operands, all-gather every
+    /// process's (after the header check of [`crate::distributed::exchange`]), combine each
+    /// group in global device order — the same fold as one process holding every device — and
+    /// write this process's devices their results.
+    async fn exchange_global(
+        &self,
+        devices: &[Device],
+        env: &[HashMap<Var, Array>],
+        exchange: &[Exchange],
+        (offset, total): (usize, usize),
+    ) -> Result<Vec<(Var, Vec<Array>)>> {
+        let n = devices.len();
+        let operands: Vec<Array> = exchange
+            .iter()
+            .flat_map(|x| (0..n).map(|d| env[d][&x.input].clone()).collect::<Vec<_>>())
+            .collect();
+        let host = read_all(&operands).await?;
+        let fast_ok = |x: &Exchange| {
+            x.collective.is_all_reduce()
+                && self.graph.aval(x.input).dtype != crate::DType::Bool
+                && self.groups(x).len() == 1
+        };
+        if crate::distributed::is_fast() && exchange.iter().all(fast_ok) {
+            return self.exchange_fast(devices, exchange, host, total);
+        }
+        let pieces: Vec<Vec<u8>> = host.iter().map(|h| h.data.to_bytes()).collect();
+        let header = exchange
+            .iter()
+            .map(|x| {
+                let (i, o) = (self.graph.aval(x.input), self.graph.aval(x.out));
+                format!(
+                    "{} over {:?} of {:?} {:?} -> {:?}",
+                    x.collective.name(),
+                    x.axes,
+                    i.dtype,
+                    i.shape,
+                    o.shape
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let header = format!("{header} on {n} devices of {total}");
+        let per_process = crate::distributed::exchange(&header, &pieces.concat())?;
+        // The headers matched, so every process sent pieces of these lengths in this order.
+        let want: usize = pieces.iter().map(Vec::len).sum();
+        for (p, bytes) in per_process.iter().enumerate() {
+            if bytes.len() != want {
+                return Err(Error::ProcessFailure {
+                    op: "distributed exchange",
+                    detail: format!(
+                        "process {p} sent {} bytes of operands, this process {want}: the processes disagree on the operands' sizes",
+                        bytes.len()
+                    ),
+                });
+            }
+        }
+        let mut at = vec![0usize; per_process.len()];
+        let mut results = Vec::with_capacity(exchange.len());
+        for (k, x) in exchange.iter().enumerate() {
+            let aval = self.graph.aval(x.input);
+            // Process-major: process p's device d is global device p * n + d.
+            let mut all: Vec<Option<HostArray>> = Vec::with_capacity(total);
+            for (p, bytes) in per_process.iter().enumerate() {
+                for d in 0..n {
+                    let len = pieces[k * n + d].len();
+                    let data = crate::HostData::from_bytes(aval.dtype, &bytes[at[p]..at[p] + len]);
+                    at[p] += len;
+                    all.push(Some(HostArray::new(aval.shape.clone(), data)?));
+                }
+            }
+            let mut arrays: Vec<Option<Array>> = vec![None; n];
+            for group in self.groups(x) {
+                let mine = group.iter().any(|g| (offset..offset + n).contains(g));
+                let parts: Vec<HostArray> = group
+                    .iter()
+                    .map(|&g| all[g].take().expect("every device is in one group"))
+                    .collect();
+                if !mine {
+                    continue;
+                }
+                let combined = x.collective.combine(parts, self.graph.aval(x.out));
+                for (j, &g) in group.iter().enumerate() {
+                    if (offset..offset + n).contains(&g) {
+                        arrays[g - offset] = Some(put(combined.get(j), &devices[g - offset])?);
+                    }
+                }
+            }
+            results.push((
+                x.out,
+                arrays
+                    .into_iter()
+                    .map(|a| a.expect("every local device is in one group"))
+                    .collect(),
+            ));
+        }
+        Ok(results)
+    }
+
+    /// Fast mode ([`crate::distributed::set_fast`]): all-reduces over every device, each process
+    /// folding its devices first and MPI_Allreduce combining the processes (not bit-reproducible).
+    fn exchange_fast(
+        &self,
+        devices: &[Device],
+        exchange: &[Exchange],
+        host: Vec<HostArray>,
+        total: usize,
+    ) -> Result<Vec<(Var, Vec<Array>)>> {
+        use crate::distributed::ReduceOp;
+        let n = devices.len();
+        let mut host = host.into_iter();
+        let mut results = Vec::with_capacity(exchange.len());
+        for x in exchange {
+            let out = self.graph.aval(x.out);
+            let (kind, op) = match x.collective.kind {
+                CollectiveKind::Pmax => (CollectiveKind::Pmax, ReduceOp::Max),
+                CollectiveKind::Pmin => (CollectiveKind::Pmin, ReduceOp::Min),
+                _ => (CollectiveKind::Psum, ReduceOp::Sum),
+            };
+            let local = crate::ops::collective::Collective {
+                kind,
+                ..x.collective.clone()
+            }
+            .combine(host.by_ref().take(n).collect(), out);
+            let partial = local.get(0);
+            let header = format!(
+                "{} over {:?} of {:?} {:?} on {n} devices of {total}",
+                x.collective.name(),
+                x.axes,
+                out.dtype,
+                out.shape
+            );
+            let bytes =
+                crate::distributed::all_reduce(&header, &partial.data.to_bytes(), out.dtype, op)?;
+            let mut data = crate::HostData::from_bytes(out.dtype, &bytes);
+            if x.collective.kind == CollectiveKind::Pmean {
+                match &mut data {
+                    crate::HostData::F32(v) => v.iter_mut().for_each(|e| *e /= total as f32),
+                    crate::HostData::F64(v) => v.iter_mut().for_each(|e| *e /= total as f64),
+                    _ => {}
+                }
+            }
+            let reduced = HostArray::new(out.shape.clone(), data)?;
+            let arrays = devices
+                .iter()
+                .map(|dev| put(&reduced, dev))
+                .collect::<Result<Vec<_>>>()?;
+            results.push((x.out, arrays));
         }
         Ok(results)
     }

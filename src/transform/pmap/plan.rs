@@ -313,10 +313,16 @@ where
         mapped: &[Option<usize>],
     ) -> Result<ParallelExe> {
         let op = self.mode.op();
+        // Across processes (feature `mpi`) the axis counts every process's devices.
+        #[cfg(feature = "mpi")]
+        let global = crate::distributed::span(key.shards);
+        #[cfg(not(feature = "mpi"))]
+        let global: Option<(usize, usize)> = None;
+        let size = global.map_or(key.shards, |(_, total)| total);
         let axes: Vec<(String, usize)> = self
             .axis_name
             .iter()
-            .map(|name| (name.clone(), key.shards))
+            .map(|name| (name.clone(), size))
             .collect();
         let traced = self.trace_graph(args, key, &axes)?;
         // A cond's branches run inline on devices (see `ops::control`): their collectives are
@@ -381,10 +387,11 @@ where
         let axis_label = self.axis_name.clone().unwrap_or_else(|| "shard".into());
         Ok(ParallelExe::build(
             traced,
-            vec![(axis_label, key.shards)],
+            vec![(axis_label, size)],
             out_layouts,
             &self.donated_inputs(),
-        ))
+        )
+        .spanning(global))
     }
 
     /// Trace `f` on the per-device shapes of `key`, with the parallel `axes` bound for collectives.

@@ -1,0 +1,570 @@
+//! Many processes, one mesh (feature `mpi`): the JAX multi-controller model over MPI.
+//!
+//! Every process runs the same program. [`initialize`] joins `MPI_COMM_WORLD` (rank and size)
+//! and exchanges each process's device list; [`devices`] is then the global list, process-major
+//! (process 0's devices first, as JAX orders them), and [`local_devices`] the ones this process
+//! holds. A `pmap` or split-mode `shard_map` called after [`initialize`] (with more than one
+//! process) spans every process: each process passes its own shards (leading axis = its local
+//! device count, the same on every process), `axis_index` is the global device index, and each
+//! collective gathers every process's local operands (MPI all-gather, process order) and combines
+//! them in global device order on every process — so results are the same bits on every process,
+//! and the same as one process running all the devices. A `Mesh` stays within one process.
+//!
+//! Failure is an error, not a hang: before each exchange the processes compare a header (exchange
+//! number, collectives, shapes, dtypes, device count) and raise [`Error::ProcessDivergence`]
+//! everywhere when they differ; every wait is bounded by [`TIMEOUT_ENV`] seconds (default 60), so
+//! a process that exits early makes the others fail with [`Error::ProcessFailure`].
+//!
+//! ```text
+//! mpirun -n 4 target/debug/examples/multihost_training
+//! ```
+
+use crate::{Device, Error, Result};
+use mpi::ffi;
+use mpi::traits::Communicator;
+use std::ffi::{c_int, c_void};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Seconds a process waits for the others at one exchange before it fails (default 60).
+pub const TIMEOUT_ENV: &str = "BRIGADE_MPI_TIMEOUT";
+
+const DEFAULT_TIMEOUT_S: f64 = 60.0;
+
+/// `1`: start in fast mode (see [`set_fast`]).
+pub const FAST_ENV: &str = "BRIGADE_MPI_FAST";
+
+/// A device of the global list: this process's (addressable) or another process's.
+#[derive(Clone)]
+pub struct GlobalDevice {
+    /// Position in the global list (process-major).
+    pub id: usize,
+    /// The process that holds it.
+    pub process_index: usize,
+    /// Its position in that process's [`local_devices`].
+    pub local_index: usize,
+    /// Its adapter, as its process describes it.
+    pub description: String,
+    local: Option<Device>,
+}
+
+impl GlobalDevice {
+    /// Does this process hold it (can it hold data here)?
+    pub fn is_addressable(&self) -> bool {
+        self.local.is_some()
+    }
+
+    /// The device itself: this process's only; another process's is [`Error::NotAddressable`].
+    pub fn device(&self) -> Result<&Device> {
+        self.local.as_ref().ok_or(Error::NotAddressable {
+            device: self.id,
+            owner: self.process_index,
+            here: process_index(),
+        })
+    }
+}
+
+impl std::fmt::Debug for GlobalDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "GlobalDevice({} = process {} device {}: {})",
+            self.id, self.process_index, self.local_index, self.description
+        )
+    }
+}
+
+struct State {
+    /// Dropped (MPI_Finalize) by [`shutdown`]; kept alive otherwise.
+    universe: Option<mpi::environment::Universe>,
+    index: usize,
+    count: usize,
+    global: Vec<GlobalDevice>,
+    local: Vec<Device>,
+    /// Exchanges so far (the header's sequence number).
+    seq: u64,
+    /// Set when a wait timed out: MPI has a collective in flight that never completes, so later
+    /// calls fail at once and [`shutdown`] does not finalize (it would wait for it).
+    broken: Option<String>,
+    /// Fast mode: all-reduces over every device use `MPI_Allreduce` (see [`set_fast`]).
+    fast: bool,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+fn state() -> MutexGuard<'static, Option<State>> {
+    crate::cache::lock(&STATE)
+}
+
+fn failure(op: &'static str, detail: impl Into<String>) -> Error {
+    Error::ProcessFailure {
+        op,
+        detail: detail.into(),
+    }
+}
+
+/// MPI's message for an error code (the world communicator returns errors, see [`initialize`]).
+fn check(op: &'static str, code: c_int) -> Result<()> {
+    if code == 0 {
+        return Ok(());
+    }
+    let mut buf = vec![0u8; 1024];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer is larger than MPI_MAX_ERROR_STRING (256 in Open MPI and MPICH).
+    unsafe { ffi::MPI_Error_string(code, buf.as_mut_ptr().cast(), &mut len) };
+    buf.truncate(len.clamp(0, 1024) as usize);
+    Err(failure(
+        op,
+        format!("MPI error {code}: {}", String::from_utf8_lossy(&buf)),
+    ))
+}
+
+/// Join the processes started by `mpirun`: MPI is initialized (serialized threading: brigade
+/// makes one MPI call at a time), the world communicator returns errors instead of aborting, and
+/// the processes exchange their device lists (so every process must call it, once, before any
+/// parallel call). Calling it again is a no-op. End with [`shutdown`].
+pub fn initialize() -> Result<()> {
+    let mut guard = state();
+    if guard.is_some() {
+        return Ok(());
+    }
+    let (universe, _) =
+        mpi::initialize_with_threading(mpi::Threading::Serialized).ok_or_else(|| {
+            failure(
+                "distributed::initialize",
+                "MPI was initialized already, outside brigade: let brigade initialize it",
+            )
+        })?;
+    // SAFETY: plain MPI calls on the world communicator after MPI_Init.
+    check("distributed::initialize", unsafe {
+        ffi::MPI_Comm_set_errhandler(ffi::RSMPI_COMM_WORLD, ffi::RSMPI_ERRORS_RETURN)
+    })?;
+    let world = universe.world();
+    let (index, count) = (world.rank() as usize, world.size() as usize);
+    let mut st = State {
+        universe: Some(universe),
+        index,
+        count,
+        global: Vec::new(),
+        local: Vec::new(),
+        seq: 0,
+        broken: None,
+        fast: std::env::var(FAST_ENV).is_ok_and(|v| v.trim() == "1"),
+    };
+    // Every process sends its device descriptions, or why it has none (so that all fail alike).
+    let local = crate::devices();
+    let mine = match &local {
+        Ok(devs) => devs
+            .iter()
+            .map(|d| format!("ok {}", d.info()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => format!("error {e}"),
+    };
+    let all = gather(&mut st, "distributed::initialize", mine.as_bytes())?;
+    for (p, bytes) in all.iter().enumerate() {
+        let text = String::from_utf8_lossy(bytes);
+        if let Some(e) = text.strip_prefix("error ") {
+            return Err(failure(
+                "distributed::initialize",
+                format!("process {p} has no devices: {e}"),
+            ));
+        }
+        for (k, line) in text.lines().enumerate() {
+            let local = match p == index {
+                true => local.as_ref().ok().map(|d| d[k].clone()),
+                false => None,
+            };
+            st.global.push(GlobalDevice {
+                id: st.global.len(),
+                process_index: p,
+                local_index: k,
+                description: line.trim_start_matches("ok ").to_string(),
+                local,
+            });
+        }
+    }
+    st.local = local?;
+    *guard = Some(st);
+    Ok(())
+}
+
+/// Leave MPI (`MPI_Finalize`): call once at the end, on every process. After a timed-out
+/// exchange it does not finalize (MPI would wait for the lost collective); end the process with
+/// a non-zero status then.
+pub fn shutdown() {
+    if let Some(mut st) = state().take() {
+        if st.broken.is_some() {
+            std::mem::forget(st.universe.take());
+        }
+    }
+}
+
+/// Is [`initialize`] in force?
+pub fn is_initialized() -> bool {
+    state().is_some()
+}
+
+/// This process's index (MPI rank); 0 before [`initialize`].
+pub fn process_index() -> usize {
+    state().as_ref().map_or(0, |s| s.index)
+}
+
+/// The number of processes (MPI world size); 1 before [`initialize`].
+pub fn process_count() -> usize {
+    state().as_ref().map_or(1, |s| s.count)
+}
+
+/// This process's devices (the same as [`crate::devices`]).
+pub fn local_devices() -> Result<Vec<Device>> {
+    match state().as_ref() {
+        Some(s) => Ok(s.local.clone()),
+        None => crate::devices(),
+    }
+}
+
+/// Every process's devices, process-major; another process's device is described but holds no
+/// data here ([`GlobalDevice::device`] is [`Error::NotAddressable`]). Before [`initialize`]: this
+/// process's devices.
+pub fn devices() -> Result<Vec<GlobalDevice>> {
+    if let Some(s) = state().as_ref() {
+        return Ok(s.global.clone());
+    }
+    Ok(crate::devices()?
+        .into_iter()
+        .enumerate()
+        .map(|(k, d)| GlobalDevice {
+            id: k,
+            process_index: 0,
+            local_index: k,
+            description: d.info().to_string(),
+            local: Some(d),
+        })
+        .collect())
+}
+
+/// Fast mode (default off; env [`FAST_ENV`]): an all-reduce (`psum`, `pmean`, `pmax`, `pmin`)
+/// over every device first folds this process's devices, then combines the processes with
+/// `MPI_Allreduce` — less data moved, but MPI chooses the order in which it adds the processes'
+/// partial sums, so float sums are NOT bit-reproducible: they may differ from the one-process run
+/// and between runs (every process still receives the same value from MPI). Every process must
+/// set the same mode (the exchange header includes it). Other collectives are unchanged.
+pub fn set_fast(on: bool) {
+    if let Some(s) = state().as_mut() {
+        s.fast = on;
+    }
+}
+
+/// Is fast mode on (see [`set_fast`])?
+pub fn is_fast() -> bool {
+    state().as_ref().is_some_and(|s| s.fast)
+}
+
+/// Where a parallel call over `local` devices of this process sits in the global device list:
+/// `(offset, total)` when more than one process has joined, else `None` (a one-process call).
+/// Every process uses the same number of devices (the exchange header checks it).
+pub(crate) fn span(local: usize) -> Option<(usize, usize)> {
+    let g = state();
+    let s = g.as_ref()?;
+    (s.count > 1).then(|| (s.index * local, s.count * local))
+}
+
+/// One exchange across processes: every process's `payload`, in process order, after checking
+/// that every process sent the same `header` (else [`Error::ProcessDivergence`] on every
+/// process). `header` describes the collectives and shapes; the sequence number is added here.
+pub(crate) fn exchange(header: &str, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let mut guard = state();
+    let st = guard.as_mut().ok_or_else(|| {
+        failure(
+            "distributed exchange",
+            "brigade::distributed::initialize() was not called",
+        )
+    })?;
+    st.seq += 1;
+    let seq = st.seq;
+    let header = format!("#{seq} {header}");
+    let mut msg = Vec::with_capacity(8 + header.len() + payload.len());
+    msg.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    msg.extend_from_slice(header.as_bytes());
+    msg.extend_from_slice(payload);
+    let parts = gather(st, "distributed exchange", &msg)?;
+    let mut headers = Vec::with_capacity(parts.len());
+    let mut payloads = Vec::with_capacity(parts.len());
+    for (p, part) in parts.into_iter().enumerate() {
+        let h = part
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
+            .filter(|&h| 8 + h <= part.len())
+            .ok_or_else(|| {
+                failure(
+                    "distributed exchange",
+                    format!("process {p} sent a malformed message"),
+                )
+            })?;
+        headers.push(String::from_utf8_lossy(&part[8..8 + h]).into_owned());
+        payloads.push(part[8 + h..].to_vec());
+    }
+    if headers.iter().any(|h| *h != headers[0]) {
+        // Name the first collective where they differ (headers are `; `-separated lists).
+        let items: Vec<Vec<&str>> = headers.iter().map(|h| h.split("; ").collect()).collect();
+        let k = (0..)
+            .find(|&k| items.iter().any(|i| i.get(k) != items[0].get(k)))
+            .expect("the headers differ");
+        let shown: Vec<String> = items
+            .iter()
+            .map(|i| match i.get(k) {
+                Some(item) => format!("collective {} of {}: {item}", k + 1, i.len()),
+                None => format!("no collective {} (it has {})", k + 1, i.len()),
+            })
+            .collect();
+        // Group the processes by what they reached, in process order.
+        let mut seen: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (p, h) in shown.iter().enumerate() {
+            match seen.iter_mut().find(|(x, _)| *x == h) {
+                Some((_, ps)) => ps.push(p),
+                None => seen.push((h, vec![p])),
+            }
+        }
+        let detail = seen
+            .iter()
+            .map(|(h, ps)| {
+                let ps: Vec<String> = ps.iter().map(|p| p.to_string()).collect();
+                format!("process {} reached `{h}`", ps.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(Error::ProcessDivergence {
+            exchange: seq,
+            detail,
+        });
+    }
+    Ok(payloads)
+}
+
+/// How [`all_reduce`] combines the processes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+/// Fast mode's all-reduce: every process's `data` (elements of `dtype`) combined by `op` with
+/// `MPI_Allreduce`, after the header check of [`exchange`]. Returns the combined bytes.
+pub(crate) fn all_reduce(
+    header: &str,
+    data: &[u8],
+    dtype: crate::DType,
+    op: ReduceOp,
+) -> Result<Vec<u8>> {
+    exchange(&format!("{header} (fast)"), &[])?;
+    let mut guard = state();
+    let st = guard.as_mut().expect("checked by exchange");
+    let size = dtype.size_bytes();
+    let count = data.len() / size;
+    if count > c_int::MAX as usize {
+        return Err(failure(
+            "distributed all-reduce",
+            format!("{count} elements are over MPI's count limit: split the array"),
+        ));
+    }
+    // SAFETY: reading MPI's predefined handles.
+    let (ty, mpi_op) = unsafe {
+        let ty = match dtype {
+            crate::DType::F32 => ffi::RSMPI_FLOAT,
+            crate::DType::F64 => ffi::RSMPI_DOUBLE,
+            crate::DType::I32 => ffi::RSMPI_INT32_T,
+            crate::DType::U32 => ffi::RSMPI_UINT32_T,
+            crate::DType::Bool => {
+                return Err(failure(
+                    "distributed all-reduce",
+                    "bool operands take the exact path",
+                ));
+            }
+        };
+        let op = match op {
+            ReduceOp::Sum => ffi::RSMPI_SUM,
+            ReduceOp::Max => ffi::RSMPI_MAX,
+            ReduceOp::Min => ffi::RSMPI_MIN,
+        };
+        (ty, op)
+    };
+    let mut recv = vec![0u8; data.len()];
+    // SAFETY: `send` and `recv` hold `count` elements of `ty`; they outlive the request.
+    bounded(
+        st,
+        "distributed all-reduce",
+        "their partial results",
+        data.to_vec(),
+        recv.as_mut_ptr(),
+        recv,
+        |req, s, r| unsafe {
+            ffi::MPI_Iallreduce(
+                s.as_ptr() as *const c_void,
+                r as *mut c_void,
+                count as c_int,
+                ty,
+                mpi_op,
+                ffi::RSMPI_COMM_WORLD,
+                req,
+            )
+        },
+    )
+}
+
+/// The timeout of one wait ([`TIMEOUT_ENV`], default 60 s).
+fn timeout() -> Duration {
+    let s = std::env::var(TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(DEFAULT_TIMEOUT_S);
+    Duration::from_secs_f64(s)
+}
+
+/// All-gather a byte string of any length from every process (lengths first, then the bytes),
+/// each wait bounded by [`timeout`].
+fn gather(st: &mut State, op: &'static str, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    if let Some(why) = &st.broken {
+        return Err(failure(
+            op,
+            format!("MPI is unusable after an earlier failure: {why}"),
+        ));
+    }
+    let n = st.count;
+    let send = vec![mine.len() as u64];
+    let mut lens = vec![0u64; n];
+    // SAFETY: `send` and `lens` hold 1 and `n` u64 (one per process); they outlive the request
+    // (leaked by `bounded` if it never completes).
+    let lens = bounded(
+        st,
+        op,
+        "the message sizes",
+        send,
+        lens.as_mut_ptr(),
+        lens,
+        |req, s, r| unsafe {
+            ffi::MPI_Iallgather(
+                s.as_ptr() as *const c_void,
+                1,
+                ffi::RSMPI_UINT64_T,
+                r as *mut c_void,
+                1,
+                ffi::RSMPI_UINT64_T,
+                ffi::RSMPI_COMM_WORLD,
+                req,
+            )
+        },
+    )?;
+    let limit = c_int::MAX as u64;
+    let total: u64 = lens.iter().sum();
+    if total > limit {
+        return Err(failure(
+            op,
+            format!(
+                "one exchange moves {total} bytes over all processes, over MPI's count limit of {limit}: split the collective into smaller arrays"
+            ),
+        ));
+    }
+    let counts: Vec<c_int> = lens.iter().map(|&l| l as c_int).collect();
+    let displs: Vec<c_int> = counts
+        .iter()
+        .scan(0, |acc, &c| {
+            let d = *acc;
+            *acc += c;
+            Some(d)
+        })
+        .collect();
+    let mut recv = vec![0u8; total as usize];
+    // SAFETY: `recv` holds sum(counts) bytes at `displs`; every buffer outlives the request.
+    let recv = bounded(
+        st,
+        op,
+        "the data",
+        mine.to_vec(),
+        recv.as_mut_ptr(),
+        recv,
+        |req, s, r| unsafe {
+            ffi::MPI_Iallgatherv(
+                s.as_ptr() as *const c_void,
+                s.len() as c_int,
+                ffi::RSMPI_UINT8_T,
+                r as *mut c_void,
+                counts.as_ptr(),
+                displs.as_ptr(),
+                ffi::RSMPI_UINT8_T,
+                ffi::RSMPI_COMM_WORLD,
+                req,
+            )
+        },
+    );
+    let recv = match recv {
+        Ok(r) => r,
+        Err(e) => {
+            // The counts are read by the lost request too.
+            std::mem::forget(counts);
+            std::mem::forget(displs);
+            return Err(e);
+        }
+    };
+    Ok(displs
+        .iter()
+        .zip(&counts)
+        .map(|(&d, &c)| recv[d as usize..(d + c) as usize].to_vec())
+        .collect())
+}
+
+/// Start a nonblocking collective (`start` gets the request, the send buffer and the receive
+/// pointer) and poll it until it completes or [`timeout`] passes. On timeout both buffers are
+/// leaked (MPI may still write into them), the state is marked broken and the error names the
+/// wait.
+fn bounded<S, R>(
+    st: &mut State,
+    op: &'static str,
+    what: &str,
+    send: Vec<S>,
+    recv_ptr: *mut R,
+    recv: Vec<R>,
+    start: impl FnOnce(&mut ffi::MPI_Request, &[S], *mut R) -> c_int,
+) -> Result<Vec<R>> {
+    // SAFETY: a request handle is plain data; MPI_REQUEST_NULL until `start` sets it.
+    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    check(op, start(&mut req, &send, recv_ptr))?;
+    let limit = timeout();
+    let t0 = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        let mut flag: c_int = 0;
+        // SAFETY: `req` is the live request started above.
+        let code = unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+        if let Err(e) = check(op, code) {
+            std::mem::forget(send);
+            std::mem::forget(recv);
+            st.broken = Some(e.to_string());
+            return Err(e);
+        }
+        if flag != 0 {
+            return Ok(recv);
+        }
+        if t0.elapsed() > limit {
+            std::mem::forget(send);
+            std::mem::forget(recv);
+            let detail = format!(
+                "process {} of {} waited {:.1} s for the other processes to send {what} of exchange #{} and not all did: a process exited early, failed, or runs a different program (raise {TIMEOUT_ENV} if one is just slow)",
+                st.index,
+                st.count,
+                limit.as_secs_f64(),
+                st.seq
+            );
+            st.broken = Some(detail.clone());
+            return Err(failure(op, detail));
+        }
+        // Spin briefly (exchanges are usually quick), then sleep so a long wait costs no core.
+        polls += 1;
+        if polls < 2000 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! Multi-process meshes over MPI (feature `mpi`): `mpirun -n 2` and `-n 4` on this test binary
+//! itself as the worker (env `BRIGADE_MPI_WORKER` selects what [`worker`] runs), on cpu and
+//! lavapipe (Vulkan) devices, each run under a wall-clock timeout (killed on expiry: a failure,
+//! never a hang).
+//!
+//! Every collective's result on every global device is compared with the same program run by
+//! one process (this one) holding as many devices as the processes hold together: the bits must
+//! be equal, since both combine in global device order. The reference comes from brigade itself
+//! on purpose — what is checked here is that the processes reproduce the one-process run; the
+//! one-process collectives are checked against host-written definitions in tests/collectives.rs.
+//! Also: processes that trace different shapes all fail with `ProcessDivergence`, a process
+//! that leaves early makes the others fail within `BRIGADE_MPI_TIMEOUT`, and the example
+//! `multihost_training` under `mpirun -n 4` ends with parameters bit-identical on every process
+//! and equal to a one-process 4-device run.
+#![cfg(feature = "mpi")]
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use brigade::{
+    Array, DType, Device, Result, Runtime, Tensor, all_gather, all_to_all, axis_index, pmap, pmax,
+    pmean, pmin, ppermute, psum, psum_scatter, shard_map,
+};
+
+/// Env var naming the worker's task; unset when the test harness runs normally.
+const WORKER: &str = "BRIGADE_MPI_WORKER";
+
+/// Wall-clock limit of one `mpirun`.
+const LIMIT: Duration = Duration::from_secs(240);
+
+// ---- the program every process runs -----------------------------------------------------------
+
+/// FNV-1a of the bytes: a short, exact fingerprint of a result.
+fn fingerprint(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// Deterministic, non-trivial data in [-1, 1) for global device `g` (never all zeros).
+fn data(n: usize, g: usize) -> Vec<f32> {
+    let mut s = (g as u32 + 1).wrapping_mul(2654435761).wrapping_add(7);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Every collective over `devices`, which are global devices `offset..offset + devices.len()` of
+/// `total`: one line per result and global device, `name g fingerprint`, plus one per
+/// replicated result (`name * fingerprint`). `wide` gives this process another shape (the
+/// divergence test).
+fn collectives(devices: &[Device], offset: usize, total: usize, wide: bool) -> Result<Vec<String>> {
+    let n = devices.len();
+    let cols = if wide { 4 } else { 3 };
+    let rows = 2 * total;
+    let mut x = Vec::new();
+    for d in 0..n {
+        x.extend(data(rows * cols, offset + d));
+    }
+    let x = Array::from_vec(x, &[n, rows, cols])?;
+    let ring: Vec<(usize, usize)> = (0..total).map(|k| (k, (k + 1) % total)).collect();
+    let names = [
+        "psum",
+        "pmean",
+        "pmax",
+        "pmin",
+        "psum_i32",
+        "all_gather",
+        "all_gather_tiled",
+        "psum_scatter",
+        "ppermute",
+        "all_to_all",
+        "axis_index",
+        "axis_index_psum",
+    ];
+    let f = pmap(move |a: &[Tensor]| {
+        let x = &a[0];
+        let k = axis_index("i");
+        vec![
+            psum(x, "i"),
+            pmean(x, "i"),
+            pmax(x, "i"),
+            pmin(x, "i"),
+            psum(&(x * 1000.0).cast(DType::I32), "i"),
+            all_gather(x, "i", 0, false),
+            all_gather(x, "i", 1, true),
+            psum_scatter(x, "i", 0, true),
+            ppermute(x, "i", &ring),
+            all_to_all(x, "i", 0, 1, true),
+            k.clone(),
+            psum(&(x * k.cast(DType::F32)), "i"),
+        ]
+    })
+    .axis_name("i")
+    .devices(devices);
+    let outs = f.call(&[x])?;
+    let mut lines = Vec::new();
+    for (name, out) in names.iter().zip(&outs) {
+        let shards = out.shards().expect("pmap outputs are sharded");
+        for (d, s) in shards.iter().enumerate() {
+            let h = s.to_host()?;
+            lines.push(format!(
+                "{name} {} {:016x}",
+                offset + d,
+                fingerprint(&h.data.to_bytes())
+            ));
+        }
+    }
+    // Split mode: each process passes its devices' blocks; the replicated sum is one value.
+    let blocks: Vec<f32> = (0..n)
+        .flat_map(|d| data(4 * cols, 100 + offset + d))
+        .collect();
+    let xb = Array::from_vec(blocks, &[4 * n, cols])?;
+    let s = shard_map(|a: &[Tensor]| vec![psum(&a[0].sum(0i64, false), "s")])
+        .axis_name("s")
+        .out_axes(&[None])
+        .devices(devices);
+    let total_sum = s.call(&[xb])?.remove(0).to_host()?;
+    lines.push(format!(
+        "shard_map_psum * {:016x}",
+        fingerprint(&total_sum.data.to_bytes())
+    ));
+    Ok(lines)
+}
+
+/// Fast mode's program: one exchange of all-reduces only (so MPI_Allreduce takes it).
+fn all_reduces(devices: &[Device], offset: usize) -> Result<Vec<String>> {
+    let n = devices.len();
+    let x: Vec<f32> = (0..n).flat_map(|d| data(24, offset + d)).collect();
+    let x = Array::from_vec(x, &[n, 8, 3])?;
+    let f = pmap(|a: &[Tensor]| {
+        let x = &a[0];
+        vec![
+            psum(&(x * 1000.0).cast(DType::I32), "i"),
+            pmax(x, "i"),
+            pmin(x, "i"),
+            psum(x, "i"),
+        ]
+    })
+    .axis_name("i")
+    .devices(devices);
+    let mut lines = Vec::new();
+    for (name, out) in ["psum_i32", "pmax", "pmin", "psum"]
+        .iter()
+        .zip(f.call(&[x])?)
+    {
+        for (d, s) in out.shards().expect("sharded").iter().enumerate() {
+            let h = s.to_host()?;
+            lines.push(format!(
+                "{name} {} {:016x}",
+                offset + d,
+                fingerprint(&h.data.to_bytes())
+            ));
+        }
+    }
+    Ok(lines)
+}
+
+/// Report `e` for the launching test and leave at once (after a failed exchange MPI cannot
+/// finalize).
+fn fail(e: brigade::Error) -> ! {
+    println!(
+        "ERROR process {}: {e}",
+        brigade::distributed::process_index()
+    );
+    std::process::exit(3);
+}
+
+/// The worker, under `mpirun`: runs the task named by [`WORKER`] and prints `LINE ...` per result
+/// and `ERROR process p: ...` for an error (then exits with status 3 without finalizing).
+#[test]
+fn worker() {
+    let Ok(task) = std::env::var(WORKER) else {
+        return;
+    };
+    brigade::distributed::initialize().unwrap_or_else(|e| fail(e));
+    let p = brigade::distributed::process_index();
+    let count = brigade::distributed::process_count();
+    let devices = brigade::distributed::local_devices().unwrap_or_else(|e| fail(e));
+    let global = brigade::distributed::devices().unwrap_or_else(|e| fail(e));
+    let n = devices.len();
+    // The global list is process-major and only this process's devices are addressable.
+    assert_eq!(global.len(), n * count, "global device list");
+    for g in &global {
+        assert_eq!(g.process_index, g.id / n, "process-major order");
+        assert_eq!(g.is_addressable(), g.process_index == p);
+        if !g.is_addressable() {
+            assert!(matches!(
+                g.device(),
+                Err(brigade::Error::NotAddressable { .. })
+            ));
+        }
+    }
+    let wide = task == "diverge" && p == count - 1;
+    if task == "early-exit" && p == count - 1 {
+        println!("LEFT process {p}");
+        brigade::distributed::shutdown();
+        return;
+    }
+    let lines = match task.as_str() {
+        "fast" => {
+            brigade::distributed::set_fast(true);
+            all_reduces(&devices, p * n)
+        }
+        _ => collectives(&devices, p * n, count * n, wide),
+    }
+    .unwrap_or_else(|e| fail(e));
+    for l in lines {
+        println!("LINE {l}");
+    }
+    brigade::distributed::shutdown();
+}
+
+// ---- launching ---------------------------------------------------------------------------------
+
+/// What one `mpirun` printed, and how it ended.
+struct Run {
+    stdout: String,
+    stderr: String,
+    success: bool,
+    took: Duration,
+}
+
+/// `mpirun -n procs program args` with `env`, killed (its whole process group) after [`LIMIT`]:
+/// a run that does not end in time fails the test.
+fn mpirun(procs: usize, program: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["-n", &procs.to_string(), "--oversubscribe"])
+        .arg(program)
+        .args(args)
+        // As root in a container (CI): allowed explicitly; no single-copy mechanism there.
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let t0 = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .expect("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)");
+    let out = child.stdout.take().expect("piped");
+    let err = child.stderr.take().expect("piped");
+    let read = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let (out, err) = (read(Box::new(out)), read(Box::new(err)));
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waiting for mpirun") {
+            break s;
+        }
+        if t0.elapsed() > LIMIT {
+            let _ = Command::new("kill")
+                .args(["-KILL", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+            panic!(
+                "mpirun -n {procs} {} did not end within {} s (killed): a hang\nstdout:\n{}\nstderr:\n{}",
+                program.display(),
+                LIMIT.as_secs(),
+                out.join().unwrap_or_default(),
+                err.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Run {
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+        success: status.success(),
+        took: t0.elapsed(),
+    }
+}
+
+/// This test binary under `mpirun`, running `task` with `layout` as each process's devices.
+fn run_workers(procs: usize, layout: &str, task: &str, timeout_s: &str) -> Run {
+    let me = std::env::current_exe().expect("test binary path");
+    let run = mpirun(
+        procs,
+        &me,
+        &["--exact", "worker", "--nocapture", "--test-threads=1"],
+        &[
+            (WORKER, task),
+            ("BRIGADE_DEVICES", layout),
+            ("BRIGADE_MPI_TIMEOUT", timeout_s),
+        ],
+    );
+    eprintln!(
+        "mpirun -n {procs} ({layout} each, {task}): {:.1} s",
+        run.took.as_secs_f64()
+    );
+    run
+}
+
+/// The one-process result of [`collectives`] on `layout` (all the devices in this process).
+fn reference(layout: &str) -> BTreeSet<String> {
+    let rt = pollster::block_on(
+        Runtime::builder()
+            .layout_str(layout)
+            .allow_cpu_fallback(false)
+            .build(),
+    )
+    .unwrap_or_else(|e| panic!("devices {layout}: {e}"));
+    let devs = rt.devices().to_vec();
+    collectives(&devs, 0, devs.len(), false)
+        .unwrap_or_else(|e| panic!("one process on {layout}: {e}"))
+        .into_iter()
+        .collect()
+}
+
+/// `procs` processes with `layout` each give exactly the lines of one process on `one`.
+fn check_collectives(procs: usize, layout: &str, one: &str) {
+    let want = reference(one);
+    let run = run_workers(procs, layout, "collectives", "60");
+    assert!(
+        run.success,
+        "mpirun -n {procs} ({layout} each) failed\nstdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    let got: BTreeSet<String> = run
+        .stdout
+        .lines()
+        // The harness's `test worker ... ` may stand before the first line, unterminated.
+        .filter_map(|l| l.split_once("LINE ").map(|(_, r)| r.to_string()))
+        .collect();
+    let missing: Vec<&String> = want.difference(&got).collect();
+    let extra: Vec<&String> = got.difference(&want).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{procs} processes × {layout} differ from one process on {one}:\nmissing (one-process lines): {missing:#?}\nextra (multi-process lines): {extra:#?}\nstdout:\n{}",
+        run.stdout
+    );
+    // A line per result and device (12 results × devices) plus the shard_map line: every
+    // process contributed.
+    let devices: usize = want.iter().filter(|l| l.starts_with("psum ")).count();
+    assert_eq!(want.len(), 12 * devices + 1, "reference lines");
+}
+
+#[test]
+fn collectives_cpu_2_processes() {
+    check_collectives(2, "cpu:2", "cpu:4");
+}
+
+#[test]
+fn collectives_cpu_4_processes() {
+    check_collectives(4, "cpu:1", "cpu:4");
+}
+
+#[test]
+fn collectives_vulkan_2_processes() {
+    check_collectives(2, "vulkan:1", "vulkan:2");
+}
+
+#[test]
+fn collectives_vulkan_4_processes() {
+    check_collectives(4, "vulkan:1", "vulkan:4");
+}
+
+/// Fast mode (MPI_Allreduce): integer sums, max and min are exact whatever MPI's order, so they
+/// equal the one-process bits; the float sum is only promised equal on every process.
+#[test]
+fn fast_mode_all_reduces() {
+    let rt = pollster::block_on(Runtime::builder().layout_str("cpu:4").build()).expect("cpu:4");
+    let want: BTreeSet<String> = all_reduces(rt.devices(), 0)
+        .expect("one process")
+        .into_iter()
+        .collect();
+    let run = run_workers(4, "cpu:1", "fast", "60");
+    assert!(
+        run.success,
+        "fast mode failed\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    let got: BTreeSet<String> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("LINE ").map(|(_, r)| r.to_string()))
+        .collect();
+    let exact = |l: &&String| !l.starts_with("psum ");
+    let (w, g): (BTreeSet<_>, BTreeSet<_>) = (
+        want.iter().filter(exact).collect(),
+        got.iter().filter(exact).collect(),
+    );
+    assert_eq!(w, g, "exact all-reduces in fast mode\n{}", run.stdout);
+    let sums: BTreeSet<&str> = got
+        .iter()
+        .filter(|l| l.starts_with("psum "))
+        .map(|l| l.rsplit(' ').next().unwrap_or(""))
+        .collect();
+    let n_sums = got.iter().filter(|l| l.starts_with("psum ")).count();
+    assert!(
+        n_sums == 4 && sums.len() == 1,
+        "the float sum is one value on all 4 devices: {sums:?}\n{}",
+        run.stdout
+    );
+}
+
+/// The last process traces a wider operand: every process fails with the divergence error,
+/// naming the shapes, well within the timeout.
+#[test]
+fn divergence_is_an_error_on_every_process() {
+    let run = run_workers(2, "cpu:1", "diverge", "60");
+    assert!(!run.success, "a divergent run must fail\n{}", run.stdout);
+    let errors: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.find("ERROR process").map(|i| &l[i..]))
+        .collect();
+    assert_eq!(errors.len(), 2, "one error per process:\n{}", run.stdout);
+    for e in &errors {
+        assert!(
+            e.contains("processes diverged at exchange #1")
+                && e.contains("[4, 3]")
+                && e.contains("[4, 4]"),
+            "the error names the exchange and both shapes: {e}"
+        );
+    }
+    assert!(
+        run.took < Duration::from_secs(50),
+        "divergence is found at once, not by the 60 s timeout ({:.1} s)",
+        run.took.as_secs_f64()
+    );
+}
+
+/// The last process leaves before the first exchange: the others fail after the timeout with a
+/// message that says so.
+#[test]
+fn early_exit_fails_the_others_within_the_timeout() {
+    let run = run_workers(3, "cpu:1", "early-exit", "3");
+    assert!(
+        !run.success,
+        "a run with a lost process must fail\n{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("LEFT process 2"), "{}", run.stdout);
+    let errors: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.find("ERROR process").map(|i| &l[i..]))
+        .collect();
+    assert!(
+        !errors.is_empty() && errors.iter().all(|e| e.contains("waited 3.0 s")),
+        "the waiting processes report the timeout:\n{}\nstderr:\n{}",
+        run.stdout,
+        run.stderr
+    );
+}
+
+// ---- the example -------------------------------------------------------------------------------
+
+/// The example binary, built beside this test binary (`cargo build --features mpi --example
+/// multihost_training`; scripts/test.sh builds it).
+fn example() -> PathBuf {
+    let me = std::env::current_exe().expect("test binary path");
+    let dir = me.parent().and_then(|d| d.parent()).expect("target dir");
+    let path = dir.join("examples").join("multihost_training");
+    assert!(
+        path.exists(),
+        "{} is missing: build it first with `cargo build --features mpi --example multihost_training`",
+        path.display()
+    );
+    path
+}
+
+/// The `PARAMS <fingerprint>` lines an example run printed.
+fn params(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once("PARAMS ").map(|(_, h)| h.to_string()))
+        .collect()
+}
+
+#[test]
+fn multihost_training_matches_one_process() {
+    let exe = example();
+    let one = Command::new(&exe)
+        .args(["--quick", "--single"])
+        .env("BRIGADE_DEVICES", "cpu:4")
+        .output()
+        .expect("run the example");
+    let one_out = String::from_utf8_lossy(&one.stdout).to_string();
+    assert!(one.status.success(), "one process failed:\n{one_out}");
+    let want = params(&one_out);
+    assert_eq!(want.len(), 1, "{one_out}");
+    let run = mpirun(4, &exe, &["--quick"], &[("BRIGADE_DEVICES", "cpu:1")]);
+    assert!(
+        run.success,
+        "mpirun -n 4 multihost_training failed\nstdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    let got = params(&run.stdout);
+    assert_eq!(got.len(), 4, "one PARAMS line per process:\n{}", run.stdout);
+    assert!(
+        got.iter().all(|h| *h == want[0]),
+        "parameters differ from the one-process run {}: {got:?}",
+        want[0]
+    );
+}
