@@ -247,6 +247,8 @@ function serial(fn, what = 'run.any') {
   chain = run.catch(() => {});
   return run;
 }
+// Other tabs (cards.js) queue their calls here too, and call brigade through engine.js's `bg`.
+window.brigadeSerial = serial;
 
 async function cancelRun() {
   if (!current.what) return;
