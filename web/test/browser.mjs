@@ -251,6 +251,22 @@ async function main() {
       return left;
     });
     check('English: no Chinese text left on the page (lanes, results, errors, notes)', cjk.length === 0, JSON.stringify(cjk.slice(0, 8)));
+    // … and no text key without a translation (t() shows the key itself then), in either language.
+    const rawKeys = async () => page.evaluate(() => {
+      // Text node by text node (adjacent elements' text would run together), the status aside.
+      const found = [];
+      const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+      for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+        if (document.getElementById('status').contains(n)) continue;
+        found.push(...(n.textContent.match(/^\s*(?:basics|adv|opt|hands|run|errk|hint|err|devices|stage|check|kernels)\.[a-z][\w.-]*\s*$/g) ?? []));
+      }
+      return found;
+    });
+    const keysEn = await rawKeys();
+    await page.click('#lang');
+    const keysZh = await rawKeys();
+    await page.click('#lang');
+    check('no untranslated text key on the page, in English or Chinese', keysEn.length === 0 && keysZh.length === 0, JSON.stringify({ keysEn, keysZh }));
     await shoot('en');
     await page.click('#lang');
     check('… and back to Chinese', (await page.textContent('.tabs button[data-tab="basics"]')).includes('入门'));
