@@ -846,8 +846,18 @@ function showTab(name) {
   document.querySelectorAll('.tab').forEach((s) => s.classList.toggle('active', s.id === `tab-${name}`));
 }
 
+// Every mode runs by itself the first time it is opened (the runs queue up, stay cancellable and
+// never block the page); the test runs the modes itself.
+const autoRan = new Set(['basics']);
+
+function autoRun(name) {
+  if (TEST || autoRan.has(name) || !status.ready) return;
+  autoRan.add(name);
+  $(`tab-${name}`)?.querySelectorAll('button.run').forEach((b) => b.click());
+}
+
 function wire() {
-  document.querySelectorAll('.tabs button').forEach((b) => b.addEventListener('click', () => showTab(b.dataset.tab)));
+  document.querySelectorAll('.tabs button').forEach((b) => b.addEventListener('click', () => { showTab(b.dataset.tab); autoRun(b.dataset.tab); }));
   $('lang').addEventListener('click', () => { setLang(getLang() === 'zh' ? 'en' : 'zh'); rerender(); });
   $('relight').addEventListener('click', () => withButton('relight', () => openDevices(+$('devcount').value)
     .catch((e) => { $('devstatus').textContent = fail('start', e); }), 'run.start'));
