@@ -16,8 +16,8 @@ function svg(w, h) {
 const fmt = (v) => (Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 1 ? v.toFixed(1) : v.toPrecision(2));
 
 /**
- * Lines through points. series: [{name, color, points: [[x, y], ...]}];
- * opts: {logx, logy, xlabel, ylabel, xticks}.
+ * Lines through points. series: [{name, color, points: [[x, y], ...], dashed}];
+ * opts: {logx, logy, xlabel, ylabel, xticks, marker: {x, label}} (marker: a vertical line at x).
  */
 export function linePlot(host, series, opts = {}) {
   const W = 480, H = 270, L = 52, R = 12, T = 26, B = 36;
@@ -55,13 +55,20 @@ export function linePlot(host, series, opts = {}) {
     if (p.length) {
       s.append(el('polyline', {
         points: p.map(([x, y]) => `${X(x)},${Y(y)}`).join(' '),
-        fill: 'none', stroke: ser.color, 'stroke-width': 2,
+        fill: 'none', stroke: ser.color, 'stroke-width': 2, ...(ser.dashed ? { 'stroke-dasharray': '6 4' } : {}),
       }));
       if (p.length < 40) for (const [x, y] of p) s.append(el('circle', { cx: X(x), cy: Y(y), r: 3, fill: ser.color }));
     }
-    s.append(el('rect', { x: W - R - 120, y: T + 4 + i * 16, width: 10, height: 10, fill: ser.color }));
-    s.append(el('text', { x: W - R - 105, y: T + 13 + i * 16 }, ser.name));
+    // Legend top left, where rising curves (time against size) leave room.
+    const lx = opts.legendLeft ? L + 10 : W - R - 120;
+    s.append(el('rect', { x: lx, y: T + 4 + i * 16, width: 10, height: 10, fill: ser.color }));
+    s.append(el('text', { x: lx + 15, y: T + 13 + i * 16 }, ser.name));
   });
+  const m = opts.marker;
+  if (m && isFinite(m.x) && (!opts.logx || m.x > 0)) {
+    s.append(el('line', { x1: X(m.x), y1: T, x2: X(m.x), y2: H - B, stroke: '#b5461f', 'stroke-dasharray': '2 3', class: 'marker' }));
+    s.append(el('text', { x: X(m.x) + 4, y: H - B - 6, fill: '#b5461f', class: 'marker' }, m.label ?? ''));
+  }
   host.replaceChildren(s);
 }
 

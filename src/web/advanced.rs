@@ -99,9 +99,9 @@ async fn in_axes_inner(rows: usize, dim: usize, out_dim: usize) -> Result<String
     let w = arr(data(dim * out_dim, 6), &[dim, out_dim])?;
     let args = [x, w];
     // Without None, pmap would cut w too: the real message says what to do.
-    let all_mapped = match s.bcast_all_mapped.call_async(&args).await {
-        Ok(_) => String::new(),
-        Err(e) => e.to_string(),
+    let (all_mapped, all_mapped_kind) = match s.bcast_all_mapped.call_async(&args).await {
+        Ok(_) => (String::new(), String::new()),
+        Err(e) => (e.to_string(), error_kind(&e)),
     };
     let g = s.bcast.graph(&args)?;
     let (ins, outs) = graph_io(&g);
@@ -119,6 +119,7 @@ async fn in_axes_inner(rows: usize, dim: usize, out_dim: usize) -> Result<String
         .raw("device_outputs", strs(&outs))
         .raw("out_shape", json_ints(out[0].shape()))
         .str("without_none", &all_mapped)
+        .str("without_kind", &all_mapped_kind)
         .raw("device_ms", json_nums(&times))
         .num("ms", ms)
         .num("err", err)
@@ -187,7 +188,7 @@ pub async fn nesting(per_device: usize, dim: usize) -> std::result::Result<Strin
     to_js(nesting_inner(per_device, dim).await)
 }
 
-async fn barrier_inner(rows: usize, dim: usize) -> Result<String> {
+async fn barrier_inner(rows: usize, dim: usize, uneven: bool) -> Result<String> {
     let s = session()?;
     let n = s.n();
     check_size("barrier", &[n, rows, dim])?;
@@ -228,6 +229,7 @@ async fn barrier_inner(rows: usize, dim: usize) -> Result<String> {
         .collect::<Result<_>>()?;
     let mut bars = Vec::new();
     let mut staged = Vec::new();
+    let mut waits = Vec::new();
     for round in 0..2 {
         // Round 0 compiles; round 1 is the one drawn.
         bars.clear();
@@ -236,7 +238,14 @@ async fn barrier_inner(rows: usize, dim: usize) -> Result<String> {
         for (d, dev) in s.devices.iter().enumerate() {
             let xd = blocks[d].to_device(dev)?;
             let wd = w.to_device(dev)?;
-            stage1.push(s.stage_a[d].call(&[xd, wd])?);
+            // Uneven load: the last device cooks stage 1 `UNEVEN` times over (the same result
+            // each time), so everyone else waits for it at the barrier.
+            let times = if uneven && d + 1 == n { UNEVEN } else { 1 };
+            let mut o = s.stage_a[d].call(&[xd.clone(), wd.clone()])?;
+            for _ in 1..times {
+                o = s.stage_a[d].call(&[xd.clone(), wd.clone()])?;
+            }
+            stage1.push(o);
         }
         let submitted = now() - t0;
         let arrive = join_all(s.devices.iter().enumerate().map(|(d, dev)| async move {
@@ -305,6 +314,7 @@ async fn barrier_inner(rows: usize, dim: usize) -> Result<String> {
         ));
         if round == 1 {
             staged = join_rows(&outs);
+            waits = arrive.iter().map(|a| last - a).collect();
         }
     }
     let err_staged = rel_err(&staged, &want);
@@ -315,6 +325,9 @@ async fn barrier_inner(rows: usize, dim: usize) -> Result<String> {
         .int("stages", stages)
         .int("exchanges", exchanges)
         .num("pmap_ms", pmap_ms)
+        .bool("uneven", uneven)
+        .int("uneven_factor", if uneven { UNEVEN } else { 1 })
+        .raw("wait_ms", json_nums(&waits))
         .raw("timeline", json_list(bars))
         .num("err", err)
         .num("err_staged", err_staged)
@@ -325,11 +338,20 @@ async fn barrier_inner(rows: usize, dim: usize) -> Result<String> {
 
 /// 进阶: `pmean` as a barrier. Runs `h = tanh(x W); y = h - pmean(mean(h))` as a pmap (timed,
 /// checked), then the same two stages by hand on every device with each device's arrival at the
-/// barrier, the host's read, average and write, and stage 2, timed (`timeline`, ms).
+/// barrier, the host's read, average and write, and stage 2, timed (`timeline`, ms). With
+/// `uneven`, the last device does stage 1 [`UNEVEN`] times over: the others' wait (`wait_ms`)
+/// shows that a barrier waits for the slowest.
 #[wasm_bindgen]
-pub async fn barrier(rows: usize, dim: usize) -> std::result::Result<String, JsValue> {
-    to_js(barrier_inner(rows, dim).await)
+pub async fn barrier(
+    rows: usize,
+    dim: usize,
+    uneven: bool,
+) -> std::result::Result<String, JsValue> {
+    to_js(barrier_inner(rows, dim, uneven).await)
 }
+
+/// How many times over the slow device does stage 1 in the uneven barrier demo.
+const UNEVEN: usize = 4;
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
@@ -347,7 +369,8 @@ mod tests {
                 ("divisible", divisibility_inner(10, 2).await),
                 ("in_axes", in_axes_inner(3, 4, 5).await),
                 ("nesting", nesting_inner(3, 4).await),
-                ("barrier", barrier_inner(4, 8).await),
+                ("barrier", barrier_inner(4, 8, false).await),
+                ("uneven barrier", barrier_inner(4, 8, true).await),
             ] {
                 let out = out.unwrap_or_else(|e| panic!("{name}: {e}"));
                 assert_eq!(field(&out, "ok"), "true", "{name}: {out}");

@@ -102,13 +102,18 @@ pub(super) async fn read_shards(
 }
 
 pub(super) fn lanes_busy(mode: &str, n: usize) {
+    lanes_state(mode, n, "busy");
+}
+
+/// Tell the page that lanes `0..n` of `mode` are in `state` (`busy`, `error`).
+pub(super) fn lanes_state(mode: &str, n: usize, state: &str) {
     for d in 0..n {
         emit(
             "lane",
             &Obj::new()
                 .str("mode", mode)
                 .int("device", d)
-                .str("state", "busy")
+                .str("state", state)
                 .end(),
         );
     }

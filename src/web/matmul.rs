@@ -113,12 +113,22 @@ async fn sweep_inner(n: usize, reps: usize) -> Result<String> {
         t1.push(one().await?.0);
         tk.push(split().await?.0);
     }
+    // Compute and transfer apart, on device 0: the whole product, and one device's block of
+    // n / k rows (what each of k independent devices would do). The prediction for k real devices
+    // is the block's upload + compute + read-back, all of them measured here.
+    let per = n / k.max(1);
+    let a_blk = arr(a[..per * n].to_vec(), &[per, n])?;
+    let whole = pieces(&s, &args[0], &b, reps).await?;
+    let block = pieces(&s, &a_blk, &b, reps).await?;
     let rows = check_rows(n, k, 128);
     let want = reference_rows(&s, &a, &b, n, &rows)?;
     let err_one = rel_err(&pick_rows(&got_one, n, &rows), &want);
     let err_split = rel_err(&pick_rows(&got_split, n, &rows), &want);
     let err_between = rel_err(&got_split, &got_one);
+    let err_pieces = rel_err(&whole.got, &got_one).max(rel_err(&block.got, &got_one[..per * n]));
     let (single_ms, split_ms) = (median(t1), median(tk));
+    let one_total = whole.total();
+    let predicted = block.total();
     Ok(Obj::new()
         .int("n", n)
         .int("devices", k)
@@ -127,6 +137,11 @@ async fn sweep_inner(n: usize, reps: usize) -> Result<String> {
         .num("single_cold_ms", one_cold)
         .num("split_cold_ms", split_cold)
         .num("speedup", single_ms / split_ms)
+        .raw("one", whole.json())
+        .raw("block", block.json())
+        .num("compute_share", whole.compute / one_total)
+        .num("predicted_ms", predicted)
+        .num("predicted_speedup", one_total / predicted)
         .num("flops", 2.0 * (n as f64).powi(3))
         .num("bytes_moved", 4.0 * (3 * n * n) as f64)
         .num(
@@ -137,17 +152,73 @@ async fn sweep_inner(n: usize, reps: usize) -> Result<String> {
         .num("err_single", err_one)
         .num("err_split", err_split)
         .num("err_between", err_between)
+        .num("err_pieces", err_pieces)
         .bool(
             "ok",
-            err_one <= TOL && err_split <= TOL && err_between <= TOL,
+            err_one <= TOL && err_split <= TOL && err_between <= TOL && err_pieces <= TOL,
         )
         .raw("work", work_json(&before))
         .end())
 }
 
+/// One matmul on device 0 taken apart: upload, compute, read-back (medians, ms) and its result.
+struct Pieces {
+    upload: f64,
+    compute: f64,
+    read: f64,
+    got: Vec<f64>,
+}
+
+impl Pieces {
+    fn total(&self) -> f64 {
+        self.upload + self.compute + self.read
+    }
+    fn json(&self) -> String {
+        Obj::new()
+            .num("upload_ms", self.upload)
+            .num("compute_ms", self.compute)
+            .num("read_ms", self.read)
+            .end()
+    }
+}
+
+/// `a @ b` on device 0, each stage awaited on its own: one call to compile, then `reps` timed.
+async fn pieces(s: &Session, a: &Array, b: &Array, reps: usize) -> Result<Pieces> {
+    let dev = &s.devices[0];
+    let (mut up, mut comp, mut rd) = (Vec::new(), Vec::new(), Vec::new());
+    let mut got = Vec::new();
+    for r in 0..=reps.max(1) {
+        let t0 = now();
+        let ad = a.to_device(dev)?;
+        let bd = b.to_device(dev)?;
+        dev.idle().await?;
+        let t1 = now();
+        let c = s.mm_dev[0].call(&[ad, bd])?;
+        dev.idle().await?;
+        let t2 = now();
+        let h = c[0].to_host_async().await?;
+        let t3 = now();
+        if r > 0 {
+            up.push(t1 - t0);
+            comp.push(t2 - t1);
+            rd.push(t3 - t2);
+        }
+        got = h.to_f64();
+    }
+    Ok(Pieces {
+        upload: median(up),
+        compute: median(comp),
+        read: median(rd),
+        got,
+    })
+}
+
 /// 优化: one point of the sweep: `n × n` matmul on device 0 against row-split over every device,
-/// cold and warm (median of `reps`), each call timed from upload to read-back; both results checked
-/// against the reference (all rows up to n = 128, else a sample) and against each other.
+/// cold and warm (median of `reps`), each call timed from upload to read-back; then upload,
+/// compute and read-back timed apart on device 0 for the whole product (`one`) and for one
+/// device's block of n / k rows (`block`): the compute share, and the time k independent devices
+/// would take (`predicted_ms`: the block's three stages). Every result checked against the
+/// reference (all rows up to n = 128, else a sample) and against each other.
 #[wasm_bindgen]
 pub async fn sweep_point(n: usize, reps: usize) -> std::result::Result<String, JsValue> {
     to_js(sweep_inner(n, reps).await)

@@ -27,6 +27,8 @@ pub(super) struct Session {
     pub(super) fallback: String,
     // Basics: one dish per table.
     pub(super) dish_split: Parallel<Body>,
+    /// The same split program on device 0 alone: the one-chef baseline.
+    pub(super) dish_one: Parallel<Body>,
     pub(super) dish_vmap: Vmap<Body>,
     pub(super) dish_ref: Jit<Body>,
     // Advanced.
@@ -79,6 +81,10 @@ impl Session {
                 .in_axes(&[Some(0), None, None])
                 .devices(&devices)
                 .named("dish (split)"),
+            dish_one: shard_map(body(dish))
+                .in_axes(&[Some(0), None, None])
+                .devices(std::slice::from_ref(&dev0))
+                .named("dish (one device)"),
             dish_vmap: vmap(body(dish))
                 .in_axes(&[Some(0), None, None])
                 .named("dish (vmap)")

@@ -35,8 +35,8 @@ function check(what, ok, detail = '') {
   return ok;
 }
 
-async function openPage(browser, url, log) {
-  const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+async function openPage(browser, url, log, viewport = { width: 1200, height: 900 }) {
+  const page = await browser.newPage({ viewport });
   page.on('console', (m) => {
     if (m.type() === 'error' || m.type() === 'warning') log.push(`[console.${m.type()}] ${m.text()}`);
   });
@@ -60,6 +60,46 @@ async function waitDone(page, label) {
     if (Date.now() - t0 > TIMEOUT_S * 1000) throw new Error(`${label}: the page did not finish within ${TIMEOUT_S} s (status: ${JSON.stringify(s)})`);
     await new Promise((r) => setTimeout(r, 2000));
   }
+}
+
+const RESPONSE_MS = 200;
+
+/** Click the language toggle and wait for the page to switch: the round trip from this process,
+ * in ms (a page whose thread is blocked answers only when the block ends). Switches back after. */
+async function respond(page) {
+  const before = await page.evaluate(() => document.documentElement.lang);
+  const t0 = performance.now();
+  const after = await page.evaluate(() => { document.getElementById('lang').click(); return document.documentElement.lang; });
+  const ms = performance.now() - t0;
+  await page.evaluate(() => document.getElementById('lang').click());
+  return { ms, switched: before !== after };
+}
+
+/** During the run `start` begins (a long one): the page answers a click within RESPONSE_MS, shows
+ * the run bar with its progress, and Cancel ends the run; the page works again afterwards. */
+async function responsiveDuring(page, label, start) {
+  await start();
+  await page.waitForFunction(() => window.brigadeStatus?.running, null, { timeout: 30_000 });
+  await page.waitForTimeout(400);
+  const probes = [];
+  for (let i = 0; i < 3; i++) {
+    probes.push(await respond(page));
+    await page.waitForTimeout(150);
+  }
+  const st = await page.evaluate(() => ({ running: window.brigadeStatus.running, bar: document.getElementById('runlabel').textContent, shown: !document.getElementById('runbar').hidden }));
+  // The median of three clicks: a blocked thread fails all three, while one scheduling hiccup of
+  // a loaded 2-core machine does not fail the test.
+  const ms = probes.map((p) => p.ms).sort((a, b) => a - b);
+  check(`${label}: during the run the page answers a click within ${RESPONSE_MS} ms (median of 3: ${ms[1].toFixed(0)} ms, worst ${ms[2].toFixed(0)} ms)`,
+    st.running && ms[1] < RESPONSE_MS && probes.every((p) => p.switched), JSON.stringify({ probes, st }));
+  check(`${label}: the run bar shows the run and its progress`, st.shown && /\d+\.\d/.test(st.bar), st.bar);
+  const cancelled = await page.evaluate(() => window.brigadeStatus.cancelled);
+  const t0 = Date.now();
+  await page.click('#cancel');
+  await page.waitForFunction((c) => window.brigadeStatus.cancelled > c && !window.brigadeStatus.running, cancelled, { timeout: 60_000 });
+  const errs = await page.evaluate(() => window.brigadeStatus.errors);
+  check(`${label}: Cancel ends the run (${Date.now() - t0} ms, devices opened again) and is not reported as an error`,
+    errs.length === 0, JSON.stringify(errs));
 }
 
 async function main() {
@@ -99,15 +139,38 @@ async function main() {
         st.ran === true && st.ok === true && st.realKernels === true, JSON.stringify(st));
       console.log(`    ${m.padEnd(9)} ${String(Math.round(st.ms ?? NaN)).padStart(7)} ms  ${describe(m, st)}`);
     }
+    const bi = s.modes.basics?.indivisible;
+    check('basics, B indivisible: pmap refused with IndivisibleSplit, the one-device baseline and vmap verified, no lane left busy',
+      bi && bi.ok === true && bi.refused === 'IndivisibleSplit' && bi.lanesBusy === 0 && bi.vmap_ms > 0, JSON.stringify(bi));
+    check('… the page explains it in Chinese, suggests only 1–4 devices, keeps the original',
+      /无法平均分到/.test(bi?.shown ?? '') && /cannot be split evenly/.test(bi?.shown ?? '')
+      && /的设备数是 ([\d, ]+)；/.exec(bi?.hint ?? '')?.[1].split(',').every((k) => +k >= 1 && +k <= 4) && /补到 \d+ 行/.test(bi?.hint ?? ''),
+      JSON.stringify({ shown: bi?.shown, hint: bi?.hint }));
+    const sb = s.modes.basics ?? {};
+    check('basics: the one-device baseline and the speed-up against it are measured', sb.one_ms > 0 && sb.speedup > 0, JSON.stringify(sb));
+    const adv = s.modes.advanced ?? {};
+    check('advanced: the uneven barrier ran, verified, with each device\'s wait', (adv.unevenWaits ?? []).length === DEVICES
+      && adv.checks?.length === 5 && adv.checks.every((c) => c.ok), JSON.stringify({ waits: adv.unevenWaits, checks: adv.checks }));
+    const op = s.modes.optimize ?? {};
+    check('optimize: compute share and the prediction for every n, three curves drawn',
+      (op.sweep ?? []).length >= 3 && op.sweep.every((p) => p.compute_share > 0 && p.compute_share <= 1 && p.predicted_ms > 0)
+      && op.plotted === 3, JSON.stringify(op));
+    console.log(`optimize: crossover (predicted) n = ${op.crossover}; compute share ${(op.sweep ?? []).map((p) => `${p.n}: ${(100 * p.compute_share).toFixed(0)} %`).join(', ')}`);
+    check(`the page never froze during the run (longest gap of its thread: ${Math.round(s.maxLagMs)} ms)`, s.maxLagMs < 1000, String(s.maxLagMs));
     check('the indivisible batch shows brigade\'s IndivisibleSplit error',
       s.indivisible?.kind === 'IndivisibleSplit' && /cannot be split evenly/.test(s.indivisible?.message ?? ''),
       JSON.stringify(s.indivisible));
     const shown = await page.locator('#div-error').textContent().catch(() => '');
-    check('… and the page displays it', /cannot be split evenly over \d+ devices/.test(shown ?? ''), shown);
+    check('… and the page displays it, translated, the original kept', /cannot be split evenly over \d+ devices/.test(shown ?? '') && /无法平均分到/.test(shown ?? ''), shown);
 
     // 2b. Shader and validation errors in the browser come back as brigade Error values (error
     //     scopes popped asynchronously, reported on the next await), not as wrong numbers.
-    const ec = await page.evaluate(async () => JSON.parse(await (await import('./pkg/brigade.js')).error_capture_check()));
+    // (The page runs brigade in a worker; these checks load a second instance on the page's thread.)
+    const ec = await page.evaluate(async () => {
+      const m = await import('./pkg/brigade.js');
+      await m.default();
+      return JSON.parse(await m.error_capture_check());
+    });
     console.log(`error capture: ${JSON.stringify(ec)}`);
     check('a shader the browser rejects: the next read returns brigade\'s Compile error',
       ec.backend === 'webgpu' && ec.shader?.kind === 'Compile' && /inf_constant/.test(ec.shader?.message ?? ''), JSON.stringify(ec.shader));
@@ -122,6 +185,7 @@ async function main() {
     //     and its figures agree with each other (median of the runs, rates from the median).
     const bench = await page.evaluate(async () => {
       const bg = await import('./pkg/brigade.js');
+      await bg.default();
       const out = {};
       for (const [kind, n] of [['matmul', 64], ['fused', 8192]]) {
         for (const dev of ['webgpu', 'cpu']) out[`${kind} ${dev}`] = JSON.parse(await bg.bench(kind, n, dev, 1, 3));
@@ -177,10 +241,71 @@ async function main() {
     }));
     check('the language toggle switches to English', en.html === 'en' && en.tab.includes('Basics') && en.status === 'en'
       && /parallel lesson/.test(en.h1) && /pmap \(split/.test(en.result), JSON.stringify(en));
+    // Every text on the page follows the toggle: no Chinese left anywhere (the toggle's own label aside).
+    const cjk = await page.evaluate(() => {
+      const skip = new Set([document.getElementById('lang'), document.getElementById('status')]);
+      const left = [];
+      const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+      for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+        if ([...skip].some((e) => e?.contains(n))) continue;
+        if (/[\u4e00-\u9fff]/.test(n.textContent)) left.push(n.textContent.trim().slice(0, 60));
+      }
+      return left;
+    });
+    check('English: no Chinese text left on the page (lanes, results, errors, notes)', cjk.length === 0, JSON.stringify(cjk.slice(0, 8)));
+    // … and no text key without a translation (t() shows the key itself then), in either language.
+    const rawKeys = async () => page.evaluate(() => {
+      // Text node by text node (adjacent elements' text would run together), the status aside.
+      const found = [];
+      const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+      for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+        if (document.getElementById('status').contains(n)) continue;
+        found.push(...(n.textContent.match(/^\s*(?:basics|adv|opt|hands|run|errk|hint|err|devices|stage|check|kernels)\.[a-z][\w.-]*\s*$/g) ?? []));
+      }
+      return found;
+    });
+    const keysEn = await rawKeys();
+    await page.click('#lang');
+    const keysZh = await rawKeys();
+    await page.click('#lang');
+    check('no untranslated text key on the page, in English or Chinese', keysEn.length === 0 && keysZh.length === 0, JSON.stringify({ keysEn, keysZh }));
     await shoot('en');
     await page.click('#lang');
     check('… and back to Chinese', (await page.textContent('.tabs button[data-tab="basics"]')).includes('入门'));
+
+    // 3b. A phone (390 px wide): no mode widens the page; screenshots of every mode.
+    await page.setViewportSize({ width: 390, height: 844 });
+    const wide = [];
+    for (const tab of [...MODES, 'quiz']) {
+      await page.click(`.tabs button[data-tab="${tab}"]`);
+      await page.waitForTimeout(150);
+      const w = await page.evaluate(() => document.documentElement.scrollWidth);
+      if (w > 392) wide.push(`${tab}: ${w} px`);
+      await page.screenshot({ path: path.join(SHOTS, `${tab}-zh-390.png`), fullPage: true });
+    }
+    await page.click('#lang');
+    await page.click('.tabs button[data-tab="basics"]');
+    await page.screenshot({ path: path.join(SHOTS, 'basics-en-390.png'), fullPage: true });
+    await page.click('#lang');
+    check('390 px wide: no mode is wider than the screen (tabs and tables scroll inside)', wide.length === 0, wide.join(', '));
     await page.close();
+
+    // 3c. A long run (Basics at B = 4096, D = 256: its reference check alone is seconds of CPU):
+    //     the page stays responsive, and Cancel stops it.
+    const live = await openPage(browser, `${base}/?devices=${DEVICES}`, log);
+    await live.waitForFunction(() => window.brigadeStatus?.ready && !window.brigadeStatus.running && window.brigadeStatus.modes.basics?.ran, null, { timeout: 300_000 });
+    await responsiveDuring(live, 'basics B=4096 D=256', async () => {
+      await live.fill('#b-batch', '4096');
+      await live.fill('#b-dim', '256');
+      await live.click('#b-run');
+    });
+    await live.fill('#b-batch', '96');
+    await live.fill('#b-dim', '16');
+    await live.click('#b-run');
+    await live.waitForFunction(() => !window.brigadeStatus.running && !document.getElementById('b-run').disabled, null, { timeout: 120_000 });
+    const after = await live.evaluate(() => window.brigadeStatus.modes.basics);
+    check('after Cancel, the next run works and verifies', after.ok === true && after.batch === 96 && after.realKernels === true, JSON.stringify(after));
+    await live.close();
 
     // 4. Without WebGPU (forced with cpu=1) the page says how to enable it and still works on cpu devices.
     const cpu = await openPage(browser, `${base}/?test=1&cpu=1&devices=2&only=basics`, log);
@@ -189,8 +314,17 @@ async function main() {
       && /enable-unsafe-webgpu/.test(document.getElementById('nowebgpu').textContent));
     check('cpu fallback: the no-WebGPU message is shown, basics verified on cpu:2',
       banner && c.backend === 'cpu' && c.modes.basics?.ok === true, JSON.stringify({ banner, backend: c.backend, basics: c.modes.basics }));
+    check(`cpu fallback: the run completed without a freeze (longest gap of the page's thread: ${Math.round(c.maxLagMs)} ms)`, c.maxLagMs < 1000, String(c.maxLagMs));
     await cpu.screenshot({ path: path.join(SHOTS, 'fallback-cpu.png'), fullPage: false });
     await cpu.close();
+    // The Optimization sweep on cpu devices (up to n = 1024; it froze the tab for 30 s or more
+    // before), started by opening the mode (every mode runs by itself when first opened): the
+    // page stays responsive, and Cancel stops it.
+    const cpuLive = await openPage(browser, `${base}/?cpu=1&devices=2`, log);
+    await cpuLive.waitForFunction(() => window.brigadeStatus?.ready && !window.brigadeStatus.running && window.brigadeStatus.modes.basics?.ran, null, { timeout: 300_000 });
+    await cpuLive.evaluate(() => { document.getElementById('o-big').checked = true; });
+    await responsiveDuring(cpuLive, 'cpu fallback, optimization sweep up to n = 1024', () => cpuLive.click('.tabs button[data-tab="optimize"]'));
+    await cpuLive.close();
 
     // 5. The bench page (brigade against jax-js, web/test/bench.mjs) at tiny sizes: every
     //    target runs and its result checks out.
