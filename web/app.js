@@ -153,6 +153,7 @@ function serial(fn) {
   chain = run.catch(() => {});
   return run;
 }
+window.brigadeSerial = serial; // the Topics tab (cards.js) queues its calls here too
 
 function busy(btn, on) {
   if (!btn) return;
