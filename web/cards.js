@@ -82,7 +82,7 @@ function errorView(e) {
   const known = t(`cards.kind.${e.kind}`);
   box.append(node('div', 'check bad', known.startsWith('cards.') ? t('cards.kind.other', { kind: e.kind }) : known));
   const d = node('details');
-  d.open = true;
+  d.open = e.message.length < 600; // a shader's full text stays folded
   d.append(node('summary', 'muted small', t('cards.original')), node('div', 'error', e.message));
   box.append(d);
   return box;
@@ -143,7 +143,13 @@ async function runCard(name, btn, call, render) {
 
 function renderError(host, r) {
   if (!r) { host.replaceChildren(); return true; }
-  if (r.error) { host.replaceChildren(node('div', 'error', r.error)); return true; }
+  if (r.error) {
+    const d = node('details');
+    d.open = r.error.length < 600;
+    d.append(node('summary', 'check bad', r.error.split('\n')[0].slice(0, 200)), node('div', 'error', r.error));
+    host.replaceChildren(d);
+    return true;
+  }
   return false;
 }
 

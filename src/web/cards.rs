@@ -364,6 +364,7 @@ async fn planner_inner(batch_total: usize, features: usize) -> Result<String> {
             },
         )
         .int("devices_needed", p.devices_needed)
+        .int("devices", n)
         .int("page_devices", n)
         .int("share", share)
         .bool(
