@@ -297,10 +297,16 @@ web_test() {
     PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 node web/test/browser.mjs
 }
 
+# The Topics tab (web/cards.js): every card's real kernels verified, both languages, screenshots.
+web_cards_test() {
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 node web/test/cards.mjs
+}
+
 run_web_steps() {
     run_step "web: chromium, wasm-bindgen, npm" setup_web_tools
     run_step "web: wasm build (release)" web_build
     run_step "web: browser test" web_test
+    run_step "web: topics tab test" web_cards_test
 }
 
 # ---------------------------------------------------------------- a real window

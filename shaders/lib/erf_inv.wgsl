@@ -2,7 +2,9 @@ fn bxla_log(v: f32) -> f32 {
     if (v == 0.0) { return bf32_bits(0xff800000u); }
     // NaN and negative numbers (sign bit set) by bits: no compare can be trusted with NaN.
     if (bitcast<u32>(v) > 0x7f800000u) { return bf32_bits(0xffffffffu); }
-    if (v > 3.40282347e38) { return v; }
+    // +inf by its bits (NaN and negatives are handled above): the literal f32::MAX is
+    // rejected by browsers' WGSL compilers (Tint) as not representable.
+    if (bitcast<u32>(v) == 0x7f800000u) { return v; }
     let bits = bitcast<u32>(max(v, 1.17549435e-38));
     let m = bitcast<f32>((bits & 0x807fffffu) | 0x3f000000u);
     let below = m < {{SQH}};

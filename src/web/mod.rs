@@ -16,13 +16,15 @@
 //!
 //! One file per idea: the page's side (`page.rs`: clock, events, panic hook), JSON out
 //! (`json.rs`), the demos' data and checks (`data.rs`), the session of devices and compiled
-//! programs (`session.rs`), the demos (`basics.rs`, `advanced.rs`, `training.rs`, `matmul.rs`),
+//! programs (`session.rs`), the demos (`basics.rs`, `advanced.rs`, `training.rs`, `matmul.rs`, and the topic cards in
+//! `cards.rs`),
 //! the benchmark (`bench.rs`) and the browser's error checks (`errors.rs`). The exports the page
 //! calls are re-exported here under their JS names.
 
 mod advanced;
 mod basics;
 mod bench;
+mod cards;
 mod data;
 mod errors;
 mod json;
@@ -34,6 +36,7 @@ mod training;
 pub use advanced::{barrier, divisibility, in_axes_demo, nesting};
 pub use basics::basics;
 pub use bench::bench;
+pub use cards::{debug_errors, debug_prints, model_parallel, placement, planner, random_keys};
 pub use errors::error_capture_check;
 pub use matmul::{row_split_matmul, sweep_point, timeline};
 pub use session::{counters_json, start};
