@@ -285,13 +285,19 @@ dish_split: shard_map(body(dish))
     .in_axes(&[Some(0), None, None])
     .devices(&devices)
     .named("dish (split)"),
+dish_one: shard_map(body(dish))
+    .in_axes(&[Some(0), None, None])
+    .devices(std::slice::from_ref(&dev0))
+    .named("dish (one device)"),
 dish_vmap: vmap(body(dish))
     .in_axes(&[Some(0), None, None])
     .named("dish (vmap)")
     .on(&dev0),
 // …
-let out = s.dish_split.call_async(&args).await?;
-let out = s.dish_vmap.call(&args)?;`,
+s.dish_split.call_async(&args).await
+// The one-chef baseline: the same split program on device 0 alone.
+s.dish_one.call_async(&args).await
+let vm = timed("basics-vmap", 1, reps, async || s.dish_vmap.call(&args)).await?;`,
     jax: String.raw`import jax, jax.numpy as jnp
 
 def dish(x, w, b):                 # one table's order

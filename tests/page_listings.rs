@@ -1,0 +1,51 @@
+//! The demo page's program listings (web/programs.js) against the code they show: a plain test
+//! (no `web` feature, no browser), so the default test run keeps them in sync with src/web.
+
+/// Every Rust listing of web/programs.js is the real program: each of its lines (trimmed;
+/// `// …` marks left-out lines) appears in src/web's source, and every demo has one.
+#[test]
+fn listings_match_the_source() {
+    let programs = include_str!("../web/programs.js");
+    let index = include_str!("../web/index.html");
+    let cards_js = include_str!("../web/cards.js");
+    let source = [
+        include_str!("../src/web/advanced.rs"),
+        include_str!("../src/web/basics.rs"),
+        include_str!("../src/web/cards.rs"),
+        include_str!("../src/web/matmul.rs"),
+        include_str!("../src/web/session.rs"),
+        include_str!("../src/web/training.rs"),
+    ]
+    .concat();
+    let lines: std::collections::HashSet<&str> = source.lines().map(str::trim).collect();
+    let mut names = Vec::new();
+    // Each entry: `  name: {` then `file: '…'`, `rust: String.raw` and the text up to the next backtick.
+    for chunk in programs.split("rust: String.raw`").skip(1) {
+        let body = &chunk[..chunk.find('`').expect("a closed listing")];
+        let mut checked = 0;
+        for l in body.lines().map(str::trim) {
+            if l.is_empty() || l == "// …" {
+                continue;
+            }
+            assert!(lines.contains(l), "a listing line is not in src/web: {l:?}");
+            checked += 1;
+        }
+        assert!(checked >= 5, "a listing of {checked} lines: {body}");
+    }
+    for l in programs.lines() {
+        let name = l.strip_prefix("  ").and_then(|r| r.strip_suffix(": {"));
+        if let Some(name) = name.filter(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_')) {
+            names.push(name.to_string());
+        }
+    }
+    assert!(names.len() >= 15, "{names:?}");
+    // Every listing is shown somewhere: a placeholder in index.html or a card of cards.js.
+    for n in &names {
+        let placeholder = format!("data-programs=\"{n}\"");
+        let card = format!("dataset.programs = '{n}'");
+        assert!(
+            index.contains(&placeholder) || cards_js.contains(&card),
+            "no place shows the listing {n}"
+        );
+    }
+}
