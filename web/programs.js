@@ -33,7 +33,7 @@ let f = shard_map(column_sum)
     .axis_name("i")
     .out_axes(&[None])
     .devices(&s.devices)
-let split_error = match f.call_async(std::slice::from_ref(&x)).await {
+let split_error = f.call_async(std::slice::from_ref(&x)).await.err();
 let padded_rows = rows.div_ceil(n) * n;
 padded.resize(padded_rows * 2, 0.0);
 let got = host(&f.call_async(std::slice::from_ref(&padded)).await?[0]).await?;

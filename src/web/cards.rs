@@ -101,10 +101,7 @@ async fn debug_errors_inner() -> Result<String> {
         .out_axes(&[None])
         .devices(&s.devices)
         .named("column sums");
-    let split_error = match f.call_async(std::slice::from_ref(&x)).await {
-        Err(e) => Some(e),
-        Ok(_) => None,
-    };
+    let split_error = f.call_async(std::slice::from_ref(&x)).await.err();
     let padded_rows = rows.div_ceil(n) * n;
     let mut padded = data(rows * 2, 21);
     padded.resize(padded_rows * 2, 0.0);
@@ -637,7 +634,7 @@ async fn model_parallel_inner(width: usize, batch: usize, micro: usize) -> Resul
     check_size("model_parallel", &[batch, width])?;
     check_size("model_parallel", &[width, width])?;
     let micro = micro.clamp(1, batch);
-    if batch % micro != 0 {
+    if !batch.is_multiple_of(micro) {
         return Err(Error::BadShapeArg {
             op: "model_parallel",
             shape: vec![batch, micro],
