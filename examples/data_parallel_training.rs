@@ -92,28 +92,9 @@ pub fn run(quick: bool) -> Result<bool> {
     }
 
     // One training step on every device: gradient on the local block, pmean, Adam update.
-    let step = pmap(move |a: &[Tensor]| {
-        let (x, y) = (&a[15], &a[16]);
-        let vg = value_and_grad(|q: &[Tensor]| vec![loss(&q[..4], &q[4], &q[5])])
-            .argnums(&[0, 1, 2, 3])
-            .apply(&[
-                a[0].clone(),
-                a[1].clone(),
-                a[2].clone(),
-                a[3].clone(),
-                x.clone(),
-                y.clone(),
-            ]);
-        let grads: Vec<Tensor> = vg[1..5].iter().map(|g| pmean(g, "batch")).collect();
-        let state = AdamState::from_slice(&a[4..15], 4).expect("Adam state");
-        let (params, state) = opt.update(&a[..4], &grads, &state);
-        let mut out = params;
-        out.extend(state.to_vec());
-        out.push(pmean(&vg[0], "batch"));
-        out
-    })
-    .axis_name("batch")
-    .devices(&devices);
+    let step = pmap(move |a: &[Tensor]| adam_step(&opt, a))
+        .axis_name("batch")
+        .devices(&devices);
 
     let epochs = if quick { 3 } else { 12 };
     let per = BATCH / n_dev;
@@ -213,4 +194,28 @@ fn main() -> Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// One data-parallel training step on every device: the gradient of the loss on the device's
+/// block `a[15..17]` (x, y), averaged over the `batch` axis (pmean), then an Adam update of the
+/// parameters `a[..4]` with state `a[4..15]`; returns the new parameters, state and mean loss.
+pub fn adam_step(opt: &Adam, a: &[Tensor]) -> Vec<Tensor> {
+    let (x, y) = (&a[15], &a[16]);
+    let vg = value_and_grad(|q: &[Tensor]| vec![loss(&q[..4], &q[4], &q[5])])
+        .argnums(&[0, 1, 2, 3])
+        .apply(&[
+            a[0].clone(),
+            a[1].clone(),
+            a[2].clone(),
+            a[3].clone(),
+            x.clone(),
+            y.clone(),
+        ]);
+    let grads: Vec<Tensor> = vg[1..5].iter().map(|g| pmean(g, "batch")).collect();
+    let state = AdamState::from_slice(&a[4..15], 4).expect("Adam state");
+    let (params, state) = opt.update(&a[..4], &grads, &state);
+    let mut out = params;
+    out.extend(state.to_vec());
+    out.push(pmean(&vg[0], "batch"));
+    out
 }

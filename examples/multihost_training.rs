@@ -15,15 +15,13 @@
 //! bit-identical on every process — and equal to the one-process run with as many devices (the
 //! `PARAMS` fingerprint printed by each process). `--quick`: fewer steps.
 
-use brigade::optim::{Adam, AdamState};
-use brigade::{
-    Array, DType, Result, Tensor, device_put_replicated, pmap, pmean, random, value_and_grad,
-};
+use brigade::optim::Adam;
+use brigade::{Array, DType, Result, Tensor, device_put_replicated, pmap, random};
 
 #[allow(dead_code)]
 #[path = "data_parallel_training.rs"]
 mod data_parallel_training;
-use data_parallel_training::{BATCH, HIDDEN, TRAIN, load, loss};
+use data_parallel_training::{BATCH, HIDDEN, TRAIN, adam_step, load};
 
 #[allow(dead_code)]
 #[path = "common/util.rs"]
@@ -93,27 +91,9 @@ fn train(quick: bool) -> Result<bool> {
     for t in init.iter().chain(opt.init(&init).to_vec().iter()) {
         carried.push(device_put_replicated(&t.to_array()?, &devices)?);
     }
-    let step = pmap(move |a: &[Tensor]| {
-        let vg = value_and_grad(|q: &[Tensor]| vec![loss(&q[..4], &q[4], &q[5])])
-            .argnums(&[0, 1, 2, 3])
-            .apply(&[
-                a[0].clone(),
-                a[1].clone(),
-                a[2].clone(),
-                a[3].clone(),
-                a[15].clone(),
-                a[16].clone(),
-            ]);
-        let grads: Vec<Tensor> = vg[1..5].iter().map(|g| pmean(g, "batch")).collect();
-        let state = AdamState::from_slice(&a[4..15], 4).expect("Adam state");
-        let (params, state) = opt.update(&a[..4], &grads, &state);
-        let mut out = params;
-        out.extend(state.to_vec());
-        out.push(pmean(&vg[0], "batch"));
-        out
-    })
-    .axis_name("batch")
-    .devices(&devices);
+    let step = pmap(move |a: &[Tensor]| adam_step(&opt, a))
+        .axis_name("batch")
+        .devices(&devices);
 
     let steps = if quick { 6 } else { 4 * TRAIN / BATCH };
     let mut losses = Vec::new();
