@@ -373,6 +373,18 @@ impl Array {
     /// ```
     pub fn wgpu_buffer(&self) -> Result<BufferView> {
         match &self.inner.storage {
+            Storage::Device { buffer, .. } if buffer.is_parted() => Err(Error::BadBuffer {
+                op: "wgpu_buffer",
+                device: buffer.device().name().to_string(),
+                detail: format!(
+                    "the array ({}, {} bytes) is larger than the device's max_buffer_size ({} \
+                     bytes) and is stored in several wgpu buffers; take them with \
+                     `array.wgpu_buffer_parts()`",
+                    self.inner.aval,
+                    self.size() as u64 * 4,
+                    buffer.device().limits().max_buffer_size
+                ),
+            }),
             Storage::Device { buffer, .. } => {
                 buffer.share();
                 Ok(BufferView {
@@ -398,6 +410,28 @@ impl Array {
                     shards.len()
                 ),
             }),
+        }
+    }
+
+    /// The wgpu buffers holding this array, to bind in the app's own pipelines (lifetimes as
+    /// for [`Array::wgpu_buffer`]): one entry, or for an array larger than its device's
+    /// `max_buffer_size` one entry per part, in order, every part but the last
+    /// [`crate::DeviceLimits::part_bytes`] long.
+    pub fn wgpu_buffer_parts(&self) -> Result<Vec<BufferView>> {
+        match &self.inner.storage {
+            Storage::Device { buffer, .. } if buffer.is_parted() => {
+                buffer.share();
+                Ok(buffer
+                    .pieces(0, self.size() as u64 * 4)
+                    .into_iter()
+                    .map(|(b, offset, size)| BufferView {
+                        buffer: b.clone(),
+                        offset,
+                        size,
+                    })
+                    .collect())
+            }
+            _ => self.wgpu_buffer().map(|v| vec![v]),
         }
     }
 

@@ -1682,12 +1682,13 @@ fn host_data_and_limit_errors() {
         matches!(x.item(), Err(Error::BadShapeArg { .. })),
         "item of two elements",
     );
-    // Arrays over the buffer limit: OverLimit naming the limit, never a wgpu panic. (Over one
-    // binding but within a buffer they are bound in segments: tests/segments.rs.)
+    // Arrays over 32-bit element indexing: OverLimit naming the limit, never a wgpu panic. (Over
+    // one binding they are bound in segments, over one buffer stored in parts: tests/segments.rs,
+    // tests/parts.rs.)
     for dev in gpu_devices() {
         let _g = device_guard(&dev);
-        let limit = dev.limits().max_buffer_size;
-        let n_elems = (limit / 4 + 1024) as usize;
+        let limit = u32::MAX as u64;
+        let n_elems = (limit + 1024) as usize;
         let big = jit(move |_a: &[Tensor]| vec![Tensor::full(1.0f32, &[n_elems])])
             .on(&dev)
             .call(&[])

@@ -432,11 +432,17 @@ fn bad_imports_are_typed_errors_naming_the_fix() {
                 "offset",
             ],
         );
-        let huge = (limits.max_buffer_size as usize) / 4 + 1;
+        // Past 32-bit element indexing: OverLimit; larger than the buffer: BadBuffer.
+        let huge = u32::MAX as usize + 1;
         assert!(matches!(
             import(&ok, 0, &[huge], DType::F32),
             Err(Error::OverLimit { .. })
         ));
+        let over = (limits.max_buffer_size as usize) / 4 + 1;
+        expect(
+            import(&ok, 0, &[over], DType::F32),
+            &[&(over as u64 * 4).to_string(), &(align * 4).to_string()],
+        );
         assert!(matches!(
             import(&ok, 0, &[4], DType::F64),
             Err(Error::BadDType { .. })

@@ -115,7 +115,10 @@ fn over_limit(t: &Tally, what: &str, r: brigade::Result<Vec<Array>>, dev: &Devic
             let l = dev.limits();
             let binding = l.max_storage_buffer_binding_size.min(l.max_buffer_size);
             assert!(
-                *limit == binding || *limit == l.max_buffer_size || *limit == u32::MAX as u64,
+                *limit == binding
+                    || *limit == l.max_buffer_size
+                    || *limit == u32::MAX as u64
+                    || *limit == u32::MAX as u64 * 4,
                 "{what} on {}: limit {limit} ({limit_name}), binding limit {binding}",
                 dev.name()
             );
@@ -388,18 +391,21 @@ fn jit_constants_are_computed_on_the_device() {
                 .call(&[]),
             &dev,
         );
-        // 4 GiB of f32 is within 32-bit indexing: the buffer limit refuses it (arrays over one
-        // binding but within a buffer are stored and computed in segments, tests/segments.rs).
-        let l = over_limit(
-            &t,
-            "jit full [2^30] f32",
-            jit(|_: &[Tensor]| vec![Tensor::full(f32::INFINITY, &[1 << 30])])
-                .on(&dev)
-                .call(&[]),
-            &dev,
+        // 4 GiB of f32 is within 32-bit indexing: it is stored in parts and computed in
+        // segments (tests/parts.rs); under a memory budget it is a typed OutOfMemory before
+        // anything is allocated.
+        t.bump();
+        dev.set_memory_limit(Some(64 << 20));
+        let r = jit(|_: &[Tensor]| vec![Tensor::full(f32::INFINITY, &[1 << 30])])
+            .on(&dev)
+            .call(&[]);
+        dev.set_memory_limit(None);
+        assert!(
+            matches!(&r, Err(Error::OutOfMemory { .. })),
+            "jit full [2^30] f32 under a 64 MiB budget on {}: {:?}",
+            dev.name(),
+            r.map(|_| ())
         );
-        let dl = dev.limits();
-        assert_eq!(l, dl.max_buffer_size);
         over_limit(
             &t,
             "jit Array::full input broadcast to [2^40]",
@@ -540,8 +546,9 @@ fn a_memory_limit_gives_out_of_memory_and_the_device_recovers() {
             &name,
             &[format!("{limit} bytes")],
         );
-        // More than the whole budget but within the binding limit: still OutOfMemory (it would
-        // fit after a bigger budget); beyond the buffer limit: OverLimit (it can never fit).
+        // More than the whole budget: still OutOfMemory (it would fit after a bigger budget),
+        // past the buffer limit too (stored in parts); beyond 32-bit element indexing:
+        // OverLimit (it can never fit).
         out_of_memory(
             &t,
             "alloc over the budget",
@@ -550,7 +557,12 @@ fn a_memory_limit_gives_out_of_memory_and_the_device_recovers() {
             &[format!("{} bytes", 16 * MIB)],
         );
         t.bump();
-        let over = dev.alloc(dev.limits().max_buffer_size + 4).unwrap_err();
+        let parted = dev.alloc(dev.limits().max_buffer_size + 4).unwrap_err();
+        assert!(
+            matches!(parted, Error::OutOfMemory { .. }),
+            "{name}: {parted:?}"
+        );
+        let over = dev.alloc(u32::MAX as u64 * 4 + 4).unwrap_err();
         assert!(matches!(over, Error::OverLimit { .. }), "{name}: {over:?}");
 
         // Drop everything: the memory is free again (the pool may keep free buffers, which count

@@ -100,6 +100,10 @@ pub(crate) struct Gpu {
 /// How long a call that failed waits for the device's queue to drain before it decides whether
 /// the device was lost (wgpu reports a destroyed device only once its queue is empty).
 #[cfg(not(target_arch = "wasm32"))]
+/// The largest array brigade stores on a GPU device: kernels index elements (4 bytes each) with
+/// 32-bit integers.
+pub(crate) const MAX_ARRAY_BYTES: u64 = u32::MAX as u64 * 4;
+
 const LOSS_DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Gpu {
@@ -405,17 +409,9 @@ impl Device {
         adapter: &wgpu::AdapterInfo,
         device: wgpu::Device,
         queue: wgpu::Queue,
-        max_binding: Option<u64>,
+        forced: super::runtime::Forced,
     ) -> Device {
-        let dev = Device::wrap_gpu(
-            index,
-            adapter_index,
-            adapter,
-            device,
-            queue,
-            false,
-            max_binding,
-        );
+        let dev = Device::wrap_gpu(index, adapter_index, adapter, device, queue, false, forced);
         if let Some(g) = &dev.inner.gpu {
             install_handlers(g, &dev.inner.label, true, true);
         }
@@ -494,7 +490,7 @@ impl Device {
         device: wgpu::Device,
         queue: wgpu::Queue,
     ) -> Result<Device> {
-        Device::from_app(0, 0, &adapter_info, device, queue, None)
+        Device::from_app(0, 0, &adapter_info, device, queue, Default::default())
     }
 
     /// [`Device::from_wgpu`] at a position of a runtime.
@@ -504,7 +500,7 @@ impl Device {
         adapter: &wgpu::AdapterInfo,
         device: wgpu::Device,
         queue: wgpu::Queue,
-        max_binding: Option<u64>,
+        forced: super::runtime::Forced,
     ) -> Result<Device> {
         let limits = device.limits();
         let label = format!(
@@ -513,15 +509,7 @@ impl Device {
             adapter.name
         );
         check_kernel_limits(&label, &limits)?;
-        let dev = Device::wrap_gpu(
-            index,
-            adapter_index,
-            adapter,
-            device,
-            queue,
-            true,
-            max_binding,
-        );
+        let dev = Device::wrap_gpu(index, adapter_index, adapter, device, queue, true, forced);
         let g = dev.gpu("Device::from_wgpu")?;
         // A lost callback chains in the browser (`lost.then`); natively it would replace the app's.
         #[cfg(target_arch = "wasm32")]
@@ -583,13 +571,12 @@ impl Device {
         device: wgpu::Device,
         queue: wgpu::Queue,
         app_owned: bool,
-        max_binding: Option<u64>,
+        forced: super::runtime::Forced,
     ) -> Device {
         let mut limits = DeviceLimits::from_wgpu(&device.limits());
-        // A forced binding limit (`BRIGADE_MAX_BINDING`) only ever lowers the device's own.
-        if let Some(b) = max_binding {
-            limits.max_storage_buffer_binding_size = limits.max_storage_buffer_binding_size.min(b);
-        }
+        // Forced limits (`BRIGADE_MAX_BINDING`, `BRIGADE_MAX_BUFFER`) only ever lower the
+        // device's own.
+        forced.apply(&mut limits);
         let info = DeviceInfo {
             index,
             adapter_index,
@@ -780,26 +767,24 @@ impl Device {
         }
     }
 
-    /// Check that an array of `bytes` bytes can live in one buffer here.
+    /// Check that an array of `bytes` bytes can live on this device; its size rounded up to 4.
     ///
-    /// Only `max_buffer_size` bounds it: an array larger than one storage binding
-    /// (`max_storage_buffer_binding_size`) is stored in one buffer all the same and bound in
-    /// segments, aligned sub-ranges each within the binding limit (see `lower::segments`).
-    /// One buffer rather than several keeps every transfer (`write_buffer`, reads, device-to-device
-    /// and cross-device copies) unchanged, since copies are bounded by the buffer size only; the
-    /// memory budget counts it like any buffer. An array beyond `max_buffer_size` (2 GiB on
-    /// lavapipe) is refused here with [`Error::OverLimit`].
+    /// An array larger than one storage binding (`max_storage_buffer_binding_size`) is bound in
+    /// segments, aligned sub-ranges each within the binding limit (see `lower::segments`); one
+    /// larger than `max_buffer_size` is stored in several buffers, parts of
+    /// [`DeviceLimits::part_bytes`] each (copies and transfers go part by part; no binding
+    /// straddles two). What bounds an array is 32-bit kernel indexing ([`MAX_ARRAY_BYTES`]),
+    /// refused here with [`Error::OverLimit`], and the memory budget ([`Error::OutOfMemory`]).
     pub(crate) fn check_fits(&self, bytes: u64, what: impl FnOnce() -> String) -> Result<u64> {
-        let limit = self.inner.info.limits.max_buffer_size;
         match bytes.max(4).checked_next_multiple_of(4) {
-            Some(size) if size <= limit => Ok(size),
+            Some(size) if size <= MAX_ARRAY_BYTES => Ok(size),
             _ => Err(Error::OverLimit {
                 device: self.inner.label.clone(),
                 what: what(),
                 needed: bytes,
-                limit,
+                limit: MAX_ARRAY_BYTES,
                 unit: "bytes",
-                limit_name: "max_buffer_size",
+                limit_name: "32-bit kernel indexing (2^32 - 1 elements of 4 bytes)",
             }),
         }
     }
@@ -826,6 +811,9 @@ impl Device {
     ) -> Result<Arc<DeviceBuffer>> {
         let gpu = self.gpu("alloc")?;
         let size = self.check_fits(bytes, || format!("a buffer of {}", human_bytes(bytes)))?;
+        if size > self.inner.info.limits.max_buffer_size {
+            return self.alloc_parts(gpu, size, extra);
+        }
         let bucket = bucket_size(size, self.inner.info.limits.max_buffer_size);
         let mut freed = Vec::new();
         let reserved = {
@@ -897,6 +885,71 @@ impl Device {
         Ok(self.wrap(buffer, size, capacity, extra))
     }
 
+    /// A buffer of `size` bytes (a multiple of 4, over `max_buffer_size`) made of several wgpu
+    /// buffers, parts of [`DeviceLimits::part_bytes`] each but the last; never pooled.
+    fn alloc_parts(
+        &self,
+        gpu: &Gpu,
+        size: u64,
+        extra: wgpu::BufferUsages,
+    ) -> Result<Arc<DeviceBuffer>> {
+        let part = self.inner.info.limits.part_bytes();
+        let mut freed = Vec::new();
+        let reserved = lock(&gpu.pool).reserve(size, size, &mut freed);
+        if !freed.is_empty() {
+            let _gl = gpu.gl_guard();
+            drop(freed);
+        }
+        let Some(capacity) = reserved else {
+            return Err(self.out_of_memory(size, "it does not fit the memory limit"));
+        };
+        if let Some(reason) = gpu.lost_now(false) {
+            lock(&gpu.pool).unreserve(capacity);
+            return Err(self.lost_error(reason));
+        }
+        let usage = wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_SRC
+            | wgpu::BufferUsages::COPY_DST
+            | extra;
+        let (parts, err) = gpu.capture(|| {
+            (0..size.div_ceil(part))
+                .map(|i| {
+                    gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("brigade array part"),
+                        size: part.min(size - i * part),
+                        usage,
+                        mapped_at_creation: false,
+                    })
+                })
+                .collect::<Vec<_>>()
+        });
+        if let Some(e) = err {
+            lock(&gpu.pool).unreserve(capacity);
+            let _gl = gpu.gl_guard();
+            drop(parts);
+            if matches!(e, wgpu::Error::OutOfMemory { .. }) && gpu.state.lost().is_none() {
+                lock(&gpu.pool).oom += 1;
+                return Err(self.out_of_memory(size, "the device could not allocate it"));
+            }
+            return Err(self.wgpu_error(e, || {
+                format!("allocating an array of {} in parts", human_bytes(size))
+            }));
+        }
+        lock(&gpu.pool).stats.created += parts.len() as u64;
+        Ok(Arc::new(DeviceBuffer {
+            buffer: parts[0].clone(),
+            offset: 0,
+            size,
+            capacity,
+            owner: self.inner.clone(),
+            extra,
+            imported: false,
+            parts,
+            part_bytes: part,
+            shared: Default::default(),
+        }))
+    }
+
     /// [`Error::OutOfMemory`] for a buffer of `bytes` bytes, naming what is in use and the limit.
     pub(super) fn out_of_memory(&self, bytes: u64, why: &str) -> Error {
         let m = self.memory_stats();
@@ -935,6 +988,8 @@ impl Device {
             owner: self.inner.clone(),
             extra,
             imported: false,
+            parts: Vec::new(),
+            part_bytes: 0,
             shared: Default::default(),
         })
     }
@@ -1055,6 +1110,8 @@ impl Device {
             owner: self.inner.clone(),
             extra: wgpu::BufferUsages::empty(),
             imported: true,
+            parts: Vec::new(),
+            part_bytes: 0,
             shared: std::sync::atomic::AtomicBool::new(true),
         }))
     }
@@ -1102,7 +1159,9 @@ impl Device {
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                     label: Some("brigade clear"),
                 });
-            enc.clear_buffer(&buf.buffer, 0, None);
+            for (b, at, n) in buf.pieces(0, buf.capacity) {
+                enc.clear_buffer(b, at, Some(n));
+            }
             gpu.queue.submit([enc.finish()]);
         });
         if let Some(e) = err {
@@ -1775,6 +1834,31 @@ fn bind_groups(gpu: &Gpu, dispatches: &[Dispatch<'_>], live_of: &[Option<usize>]
     BindGroups { groups, textures }
 }
 
+/// Record a copy of `size` bytes from `(buffer, offset)` `src` to `dst`, one wgpu copy per run
+/// of bytes that stays within one part of each (buffers stored in parts, see
+/// [`DeviceBuffer::is_parted`]).
+pub(crate) fn copy_pieces(
+    enc: &mut wgpu::CommandEncoder,
+    src: (&DeviceBuffer, u64),
+    dst: (&DeviceBuffer, u64),
+    size: u64,
+) {
+    let (s, d) = (src.0.pieces(src.1, size), dst.0.pieces(dst.1, size));
+    let (mut i, mut j, mut si, mut dj) = (0, 0, 0u64, 0u64);
+    while i < s.len() && j < d.len() {
+        let n = (s[i].2 - si).min(d[j].2 - dj);
+        enc.copy_buffer_to_buffer(s[i].0, s[i].1 + si, d[j].0, d[j].1 + dj, n);
+        si += n;
+        dj += n;
+        if si == s[i].2 {
+            (i, si) = (i + 1, 0);
+        }
+        if dj == d[j].2 {
+            (j, dj) = (j + 1, 0);
+        }
+    }
+}
+
 /// Record `pending` into `enc`: runs of dispatches share one compute pass; copies go between
 /// passes. A dispatch that reads textures starts a pass of its own, after the copies of its
 /// operands into them.
@@ -1788,13 +1872,7 @@ fn record(
     let mut i = 0;
     while i < pending.len() {
         if let Command::Copy(c) = &pending[i] {
-            enc.copy_buffer_to_buffer(
-                &c.src.buffer,
-                c.src.offset + c.src_offset,
-                &c.dst.buffer,
-                c.dst.offset + c.dst_offset,
-                c.size,
-            );
+            copy_pieces(enc, (c.src, c.src_offset), (c.dst, c.dst_offset), c.size);
             i += 1;
             continue;
         }

@@ -76,8 +76,8 @@ pub use kernel::{DUMP_WGSL_ENV, Kernel, KernelBinding, SKIP_WORKGROUP_ZERO_INIT,
 pub use layout::{BackendKind, DeviceLayout};
 pub use pool::{DeviceBuffer, MemoryStats, PoolStats, bucket_size};
 pub use runtime::{
-    AdapterSummary, DEVICES_ENV, MAPPED_READS_ENV, MAX_BINDING_ENV, MEMORY_LIMIT_ENV, Runtime,
-    RuntimeBuilder, init, parse_max_binding, parse_memory_limit,
+    AdapterSummary, DEVICES_ENV, MAPPED_READS_ENV, MAX_BINDING_ENV, MAX_BUFFER_ENV,
+    MEMORY_LIMIT_ENV, Runtime, RuntimeBuilder, init, parse_max_binding, parse_memory_limit,
 };
 pub use transfer::download_all;
 pub(crate) use transfer::{download_arrays, read_mapped};
@@ -93,7 +93,9 @@ pub struct DeviceLimits {
     /// [`RuntimeBuilder::max_binding`]). A larger array is bound in segments; the kernel
     /// families that do not do that yet refuse it with [`crate::Error::OverLimit`].
     pub max_storage_buffer_binding_size: u64,
-    /// Largest buffer, in bytes: no single array on the device may be larger.
+    /// Largest wgpu buffer, in bytes (lowered by [`MAX_BUFFER_ENV`] /
+    /// [`RuntimeBuilder::max_buffer`]). A larger array is stored in several buffers, parts of
+    /// [`DeviceLimits::part_bytes`] each, that no kernel binding straddles.
     pub max_buffer_size: u64,
     /// Storage buffers one compute shader may bind (Vulkan llvmpipe: 32; GL: often 16 or 8).
     pub max_storage_buffers_per_shader_stage: u32,
@@ -166,6 +168,32 @@ impl DeviceLimits {
     pub fn max_array_bytes(&self) -> u64 {
         self.max_storage_buffer_binding_size
             .min(self.max_buffer_size)
+    }
+
+    /// Bytes of every segment but the last of an array larger than one binding: the largest
+    /// power of two within [`DeviceLimits::max_array_bytes`] (at least 256, the largest
+    /// storage-offset alignment). A power of two, so that segments never straddle the parts of
+    /// an array stored in several buffers ([`DeviceLimits::part_bytes`]).
+    pub fn segment_bytes(&self) -> u64 {
+        pow2_floor(self.max_array_bytes()).max(256)
+    }
+
+    /// Bytes of every part but the last of an array larger than `max_buffer_size`, which is
+    /// stored in several wgpu buffers: the largest power of two within `max_buffer_size` (at
+    /// least [`DeviceLimits::segment_bytes`]). Powers of two divide each other, so a range that
+    /// stays within one part of the smallest part size of a mesh ([`DeviceLimits::meet`]) stays
+    /// within one part on every device of it.
+    pub fn part_bytes(&self) -> u64 {
+        pow2_floor(self.max_buffer_size).max(self.segment_bytes())
+    }
+}
+
+/// The largest power of two `<= x` (1 for 0).
+fn pow2_floor(x: u64) -> u64 {
+    if x == 0 {
+        1
+    } else {
+        1 << (63 - x.leading_zeros())
     }
 }
 

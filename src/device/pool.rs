@@ -303,6 +303,12 @@ pub struct DeviceBuffer {
     pub(crate) extra: wgpu::BufferUsages,
     /// True for an app's buffer: never pooled, never counted in the pool's memory.
     pub(crate) imported: bool,
+    /// For an array larger than its device's `max_buffer_size`: every part, `buffer` being the
+    /// first, each `part_bytes` long but the last. Empty for one buffer. Parts
+    /// are never pooled (their bytes are counted in the pool's memory, like any buffer's).
+    pub(crate) parts: Vec<wgpu::Buffer>,
+    /// Bytes of every part but the last (0 for one buffer).
+    pub(crate) part_bytes: u64,
     /// Set once the buffer was handed to code brigade does not control: exported with
     /// [`crate::Array::wgpu_buffer`], or recorded into an app's command encoder. Such a buffer is
     /// never returned to the pool (the app may still bind it, or its commands may not have run
@@ -362,9 +368,34 @@ impl DeviceBuffer {
         self.shared.store(true, Ordering::Release);
     }
 
+    /// True for an array stored in several wgpu buffers (larger than its device's
+    /// `max_buffer_size`): [`DeviceBuffer::raw`] is then its first part only.
+    pub fn is_parted(&self) -> bool {
+        !self.parts.is_empty()
+    }
+
+    /// The wgpu buffers holding bytes `offset..offset + len` of this buffer, in order: `(buffer,
+    /// offset in that wgpu buffer, bytes)`. One entry unless the range crosses parts.
+    pub(crate) fn pieces(&self, offset: u64, len: u64) -> Vec<(&wgpu::Buffer, u64, u64)> {
+        if self.parts.is_empty() {
+            return vec![(&self.buffer, self.offset + offset, len)];
+        }
+        let mut out = Vec::new();
+        let (mut at, end) = (offset, offset + len);
+        while at < end {
+            let part = (at / self.part_bytes) as usize;
+            let within = at % self.part_bytes;
+            let n = (self.part_bytes - within).min(end - at);
+            out.push((&self.parts[part], within, n));
+            at += n;
+        }
+        out
+    }
+
     /// True when reads may map this buffer itself: brigade's own, never handed out, mappable.
     pub(crate) fn mappable(&self) -> bool {
         !self.imported
+            && self.parts.is_empty()
             && !self.is_shared()
             && self.buffer.usage().contains(wgpu::BufferUsages::MAP_READ)
     }
@@ -373,24 +404,57 @@ impl DeviceBuffer {
     /// than a storage binding (`offset` a multiple of the storage-offset alignment). The view is
     /// never pooled or counted (the whole buffer is); it keeps the wgpu buffer alive, not this
     /// [`DeviceBuffer`], so hold both while the view is used.
-    pub(crate) fn view(&self, offset: u64, size: u64) -> Arc<DeviceBuffer> {
+    ///
+    /// In a parted buffer the range must lie within one part (the lowering never binds one that
+    /// straddles two: segments and parts are powers of two, see
+    /// [`super::DeviceLimits::part_bytes`]); one that does not is an internal
+    /// [`crate::Error::Unsupported`].
+    pub(crate) fn view(&self, offset: u64, size: u64) -> crate::Result<Arc<DeviceBuffer>> {
         debug_assert!(offset + size <= self.capacity, "a view inside its buffer");
-        Arc::new(DeviceBuffer {
-            buffer: self.buffer.clone(),
-            offset: self.offset + offset,
+        let (buffer, start) = match self.pieces(offset, size).as_slice() {
+            [(b, at, _)] => ((*b).clone(), *at),
+            [] => (self.buffer.clone(), self.offset + offset),
+            _ => {
+                return Err(crate::Error::Unsupported {
+                    op: "segments",
+                    detail: format!(
+                        "a kernel binding bytes {offset}..{} of an array stored in parts of {} \
+                         bytes straddles two parts (internal)",
+                        offset + size,
+                        self.part_bytes
+                    ),
+                });
+            }
+        };
+        Ok(Arc::new(DeviceBuffer {
+            buffer,
+            offset: start,
             size,
             capacity: size,
             owner: self.owner.clone(),
             extra: self.extra,
             imported: true,
+            parts: Vec::new(),
+            part_bytes: 0,
             shared: AtomicBool::new(self.is_shared()),
-        })
+        }))
     }
 
-    /// True when `self` and `other` use the same wgpu buffer (any range of it: wgpu refuses a
+    /// Every wgpu buffer this one uses (its parts, or the one buffer).
+    fn wgpu_buffers(&self) -> &[wgpu::Buffer] {
+        if self.parts.is_empty() {
+            std::slice::from_ref(&self.buffer)
+        } else {
+            &self.parts
+        }
+    }
+
+    /// True when `self` and `other` use a same wgpu buffer (any range of it: wgpu refuses a
     /// dispatch that binds one buffer both read-only and writable, and a copy within one buffer).
     pub(crate) fn same_wgpu_buffer(&self, other: &DeviceBuffer) -> bool {
-        self.buffer == other.buffer
+        self.wgpu_buffers()
+            .iter()
+            .any(|b| other.wgpu_buffers().contains(b))
     }
 }
 
@@ -417,7 +481,11 @@ impl Drop for DeviceBuffer {
             if gpu.state.lost().is_some() {
                 return;
             }
-            let spill = if self.is_shared() {
+            let spill = if !self.parts.is_empty() {
+                // Parts are never pooled: their bytes leave the count and the buffers are freed.
+                super::gpu::lock(&gpu.pool).unreserve(self.capacity);
+                None
+            } else if self.is_shared() {
                 // Not reused: the app may still bind it. wgpu frees it once the app's handle and
                 // every command using it are gone.
                 super::gpu::lock(&gpu.pool).unreserve(self.capacity);
@@ -430,6 +498,7 @@ impl Drop for DeviceBuffer {
             // Destroying wgpu buffers touches the GL context: serialize like every GL call.
             let _gl = gpu.gl_guard();
             drop(spill);
+            self.parts.clear();
         }
     }
 }

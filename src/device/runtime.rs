@@ -25,6 +25,38 @@ pub const MEMORY_LIMIT_ENV: &str = "BRIGADE_MEMORY_LIMIT";
 /// CI); it never raises a device's own limit. See [`parse_max_binding`].
 pub const MAX_BINDING_ENV: &str = "BRIGADE_MAX_BINDING";
 
+/// The environment variable that lowers every GPU device's buffer limit (`max_buffer_size`) when
+/// [`RuntimeBuilder::max_buffer`] is not called, in the syntax of [`MAX_BINDING_ENV`]. Arrays
+/// larger than the limit are stored in several wgpu buffers (parts), so a small value drives
+/// those paths with small arrays (tests, CI); it never raises a device's own limit, and the
+/// binding limit is lowered to it when larger. See [`parse_max_binding`] for the accepted values.
+pub const MAX_BUFFER_ENV: &str = "BRIGADE_MAX_BUFFER";
+
+/// Limits forced lower than a device's own ([`RuntimeBuilder::max_binding`],
+/// [`RuntimeBuilder::max_buffer`] or their environment variables).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Forced {
+    /// `max_storage_buffer_binding_size`.
+    pub binding: Option<u64>,
+    /// `max_buffer_size`.
+    pub buffer: Option<u64>,
+}
+
+impl Forced {
+    /// `limits` lowered as forced; the binding limit never exceeds the buffer limit.
+    pub(crate) fn apply(&self, limits: &mut super::DeviceLimits) {
+        if let Some(b) = self.buffer {
+            limits.max_buffer_size = limits.max_buffer_size.min(b);
+        }
+        if let Some(b) = self.binding {
+            limits.max_storage_buffer_binding_size = limits.max_storage_buffer_binding_size.min(b);
+        }
+        limits.max_storage_buffer_binding_size = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size);
+    }
+}
+
 /// Parse a forced binding limit ([`MAX_BINDING_ENV`], [`RuntimeBuilder::max_binding`]): the
 /// syntax of [`parse_memory_limit`], and the value must be a multiple of 4 bytes (a storage
 /// binding's granularity) and at least 256 bytes (one segment of an array is at least one
@@ -200,6 +232,7 @@ pub struct RuntimeBuilder {
     allow_cpu_fallback: bool,
     memory_limit: Option<u64>,
     max_binding: Option<u64>,
+    max_buffer: Option<u64>,
     /// Cache capacities given to every device (None: the defaults or the environment's).
     kernel_cache_capacity: Option<usize>,
     program_cache_capacity: Option<usize>,
@@ -226,6 +259,7 @@ impl Default for RuntimeBuilder {
             allow_cpu_fallback: true,
             memory_limit: None,
             max_binding: None,
+            max_buffer: None,
             kernel_cache_capacity: None,
             program_cache_capacity: None,
             app_devices: Vec::new(),
@@ -306,26 +340,48 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The forced binding limit in effect: the builder's, else [`MAX_BINDING_ENV`] when set and
-    /// not empty.
-    fn max_binding_in_effect(&self) -> Result<Option<u64>> {
-        match self.max_binding {
-            Some(b) => check_max_binding(&format!("max_binding({b})"), b).map(Some),
-            None => match std::env::var(MAX_BINDING_ENV) {
-                Ok(v) if !v.trim().is_empty() => {
-                    parse_max_binding(&v).map(Some).map_err(|e| match e {
-                        Error::BadDeviceSpec { spec, detail } => Error::BadDeviceSpec {
-                            spec: format!("{MAX_BINDING_ENV}={spec}"),
-                            detail: format!(
-                                "{detail} (from the environment variable {MAX_BINDING_ENV})"
-                            ),
-                        },
-                        e => e,
-                    })
-                }
-                _ => Ok(None),
-            },
-        }
+    /// Lower every GPU device's buffer limit (`max_buffer_size` in [`crate::DeviceLimits`]) to
+    /// `bytes`; a device whose own limit is lower keeps its own, and the binding limit is lowered
+    /// to it when larger. An array larger than the limit is stored in several wgpu buffers
+    /// (parts of [`crate::DeviceLimits::part_bytes`] each), which every kernel, copy and transfer
+    /// handles, so a small limit runs those paths with small arrays (how the tests cover them).
+    /// Overrides [`MAX_BUFFER_ENV`]; the values [`parse_max_binding`] refuses are refused.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> brigade::Result<()> {
+    /// let rt = brigade::Runtime::builder().max_buffer(256 << 10).build().await?;
+    /// assert!(rt.devices()[0].limits().max_buffer_size <= 256 << 10);
+    /// # Ok(()) }
+    /// ```
+    pub fn max_buffer(mut self, bytes: u64) -> Self {
+        self.max_buffer = Some(bytes);
+        self
+    }
+
+    /// The forced limits in effect: the builder's, else [`MAX_BINDING_ENV`] /
+    /// [`MAX_BUFFER_ENV`] when set and not empty.
+    fn forced_in_effect(&self) -> Result<Forced> {
+        let one = |given: Option<u64>, name: &str, env: &str| -> Result<Option<u64>> {
+            match given {
+                Some(b) => check_max_binding(&format!("{name}({b})"), b).map(Some),
+                None => match std::env::var(env) {
+                    Ok(v) if !v.trim().is_empty() => {
+                        parse_max_binding(&v).map(Some).map_err(|e| match e {
+                            Error::BadDeviceSpec { spec, detail } => Error::BadDeviceSpec {
+                                spec: format!("{env}={spec}"),
+                                detail: format!("{detail} (from the environment variable {env})"),
+                            },
+                            e => e,
+                        })
+                    }
+                    _ => Ok(None),
+                },
+            }
+        };
+        Ok(Forced {
+            binding: one(self.max_binding, "max_binding", MAX_BINDING_ENV)?,
+            buffer: one(self.max_buffer, "max_buffer", MAX_BUFFER_ENV)?,
+        })
     }
 
     /// Add a wgpu device the app created itself (see [`Device::from_wgpu`] for what brigade
@@ -463,7 +519,7 @@ impl RuntimeBuilder {
             (wgpu::Backends::empty(), false)
         };
         let memory_limit = self.memory_budget()?;
-        let max_binding = self.max_binding_in_effect()?;
+        let forced = self.forced_in_effect()?;
 
         // Enumerate adapters unless the layout needs none.
         let needs_adapters = discover && !layout.cpu_only() && !wgpu_backends.is_empty();
@@ -521,7 +577,7 @@ impl RuntimeBuilder {
                             })?;
                         &fresh
                     };
-                    request_device(adapter, index, a, max_binding).await?
+                    request_device(adapter, index, a, forced).await?
                 }
             };
             device.set_memory_limit(memory_limit);
@@ -541,7 +597,7 @@ impl RuntimeBuilder {
                 &app.info,
                 app.device.clone(),
                 app.queue.clone(),
-                max_binding,
+                forced,
             )?;
             summaries.push(summary_of(adapter_index, &app.info, &app.device.limits()));
             device.set_memory_limit(memory_limit);
@@ -837,7 +893,7 @@ async fn request_device(
     adapter: &wgpu::Adapter,
     index: usize,
     adapter_index: usize,
-    max_binding: Option<u64>,
+    forced: Forced,
 ) -> Result<Device> {
     let info = adapter.get_info();
     let label = format!("brigade device {index}");
@@ -860,7 +916,7 @@ async fn request_device(
         &info,
         device,
         queue,
-        max_binding,
+        forced,
     ))
 }
 

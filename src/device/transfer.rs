@@ -28,6 +28,7 @@
 //! Arrays are immutable, so reading at await time sees what the array holds; raw buffer reads
 //! ([`Device::download`], [`download_all`]) keep the staging copy made when they are called.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -37,12 +38,13 @@ use super::gpu::Device;
 use super::human_bytes;
 use super::pool::{DeviceBuffer, bucket_size};
 use crate::counters::bump;
+
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::HostData;
 
 /// Where the bytes of one read come from.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Source {
     /// An empty read.
     Empty,
@@ -50,6 +52,8 @@ enum Source {
     Staging { group: usize, offset: u64 },
     /// `PendingRead::direct.buffers[index]`, mapped itself, from its start.
     Direct { index: usize },
+    /// A buffer stored in parts: `(group, offset, bytes)` of each part's bytes, in order.
+    Pieces(Vec<(usize, u64, u64)>),
 }
 
 /// One requested read inside a pending batch.
@@ -327,6 +331,16 @@ impl Device {
             return Err(self.lost_error(reason));
         }
         let n = bytes.len() as u64;
+        if buf.is_parted() {
+            // Part by part: each write stays within one wgpu buffer.
+            let part = buf.part_bytes;
+            for start in (0..n).step_by(part as usize) {
+                let len = part.min(n - start);
+                let piece = buf.view(start, len)?;
+                self.write_bytes(gpu, &piece, &bytes[start as usize..(start + len) as usize])?;
+            }
+            return Ok(());
+        }
         let staged = if n >= STAGED_WRITE_MIN {
             self.write_staged(gpu, buf, bytes)?
         } else {
@@ -578,7 +592,9 @@ impl Device {
         };
         // (staging size, [(part index, source, bytes)])
         let mut groups: Vec<u64> = Vec::new();
-        let mut copies: Vec<(&DeviceBuffer, usize, u64, u64)> = Vec::new(); // (src, staging, offset, bytes)
+        // (src, staging, offset, bytes); a buffer stored in parts gives one copy per part.
+        let mut copies: Vec<((wgpu::Buffer, u64), usize, u64, u64)> = Vec::new();
+        let mut keys: Vec<usize> = Vec::new();
         for (i, (buf, dtype, len)) in reads.iter().copied().enumerate() {
             self.check_owner(buf, "download")?;
             if dtype == DType::F64 {
@@ -631,21 +647,24 @@ impl Device {
                 });
                 continue;
             }
-            let fits = groups
-                .last()
-                .is_some_and(|&used| used + bytes <= max_staging);
-            if !fits {
-                groups.push(0);
+            keys.push(gate_key(buf));
+            let mut pieces = Vec::new();
+            for (src, at, n) in buf.pieces(0, bytes) {
+                let fits = groups.last().is_some_and(|&used| used + n <= max_staging);
+                if !fits {
+                    groups.push(0);
+                }
+                let g = groups.len() - 1;
+                let offset = groups[g];
+                groups[g] += n;
+                copies.push(((src.clone(), at), g, offset, n));
+                pieces.push((g, offset, n));
             }
-            let g = groups.len() - 1;
-            let offset = groups[g];
-            groups[g] += bytes;
-            copies.push((buf, g, offset, bytes));
-            parts.push(Part {
-                dtype,
-                len,
-                source: Source::Staging { group: g, offset },
-            });
+            let source = match pieces.as_slice() {
+                &[(group, offset, _)] => Source::Staging { group, offset },
+                _ => Source::Pieces(pieces),
+            };
+            parts.push(Part { dtype, len, source });
         }
         let mapped_bytes: u64 = maps.buffers.iter().map(|(_, b)| b).sum();
         let total: u64 = groups.iter().sum::<u64>() + mapped_bytes;
@@ -699,15 +718,12 @@ impl Device {
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                     label: Some("brigade download"),
                 });
-            for &(src, g, offset, bytes) in &copies {
-                enc.copy_buffer_to_buffer(&src.buffer, src.offset, &buffers[g], offset, bytes);
+            for ((src, at), g, offset, bytes) in &copies {
+                enc.copy_buffer_to_buffer(src, *at, &buffers[*g], *offset, *bytes);
             }
             let cmd = enc.finish();
             // A source another thread's mapped read has mapped cannot be copied until unmapped.
-            gpu.unmapped(
-                |k| copies.iter().any(|c| gate_key(c.0) == k),
-                || gpu.queue.submit([cmd]),
-            )?;
+            gpu.unmapped(|k| keys.contains(&k), || gpu.queue.submit([cmd]))?;
             Ok(buffers
                 .into_iter()
                 .zip(&groups)
@@ -837,20 +853,28 @@ impl PendingRead {
             .collect()
     }
 
-    /// Each part's bytes inside `views`.
-    fn part_bytes<'v>(&self, views: &'v [wgpu::BufferView]) -> Vec<&'v [u8]> {
+    /// Each part's bytes inside `views` (gathered into one host copy for a buffer stored in
+    /// parts, whose pieces lie in different places).
+    fn part_bytes<'v>(&self, views: &'v [wgpu::BufferView]) -> Vec<Cow<'v, [u8]>> {
         let n = self.staging.len();
         self.parts
             .iter()
             .map(|p| {
                 let bytes = p.len * p.dtype.size_bytes();
-                match p.source {
-                    Source::Empty => &[][..],
+                match &p.source {
+                    Source::Empty => Cow::Borrowed(&[][..]),
                     Source::Staging { group, offset } => {
-                        let start = offset as usize;
-                        &views[group][start..start + bytes]
+                        let start = *offset as usize;
+                        Cow::Borrowed(&views[*group][start..start + bytes])
                     }
-                    Source::Direct { index } => &views[n + index][..bytes],
+                    Source::Direct { index } => Cow::Borrowed(&views[n + index][..bytes]),
+                    Source::Pieces(pieces) => {
+                        let mut all = Vec::with_capacity(bytes);
+                        for &(g, at, len) in pieces {
+                            all.extend_from_slice(&views[g][at as usize..(at + len) as usize]);
+                        }
+                        Cow::Owned(all)
+                    }
                 }
             })
             .collect()
@@ -884,7 +908,7 @@ impl PendingRead {
             self.part_bytes(&views)
                 .into_iter()
                 .zip(&self.parts)
-                .map(|(b, p)| HostData::from_bytes(p.dtype, b))
+                .map(|(b, p)| HostData::from_bytes(p.dtype, &b))
                 .collect()
         };
         self.recycle();
@@ -931,12 +955,13 @@ pub(crate) async fn read_mapped<R>(
             .iter()
             .map(|(p, _)| p.views())
             .collect::<Result<_>>()?;
-        let mut slices: Vec<&[u8]> = vec![&[]; reads.len()];
+        let mut bytes: Vec<Cow<'_, [u8]>> = vec![Cow::Borrowed(&[]); reads.len()];
         for ((p, idx), v) in pending.iter().zip(&views) {
             for (b, &i) in p.part_bytes(v).into_iter().zip(idx) {
-                slices[i] = b;
+                bytes[i] = b;
             }
         }
+        let slices: Vec<&[u8]> = bytes.iter().map(|b| &**b).collect();
         // Work inside `f` that needs one of these buffers is refused, not left waiting.
         let keys: Vec<usize> = pending.iter().flat_map(|(p, _)| p.direct.keys()).collect();
         let _holds = ClosureHolds::enter(&keys);

@@ -401,10 +401,11 @@ impl Executable {
                                 .expect("every slot is filled")
                                 .view(v.offset, v.size)
                         })
+                        .transpose()
                     })
-                    .collect()
+                    .collect::<Result<_>>()
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let dispatches: Vec<Dispatch<'_>> = p
             .launches
             .iter()

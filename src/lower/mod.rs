@@ -776,7 +776,7 @@ pub(crate) fn lower_donating(
     let g = segments::split_contractions(&canonicalize_dots(graph), limits);
     let mut g = split_wide_concats(&g, max_inputs);
     g.dce();
-    check_sizes(&g, limits)?;
+    check_sizes(&g)?;
     let producers = g.producers();
     let mut mat = materialize(&g, &producers);
     for e in &g.eqns {
@@ -983,6 +983,7 @@ pub(crate) fn lower_donating(
                             const_slots: &mut const_slots,
                             schedule: &mut schedule,
                         },
+                        limits,
                     )?;
                     free.extend(fresh);
                 }
@@ -1218,24 +1219,33 @@ fn embed_block(
     b: &segments::Block,
     place: &dyn Fn(&segments::Place) -> usize,
     to: &mut Embed<'_>,
+    limits: &DeviceLimits,
 ) -> Result<Vec<usize>> {
     let p = &b.program;
     let mut map: Vec<Option<(usize, Option<View>)>> = vec![None; p.slot_bytes.len()];
     let mut fresh = Vec::new();
-    // A range starting off the storage-offset alignment cannot be bound: it is copied to (or,
-    // the output, from) a slot of its own, bound whole.
-    let unaligned = |view: &Option<View>| view.filter(|v| v.offset % segments::ALIGN != 0);
-    let mut staging = |view: View, fresh: &mut Vec<usize>| {
-        to.slot_bytes.push(view.size.max(16));
-        fresh.push(to.slot_bytes.len() - 1);
-        to.slot_bytes.len() - 1
+    // A range starting off the storage-offset alignment cannot be bound, nor one that straddles
+    // two parts of an array stored in several buffers (over `max_buffer_size`; parts of
+    // `part_bytes`, a power of two that divides every device's own): it is copied to (or, the
+    // output, from) a slot of its own, bound whole. Copies cross parts.
+    let part = limits.part_bytes();
+    let straddles = |v: &View| v.offset / part != (v.offset + v.size.max(1) - 1) / part;
+    let unaligned = |slot_bytes: u64, view: &Option<View>| {
+        view.filter(|v| {
+            v.offset % segments::ALIGN != 0 || (slot_bytes > limits.max_buffer_size && straddles(v))
+        })
+    };
+    let staging = |view: View, slot_bytes: &mut Vec<u64>, fresh: &mut Vec<usize>| {
+        slot_bytes.push(view.size.max(16));
+        fresh.push(slot_bytes.len() - 1);
+        slot_bytes.len() - 1
     };
     let mut copies_in = Vec::new();
     for (k, &s) in p.input_slots.iter().enumerate() {
         let (pl, view) = &b.ins[k];
-        map[s] = Some(match unaligned(view) {
+        map[s] = Some(match unaligned(to.slot_bytes[place(pl)], view) {
             Some(v) => {
-                let t = staging(v, &mut fresh);
+                let t = staging(v, to.slot_bytes, &mut fresh);
                 copies_in.push(copy_op((place(pl), v.offset), (t, 0), v.size));
                 (t, None)
             }
@@ -1252,9 +1262,9 @@ fn embed_block(
         });
     }
     let mut copy_out = None;
-    map[*o] = Some(match unaligned(&b.out.1) {
+    map[*o] = Some(match unaligned(to.slot_bytes[place(&b.out.0)], &b.out.1) {
         Some(v) => {
-            let t = staging(v, &mut fresh);
+            let t = staging(v, to.slot_bytes, &mut fresh);
             copy_out = Some(copy_op((t, 0), (place(&b.out.0), v.offset), v.size));
             (t, None)
         }
@@ -1523,12 +1533,12 @@ fn fresh_outputs(g: &Graph) -> Graph {
     g
 }
 
-/// Refuse arrays that can never fit: kernels index with 32-bit integers and each array must fit
-/// one buffer. Arrays larger than one storage binding are bound in segments (see `segments`;
-/// [`check_bindings`] refuses the kernels that cannot).
-fn check_sizes(g: &Graph, limits: &DeviceLimits) -> Result<()> {
+/// Refuse arrays that can never fit: kernels index with 32-bit integers. Arrays larger than one
+/// storage binding are bound in segments (see `segments`; [`check_bindings`] refuses the kernels
+/// that cannot), arrays larger than one buffer are stored in parts (`DeviceLimits::part_bytes`).
+fn check_sizes(g: &Graph) -> Result<()> {
     for a in &g.avals {
-        let (n, bytes) = (a.size() as u64, a.size_bytes() as u64);
+        let n = a.size() as u64;
         if n > u32::MAX as u64 {
             return Err(Error::OverLimit {
                 device: "target".into(),
@@ -1537,16 +1547,6 @@ fn check_sizes(g: &Graph, limits: &DeviceLimits) -> Result<()> {
                 limit: u32::MAX as u64,
                 unit: "elements",
                 limit_name: "32-bit kernel indexing",
-            });
-        }
-        if bytes > limits.max_buffer_size {
-            return Err(Error::OverLimit {
-                device: "target".into(),
-                what: format!("an array of shape {:?} ({})", a.shape, a.dtype),
-                needed: bytes,
-                limit: limits.max_buffer_size,
-                unit: "bytes",
-                limit_name: "max_buffer_size",
             });
         }
     }

@@ -1,8 +1,10 @@
 //! Arrays larger than one storage binding (`max_storage_buffer_binding_size`).
 //!
-//! Such an array lives in one buffer (up to `max_buffer_size`, see `Device::check_fits`) and is
-//! *bound* in segments: aligned sub-ranges of at most [`segment_bytes`] each, every one but the
-//! last a multiple of the storage-offset alignment. A kernel family that handles segments emits
+//! Such an array lives in one buffer, or in several (*parts*) when it is larger than
+//! `max_buffer_size` (see `Device::check_fits`), and is *bound* in segments: aligned sub-ranges
+//! of at most [`segment_bytes`] each, every one but the last a multiple of the storage-offset
+//! alignment. Segments and parts are powers of two, so a segment never straddles two parts; a
+//! block's range that would is staged through a copy (`embed_block`), and copies cross parts. A kernel family that handles segments emits
 //! one dispatch per segment, each binding the sub-ranges it touches ([`View`]); every other family
 //! refuses such an array with a typed [`Error::OverLimit`] that names it, the limit, and the
 //! family ([`unsupported`]), never a wgpu validation error.
@@ -65,10 +67,10 @@ use super::{Program, View};
 /// most 256 on every adapter): segment starts are multiples of it, so they bind everywhere.
 pub(crate) const ALIGN: u64 = 256;
 
-/// Bytes of every segment but the last: the largest multiple of [`ALIGN`] within the binding
-/// limit (at least [`ALIGN`]).
+/// Bytes of every segment but the last ([`DeviceLimits::segment_bytes`]: a power of two within
+/// the binding limit, at least [`ALIGN`]).
 pub(crate) fn segment_bytes(limits: &DeviceLimits) -> u64 {
-    (limits.max_storage_buffer_binding_size / ALIGN).max(1) * ALIGN
+    limits.segment_bytes()
 }
 
 /// Bytes of variable `v`.

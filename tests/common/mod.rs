@@ -66,24 +66,32 @@ pub fn runtime_with(layout: &str) -> &'static Runtime {
 /// `max_binding` bytes (`RuntimeBuilder::max_binding`), built once per (layout, limit) and test
 /// binary: small arrays then take the segmented paths of arrays larger than one binding.
 pub fn runtime_max_binding(layout: &str, max_binding: u64) -> &'static Runtime {
+    runtime_forced(layout, max_binding, None)
+}
+
+/// [`runtime_max_binding`] with the buffer limit lowered too (`RuntimeBuilder::max_buffer`):
+/// small arrays then take the paths of arrays stored in several wgpu buffers.
+pub fn runtime_forced(layout: &str, max_binding: u64, max_buffer: Option<u64>) -> &'static Runtime {
     use std::collections::HashMap;
     use std::sync::Mutex;
-    static RTS: OnceLock<Mutex<HashMap<(String, u64), &'static Runtime>>> = OnceLock::new();
+    type Key = (String, u64, Option<u64>);
+    static RTS: OnceLock<Mutex<HashMap<Key, &'static Runtime>>> = OnceLock::new();
     let _ = env_logger::builder().is_test(true).try_init();
     let mut map = RTS
         .get_or_init(|| Mutex::new(HashMap::new()))
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    map.entry((layout.to_string(), max_binding))
+    map.entry((layout.to_string(), max_binding, max_buffer))
         .or_insert_with(|| {
-            let rt = pollster::block_on(
-                Runtime::builder()
-                    .layout_str(layout)
-                    .max_binding(max_binding)
-                    .allow_cpu_fallback(false)
-                    .build(),
-            )
-            .unwrap_or_else(|e| panic!("no runtime for layout {layout}: {e}. {INSTALL}"));
+            let mut b = Runtime::builder()
+                .layout_str(layout)
+                .max_binding(max_binding)
+                .allow_cpu_fallback(false);
+            if let Some(m) = max_buffer {
+                b = b.max_buffer(m);
+            }
+            let rt = pollster::block_on(b.build())
+                .unwrap_or_else(|e| panic!("no runtime for layout {layout}: {e}. {INSTALL}"));
             Box::leak(Box::new(rt))
         })
 }
