@@ -20,7 +20,7 @@ const ZH = {
   'cards.err1.one': '只有一个设备时任何批量都能整除，这个错误不会出现；换成 2 个以上设备再试。',
   'cards.err2.h': '② 在被追踪的值上写主机 if',
   'cards.err2.p': '在 pmap 的函数里读出一个求和结果再用 Rust 的 if 分支：追踪时这个值还不存在，于是调用失败：',
-  'cards.err2.fix': '修法：用 cond 把选择放进程序，每个设备按自己的数据各走一支：',
+  'cards.err2.fix': '修法：用 cond 把选择放进程序，由每个设备按自己的数据来选（行和为正取 x，否则取 −x）：',
   'cards.err2.branch': '设备 {d}：行和 {sum} → 取 {b}',
   'cards.err3.h': '③ 所有设备用同一个随机种子',
   'cards.err3.p': '不会报错，却让并行白做：每台设备抽到一模一样的噪声。',
@@ -89,7 +89,7 @@ const ZH = {
   'cards.mp.predicted': '由每层实测时间推算的流水线排程',
   'cards.mp.times': '每层处理一个微批次：{times} ms',
   'cards.mp.sum': '流水线实测 {piped} ms；按层时间推算 {pred} ms；一层接一层串行 {serial} ms',
-  'cards.mp.note': '在软件 WebGPU 上所有“设备”共用同一组 CPU 线程，实测的重叠有限；推算的排程显示真有 n 块 GPU 时流水线能省多少。',
+  'cards.mp.note': '推算的排程假设每层独占一块 GPU、每层耗时取上面的实测值：这是真有 n 块 GPU 时的流水线。在软件 WebGPU 上所有“设备”共用同一组 CPU 线程，实测的流水线可能比推算的快（线程在层间共享）也可能慢（彼此争抢），两者不必相同。',
 
   // AI scenarios
   'cards.ai.h': 'AI 应用场景',
@@ -126,7 +126,7 @@ const EN = {
   'cards.err1.one': 'With one device every batch divides, so this error cannot occur; try again with 2 or more devices.',
   'cards.err2.h': '2. A host if on a traced value',
   'cards.err2.p': 'Inside the pmap-ed function, a sum is read back and branched on with a Rust if: while tracing the value does not exist yet, so the call fails:',
-  'cards.err2.fix': 'Fix: stage the choice into the program with cond; each device takes its own branch on its own data:',
+  'cards.err2.fix': 'Fix: stage the choice into the program with cond, and each device chooses on its own data (x when its row sum is positive, −x otherwise):',
   'cards.err2.branch': 'device {d}: row sum {sum} → {b}',
   'cards.err3.h': '3. One random seed on every device',
   'cards.err3.p': 'No error at all, but the parallel work is wasted: every device draws identical noise.',
@@ -192,7 +192,7 @@ const EN = {
   'cards.mp.predicted': 'the schedule predicted from each layer\'s measured time',
   'cards.mp.times': 'each layer on one microbatch: {times} ms',
   'cards.mp.sum': 'pipeline measured {piped} ms; predicted from the layer times {pred} ms; one layer after another {serial} ms',
-  'cards.mp.note': 'On software WebGPU all "devices" share one set of CPU threads, so the measured overlap is small; the predicted schedule shows what the pipeline saves with n real GPUs.',
+  'cards.mp.note': 'The predicted schedule gives every layer a GPU of its own and takes each layer\'s time as measured above: the pipeline n real GPUs would run. On software WebGPU all "devices" share one set of CPU threads, so the measured pipeline may come out faster (the threads move between layers) or slower (they compete) than predicted; the two need not agree.',
 
   'cards.ai.h': 'AI scenarios',
   'cards.ai.p': 'The tutorial\'s three scenarios, each tied to a runnable demo on this page:',
