@@ -35,9 +35,10 @@ async function waitDone(page, label) {
 }
 
 const RESPONSE_MS = 200;
-// A click is "answered" within RESPONSE_MS, judged on the median of PROBES clicks spread over
-// about two seconds of the run. Why the median: on a loaded 2-core CI machine (the run's worker,
-// SwiftShader's threads and other jobs share the cores) one click now and then waits for the OS
+// A click is "answered" within RESPONSE_MS, judged on the median of up to PROBES clicks (at
+// least 3, all while the run goes on) over about a second. Why the median: on a loaded 2-core
+// CI machine (the run's worker, SwiftShader's threads and other jobs share the cores) one click
+// now and then waits for the OS
 // scheduler (478 ms was seen once while the machine compiled); a page whose thread is blocked
 // by the run (the bug this guards: Basics froze for 6.4 s) fails every click, so the median still
 // catches it. Why not weaker: every single click must still come back within FREEZE_MS (the
@@ -64,18 +65,24 @@ async function responsiveDuring(page, label, start) {
   await page.waitForFunction(() => window.brigadeStatus?.running, null, { timeout: 30_000 });
   await page.waitForTimeout(400);
   await page.evaluate(() => { window.brigadeStatus.maxLagMs = 0; });
+  // Only clicks answered while the run is still going count (the cpu sweep lasts a few seconds).
   const probes = [];
+  let st = null;
   for (let i = 0; i < PROBES; i++) {
-    probes.push(await respond(page));
-    await page.waitForTimeout(300);
+    const p = await respond(page);
+    const now = await page.evaluate(() => ({ running: window.brigadeStatus.running, lag: window.brigadeStatus.maxLagMs, bar: document.getElementById('runlabel').textContent, shown: !document.getElementById('runbar').hidden }));
+    if (!now.running) break;
+    probes.push(p);
+    st = { ...now, bar: st?.bar ?? now.bar, shown: st?.shown ?? now.shown };
+    await page.waitForTimeout(150);
   }
-  const st = await page.evaluate(() => ({ running: window.brigadeStatus.running, lag: window.brigadeStatus.maxLagMs, bar: document.getElementById('runlabel').textContent, shown: !document.getElementById('runbar').hidden }));
   const ms = probes.map((p) => p.ms).sort((a, b) => a - b);
-  const median = ms[PROBES >> 1];
-  const worst = ms[PROBES - 1];
-  check(`${label}: during the run the page answers a click within ${RESPONSE_MS} ms (median of ${PROBES}: ${median.toFixed(0)} ms; `
-    + `worst ${worst.toFixed(0)} ms and longest stall of its thread ${Math.round(st.lag)} ms, both under ${FREEZE_MS} ms)`,
-  st.running && median < RESPONSE_MS && worst < FREEZE_MS && st.lag < FREEZE_MS && probes.every((p) => p.switched), JSON.stringify({ probes, st }));
+  const median = ms[ms.length >> 1] ?? Infinity;
+  const worst = ms[ms.length - 1] ?? Infinity;
+  check(`${label}: during the run the page answers a click within ${RESPONSE_MS} ms (median of ${probes.length}: ${median.toFixed(0)} ms; `
+    + `worst ${worst.toFixed(0)} ms and longest stall of its thread ${Math.round(st?.lag ?? NaN)} ms, both under ${FREEZE_MS} ms)`,
+  probes.length >= 3 && median < RESPONSE_MS && worst < FREEZE_MS && st.lag < FREEZE_MS && probes.every((p) => p.switched), JSON.stringify({ probes, st }));
+  st ??= { shown: false, bar: 'the run ended before the first click' };
   check(`${label}: the run bar shows the run and its progress`, st.shown && /\d+\.\d/.test(st.bar), st.bar);
   const cancelled = await page.evaluate(() => window.brigadeStatus.cancelled);
   const t0 = Date.now();
