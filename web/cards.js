@@ -22,6 +22,11 @@ window.brigadeCards = status;
 
 function setCard(name, patch) {
   status.cards[name] = { ...(status.cards[name] ?? {}), ...patch };
+  const own = document.querySelector(`#card-${name} > summary .mark`);
+  if (own) {
+    own.textContent = status.cards[name].ok ? '✓' : '✗';
+    own.className = `mark ${status.cards[name].ok ? 'ok' : 'bad'}`;
+  }
   const all = Object.values(status.cards);
   const mark = $('mark-topics');
   if (mark && all.length) {
@@ -189,7 +194,13 @@ CARDS.debug = {
       ul.append(node('li', '', t('cards.err2.branch', { d, sum: fmt(row.reduce((a, v) => a + v, 0), 3), b })));
     });
     out.push(ul, checkLine(r.host_if.ok, r.host_if.err));
-    out.push(node('h3', '', t('cards.err3.h')), node('p', '', t('cards.err3.p')), workLine(r.work));
+    const go = node('a', 'cards-jump', t('cards.err3.go'));
+    go.href = '#card-random';
+    go.id = 'c-debug-to-rand';
+    go.addEventListener('click', (ev) => { ev.preventDefault(); openCard('random', !last.random); });
+    const p3 = node('p', '', `${t('cards.err3.p')} `);
+    p3.append(go);
+    out.push(node('h3', '', t('cards.err3.h')), p3, workLine(r.work));
     host.replaceChildren(...out);
   },
 };
@@ -224,7 +235,7 @@ CARDS.prints = {
 CARDS.planner = {
   build(card) {
     card.append(
-      i18n('h2', 'cards.plan.h'), node('p', 'formula', 'N = ⌈B_total / b_cap⌉'), i18n('p', 'cards.plan.p'),
+      i18n('h2', 'cards.plan.h'), node('p', 'formula', 'N = ⌈B / b_cap⌉'), i18n('p', 'cards.plan.p'),
       controls(numInput('c-plan-b', 'cards.plan.B', 1000000, 1), numInput('c-plan-f', 'cards.plan.F', 256, 1, 1024), runButton('c-plan-run')),
       node('div', 'result'), node('div', 'programs'),
     );
@@ -382,6 +393,8 @@ function buildScenarios(card) {
     go.addEventListener('click', () => {
       document.querySelector(`.tabs button[data-tab="${tab}"]`)?.click();
       const target = $(btn);
+      const holder = target?.closest('details.cards-card');
+      if (holder) holder.open = true;
       target?.scrollIntoView({ block: 'center' });
       if (target && !target.disabled) target.click();
     });
@@ -393,27 +406,53 @@ function buildScenarios(card) {
 
 // ---- the tab ------------------------------------------------------------------------------------
 
+const NARROW = window.matchMedia('(max-width: 600px)');
+
+/** A card that folds: a <details> whose summary is the card's title (its first h2) and a ✓/✗ once
+ * it ran; `fill(body)` builds the content. */
+function collapsible(id, fill) {
+  const card = node('details', 'card cards-card');
+  card.id = id;
+  const body = node('div', 'cards-body');
+  fill(body);
+  const summary = node('summary');
+  summary.append(body.querySelector('h2'), node('i', 'mark'));
+  card.append(summary, body);
+  return card;
+}
+
+function foldForWidth() {
+  for (const d of document.querySelectorAll('#tab-topics details.cards-card')) d.open = !NARROW.matches;
+}
+
+/** Open card `name` (unfolded, scrolled to, on the Topics tab) and run it if `run`. */
+function openCard(name, run) {
+  const card = $(`card-${name}`);
+  document.querySelector('.tabs button[data-tab="topics"]')?.click();
+  card.open = true;
+  card.scrollIntoView({ block: 'start' });
+  // Opening the tab the first time runs every card (app.js autoRun): then this one is under way.
+  if (run && !card.querySelector('button.run').disabled) CARDS[name].run();
+}
+
 const ORDER = ['debug', 'prints', 'planner', 'random', 'placement', 'model'];
 
 function build() {
   const tab = $('tab-topics');
   if (!tab) return false;
   const intro = node('div', 'card');
-  const all = i18n('button', 'cards.runall', 'run');
+  // Not a `button.run`: app.js clicks every one of those when the tab first opens (each card
+  // runs once through them; Run all as well would run cards 2-6 twice).
+  const all = i18n('button', 'cards.runall', 'runall');
   all.id = 'c-runall';
   all.addEventListener('click', () => runAll());
-  intro.append(i18n('p', 'cards.intro'), controls(all));
+  intro.append(i18n('p', 'cards.intro'), i18n('p', 'cards.fold', 'muted small'), controls(all));
   tab.append(intro);
-  for (const name of ORDER) {
-    const card = node('div', 'card');
-    card.id = `card-${name}`;
-    CARDS[name].build(card);
-    tab.append(card);
-  }
-  const ai = node('div', 'card');
-  ai.id = 'card-ai';
-  buildScenarios(ai);
-  tab.append(ai);
+  for (const name of ORDER) tab.append(collapsible(`card-${name}`, (body) => CARDS[name].build(body)));
+  tab.append(collapsible('card-ai', buildScenarios));
+  // Phones show the cards folded (the tab was over 8 000 px tall at 390 px), wide screens open.
+  NARROW.addEventListener('change', foldForWidth);
+  foldForWidth();
   for (const name of ORDER) {
     const b = tab.querySelector(`#card-${name} button.run`);
     b.addEventListener('click', () => CARDS[name].run());

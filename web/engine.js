@@ -31,7 +31,8 @@ function spawn() {
       if ('err' in data) p.reject(new Error(data.err)); else p.resolve(data.ok);
     };
     worker.onerror = (e) => {
-      const err = new Error(`brigade worker: ${e.message ?? e}`);
+      // A module worker that fails to load gives a bare Event (no message): say what to check.
+      const err = new Error(`brigade worker: ${e.message ?? 'it failed to load (is web/pkg built? run web/build.sh)'}`);
       reject(err);
       for (const p of pending.values()) p.reject(err);
       pending.clear();

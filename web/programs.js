@@ -1,5 +1,5 @@
 // The program behind every demo of the page: the brigade program it really runs (Rust, lines taken
-// verbatim from src/web/*.rs; a native test, `listings_match_the_source` in src/web/cards.rs,
+// verbatim from src/web/*.rs; tests/page_listings.rs, a plain test of the default run,
 // checks every line still appears there) beside the JAX program a learner would write.
 // attachPrograms() fills every element with data-programs="NAME" with a collapsible <details>.
 //
