@@ -41,8 +41,10 @@
 //! NHWC convolutions whose batch entries are each over one binding, are cut along that axis into
 //! chunks reading overlapping input rows ([`window_halo`], [`conv_halo`]); a sort along the
 //! leading axis first becomes one along the last axis of its keys transposed
-//! ([`split_contractions`]). An input dilation along a cut axis, a channels-first convolution of
-//! one batch entry over the limit, and a sort row over one binding are refused.
+//! ([`split_contractions`]). A sort row over one binding (1-D, or along the last axis) is sorted
+//! in chunks of one binding that a network of merge-splits then merges ([`merged_sort`]). An
+//! input dilation along a cut axis, a channels-first convolution of one batch entry over the
+//! limit, and a sort row over one binding along a middle axis are refused.
 //!
 //! Batched matmuls whose 64 batch entries exceed one binding become one matmul per entry
 //! ([`split_contractions`]). Refused ([`unsupported`]): the reduction, window, convolution and sort cases named above and in [`blocked`], and kernels of
@@ -635,10 +637,13 @@ pub(crate) fn blocked(
                     // Rows over one binding: a window kernel is cut along its window too.
                     (Err(_), Prim::Window(w)) => window_halo(&cx, e, w).map(Some),
                     (Err(_), Prim::Conv(p)) => conv_halo(&cx, e, p).map(Some),
+                    // A sort row over one binding: the row over chunks.
+                    (Err(_), Prim::Sort(_)) => merged_sort(&cx, e).map(Some),
                     (r, _) => r.map(Some),
                 }
             }
             Some(Ok(KernelCut::Summed)) => summed(&cx, e).map(Some),
+            Some(Ok(KernelCut::Merged)) => merged_sort(&cx, e).map(Some),
             Some(Ok(KernelCut::Halo)) => match &e.prim {
                 Prim::Window(w) => window_halo(&cx, e, w).map(Some),
                 _ => unreachable!("halos are cut for window kernels"),
@@ -943,6 +948,210 @@ fn reduction(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
     Ok(Blocked { temps, blocks })
 }
 
+/// A program of one kernel, `src`, binding inputs of `ins` bytes and an output of `out` bytes
+/// (a block whose views the parent gives).
+fn kernel_program(src: KernelSrc, ins: &[u64], out: u64) -> Program {
+    let k = ins.len();
+    Program {
+        launches: vec![super::Launch {
+            label: src.label,
+            wgsl: src.wgsl,
+            workgroups: src.workgroups,
+            slots: (0..=k).collect(),
+            views: Vec::new(),
+        }],
+        schedule: vec![super::Op::Launch(0)],
+        slot_bytes: ins.iter().copied().chain([out]).collect(),
+        input_slots: (0..k).collect(),
+        const_slots: Vec::new(),
+        output_slots: vec![k],
+        output_avals: vec![Aval::new(
+            vec![(out / 4) as usize],
+            crate::dtype::DType::U32,
+        )],
+        donated: Vec::new(),
+    }
+}
+
+/// The comparators of a sorting network over `m` wires (a power of two), stage by stage, each
+/// `(i, j)` with `i < j` sending the smaller elements to `i`: Batcher's bitonic sort in the form
+/// whose comparators all point one way (each merge's first stage compares mirrored wires), so
+/// that every wire is in one comparator per stage.
+fn bitonic_stages(m: usize) -> Vec<Vec<(usize, usize)>> {
+    let mut stages = Vec::new();
+    let mut size = 2;
+    while size <= m {
+        stages.push(
+            (0..m)
+                .filter(|i| i % size < size / 2)
+                .map(|i| (i, i - i % size + size - 1 - i % size))
+                .collect(),
+        );
+        let mut h = size / 4;
+        while h >= 1 {
+            stages.push((0..m).filter(|i| i & h == 0).map(|i| (i, i + h)).collect());
+            h /= 2;
+        }
+        size *= 2;
+    }
+    stages
+}
+
+/// An argsort along the last axis whose one row (its keys or indices) is over one binding, and
+/// so cannot be cut into blocks of rows: each row over chunks of `c` elements (a power of two,
+/// `c` elements of sort state in one binding; the tail padded with elements that sort last).
+/// Each chunk's state is written and sorted alone by the row kernel's own passes, then the
+/// chunks are merged by a sorting network whose comparator is a merge-split of two sorted
+/// chunks (the lower `c` elements of the pair to the lower chunk, the upper to the other), and
+/// the indices written. Any sorting network sorts sequences of sorted blocks when its
+/// comparators are merge-splits; a bitonic network over a power of two of chunks is chosen
+/// because every chunk is in one comparator per stage, so each stage reads one temporary and
+/// writes the other whole (a merge path would need the split points of runs spanning several
+/// bindings, found by searches across them). A comparator binds 2 chunks read and 1 written,
+/// per half. The state (encoded keys, then the index along the row) is the row kernel's, every
+/// element distinct: order, stability and NaN placement are the row kernel's exactly.
+/// Errors ([`unsupported`]) for a sort along another axis and a limit below 64 elements of state.
+fn merged_sort(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
+    let (g, limits, refuse) = (cx.g, cx.limits, cx.refuse);
+    let Prim::Sort(SortOp::Argsort {
+        axis,
+        descending,
+        order,
+    }) = &e.prim
+    else {
+        unreachable!("merged sorts are argsorts")
+    };
+    let y = g.aval(e.out);
+    if axis + 1 != y.shape.len() {
+        return Err(refuse(
+            e.out,
+            "one sort row over one binding along an axis other than the first or last",
+        ));
+    }
+    let dts: Vec<crate::dtype::DType> = e.inputs.iter().map(|&v| g.aval(v).dtype).collect();
+    let sorter = crate::ops::sort::ChunkSort {
+        dts: &dts,
+        order: *order,
+        descending: *descending,
+        c: 1,
+        max_wg: limits.max_compute_workgroups_per_dimension,
+    };
+    let words = sorter.words();
+    let per = segment_bytes(limits) as usize / (4 * words);
+    let c = 1usize << per.max(1).ilog2();
+    if c < 64 {
+        return Err(refuse(
+            e.out,
+            &format!(
+                "64 elements of its sort state ({words} 4-byte words each) exceed one binding"
+            ),
+        ));
+    }
+    let sorter = crate::ops::sort::ChunkSort { c, ..sorter };
+    let n = y.shape[*axis];
+    let rows = y.size() / n.max(1);
+    let (m, chunk) = (n.div_ceil(c), c * words * 4);
+    let padded = m.next_power_of_two();
+    let temp = (padded * chunk) as u64;
+    if temp > limits.max_buffer_size {
+        return Err(Error::OverLimit {
+            device: "target".into(),
+            what: format!(
+                "sorting a row of {n} elements of an array of shape {:?} over chunks (a \
+                 merge-sort temporary of {padded} chunks of {c} elements)",
+                y.shape
+            ),
+            needed: temp,
+            limit: limits.max_buffer_size,
+            unit: "bytes",
+            limit_name: "max_buffer_size",
+        });
+    }
+    let state = |t: usize, ch: usize| {
+        (
+            Place::Temp(t),
+            Some(View {
+                offset: (ch * chunk) as u64,
+                size: chunk as u64,
+            }),
+        )
+    };
+    let chunk_bytes = chunk as u64;
+    let passes = c.ilog2() as usize;
+    let mut blocks = Vec::new();
+    for r in 0..rows {
+        // Padding chunks are sorted as written: they go straight where the sorted chunks land.
+        let sorted = passes % 2;
+        for ch in 0..padded {
+            let count = n.saturating_sub(ch * c).min(c);
+            let at = |b: usize| {
+                Some(View {
+                    offset: ((r * n + ch * c) * b) as u64,
+                    size: (count * b).max(4) as u64,
+                })
+            };
+            let ins: Vec<(Place, Option<View>)> = if count > 0 {
+                e.inputs
+                    .iter()
+                    .map(|&v| (Place::Var(v), at(g.aval(v).dtype.size_bytes())))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let sizes: Vec<u64> = ins.iter().map(|(_, v)| v.expect("a view").size).collect();
+            blocks.push(Block {
+                program: kernel_program(sorter.init(count, ch * c)?, &sizes, chunk_bytes),
+                ins,
+                out: state(if count > 0 { 0 } else { sorted }, ch),
+            });
+        }
+        for p in 0..passes {
+            for ch in 0..m {
+                blocks.push(Block {
+                    program: kernel_program(sorter.merge(1 << p), &[chunk_bytes], chunk_bytes),
+                    ins: vec![state(p % 2, ch)],
+                    out: state(1 - p % 2, ch),
+                });
+            }
+        }
+        let mut cur = sorted;
+        for stage in bitonic_stages(padded) {
+            for (i, j) in stage {
+                for (upper, to) in [(false, i), (true, j)] {
+                    blocks.push(Block {
+                        program: kernel_program(
+                            sorter.merge_split(upper),
+                            &[chunk_bytes, chunk_bytes],
+                            chunk_bytes,
+                        ),
+                        ins: vec![state(cur, i), state(cur, j)],
+                        out: state(1 - cur, to),
+                    });
+                }
+            }
+            cur = 1 - cur;
+        }
+        for ch in 0..m {
+            let count = (n - ch * c).min(c);
+            blocks.push(Block {
+                program: kernel_program(sorter.indices(count), &[chunk_bytes], (count * 4) as u64),
+                ins: vec![state(cur, ch)],
+                out: (
+                    Place::Var(e.out),
+                    Some(View {
+                        offset: ((r * n + ch * c) * 4) as u64,
+                        size: (count * 4) as u64,
+                    }),
+                ),
+            });
+        }
+    }
+    Ok(Blocked {
+        temps: vec![temp, temp],
+        blocks,
+    })
+}
+
 /// How a kernel of its own (window, convolution, sort) is cut along its arrays' leading axes
 /// when one is over one binding: the family's rule.
 enum KernelCut {
@@ -959,6 +1168,8 @@ enum KernelCut {
     Summed,
     /// A window kernel whose window spans the leading axis: [`window_halo`].
     Halo,
+    /// A sort of a 1-D array: its one row over chunks ([`merged_sort`]).
+    Merged,
 }
 
 /// The [`KernelCut`] of equation `e`, `Err(why)` when its family cannot be cut (`None`: not a
@@ -978,9 +1189,7 @@ fn kernel_cut(e: &Eqn) -> Option<std::result::Result<KernelCut, String>> {
             "neither the batch nor the contracted features lead the operands".into(),
         )),
         // (A leading-axis sort of rank 2 or more was moved to the last axis by `leading_sort`.)
-        Prim::Sort(SortOp::Argsort { axis: 0, .. }) => Some(Err(
-            "its one sort row, the whole array, must fit one binding".into(),
-        )),
+        Prim::Sort(SortOp::Argsort { axis: 0, .. }) => Some(Ok(KernelCut::Merged)),
         Prim::Sort(SortOp::Argsort { axis, .. }) => rows(
             *axis,
             vec![true; e.inputs.len()],
