@@ -1540,10 +1540,52 @@ fn conv_halo(cx: &Cx<'_>, e: &Eqn, p: &ConvParams) -> Result<Blocked> {
     })
 }
 
-/// Blocks of the contracted leading axis of every input ([`Split::Summed`]): block `j` computes
-/// its partial and adds the sum of the blocks before it, the sums alternating between temporary
-/// `0` and the result so that no dispatch reads and writes one buffer and the last lands in the
-/// result.
+/// The running sum of `n` blocks' partial results: block `j` computes its partial and adds the
+/// sum of the blocks before it, the sums alternating between `temp` and `result` so that no
+/// dispatch reads and writes one buffer and the last lands in `result`.
+struct RunningSum {
+    n: usize,
+    result: (Place, Option<View>),
+    temp: (Place, Option<View>),
+}
+
+impl RunningSum {
+    /// Where block `j`'s sum goes: the result when an even number of blocks follow it.
+    fn dest(&self, j: usize) -> (Place, Option<View>) {
+        if (self.n - 1 - j).is_multiple_of(2) {
+            self.result
+        } else {
+            self.temp
+        }
+    }
+
+    /// Makes block `j`'s program `sub` (whose one output is its partial) add the sum of the
+    /// blocks before it, read from where that went (pushed onto `ins`), and returns where block
+    /// `j` writes.
+    fn add_previous(
+        &self,
+        j: usize,
+        sub: &mut Graph,
+        ins: &mut Vec<(Place, Option<View>)>,
+    ) -> (Place, Option<View>) {
+        if j > 0 {
+            let part = sub.outputs[0];
+            let a = sub.aval(part).clone();
+            let prev = sub.new_var(a.clone());
+            let o = sub.new_var(a);
+            sub.inputs.push(prev);
+            let add =
+                Prim::Elementwise(crate::ops::ElementwiseOp::Binary(crate::ops::BinaryOp::Add));
+            sub.eqns.push(Eqn::new(add, vec![prev, part], o));
+            sub.outputs = vec![o];
+            ins.push(self.dest(j - 1));
+        }
+        self.dest(j)
+    }
+}
+
+/// Blocks of the contracted leading axis of every input ([`Split::Summed`]), their partials
+/// added up ([`RunningSum`]).
 fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
     let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
     let out = g.aval(e.out);
@@ -1561,15 +1603,11 @@ fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
             "one entry of the contracted leading axis exceeds one binding",
         ));
     };
-    let nb = rows.div_ceil(r);
-    let dest = |j: usize| {
-        if (nb - 1 - j).is_multiple_of(2) {
-            (Place::Var(e.out), None)
-        } else {
-            (Place::Temp(0), None)
-        }
+    let sum = RunningSum {
+        n: rows.div_ceil(r),
+        result: (Place::Var(e.out), None),
+        temp: (Place::Temp(0), None),
     };
-    let add = Prim::Elementwise(crate::ops::ElementwiseOp::Binary(crate::ops::BinaryOp::Add));
     let mut blocks = Vec::new();
     for (j, r0) in (0..rows).step_by(r).enumerate() {
         let len = r.min(rows - r0);
@@ -1585,19 +1623,11 @@ fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
             .zip(&widths)
             .map(|(&v, &w)| (Place::Var(v), rows_view(r0, len, w)))
             .collect();
-        if j > 0 {
-            let prev = sub.new_var(out.clone());
-            let o = sub.new_var(out.clone());
-            sub.inputs.push(prev);
-            sub.eqns
-                .push(Eqn::new(add.clone(), vec![prev, sub.outputs[0]], o));
-            sub.outputs = vec![o];
-            views.push(dest(j - 1));
-        }
+        let dest = sum.add_previous(j, &mut sub, &mut views);
         blocks.push(Block {
             program: lower(&sub)?,
             ins: views,
-            out: dest(j),
+            out: dest,
         });
     }
     Ok(Blocked {
@@ -1608,9 +1638,8 @@ fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
 
 /// A `[1, m, k] x [1, k, n]` matmul whose `B` is over one binding: for every block of rows of
 /// `A` and `C`, the contraction is cut into chunks of rows of `B` (contiguous in its buffer), each
-/// chunk's product `A[rows, chunk] @ B[chunk]` added to the sum of the chunks before it. The sums
-/// alternate between temporary `0` and the block of `C`, so that no dispatch reads and writes one
-/// buffer and the last lands in `C`.
+/// chunk's product `A[rows, chunk] @ B[chunk]` added to the sum of the chunks before it
+/// ([`RunningSum`]: temporary `0` and the block of `C`).
 fn k_chunks(
     e: &Eqn,
     g: &Graph,
@@ -1621,8 +1650,10 @@ fn k_chunks(
     let (a, b, c) = (g.aval(e.inputs[0]), g.aval(e.inputs[1]), g.aval(e.out));
     let (m, k, n) = (a.shape[1], a.shape[2], b.shape[2]);
     let elem = c.dtype.size_bytes();
-    // Rows of A are bound whole (each block slices its chunk of columns out of them).
-    let Some(r) = rows_per_block(m, &[k * a.dtype.size_bytes(), n * elem], limits) else {
+    // Rows of A are bound whole (each block slices its chunk of columns out of them); blocks of
+    // them starting off the alignment are staged. (Chunks of B stay aligned: each is read by
+    // every block of rows, and would be copied once per block.)
+    let Some(r) = rows_staged(m, &[k * a.dtype.size_bytes(), n * elem], limits) else {
         return Err(refuse(
             e.inputs[0],
             "64 rows of the left operand exceed one binding",
@@ -1635,7 +1666,6 @@ fn k_chunks(
         ));
     };
     let chunks: Vec<(usize, usize)> = (0..k).step_by(rk).map(|k0| (k0, rk.min(k - k0))).collect();
-    let add = Prim::Elementwise(crate::ops::ElementwiseOp::Binary(crate::ops::BinaryOp::Add));
     let mut blocks = Vec::new();
     for r0 in (0..m).step_by(r) {
         let len = r.min(m - r0);
@@ -1653,6 +1683,11 @@ fn k_chunks(
                 size: (len * n * elem).max(4) as u64,
             }),
         );
+        let sum = RunningSum {
+            n: chunks.len(),
+            result: c_block,
+            temp,
+        };
         for (j, &(k0, klen)) in chunks.iter().enumerate() {
             // The chunk's product, plus the running sum from the chunk before.
             let mut sub = Graph::default();
@@ -1681,29 +1716,12 @@ fn k_chunks(
                     rows_view(k0, klen, n * b.dtype.size_bytes()),
                 ),
             ];
-            // Chunk j writes C when an even number of chunks follow it, else the temporary.
-            let dest = |j: usize| {
-                if (chunks.len() - 1 - j).is_multiple_of(2) {
-                    c_block
-                } else {
-                    temp
-                }
-            };
-            let out = if j == 0 {
-                d
-            } else {
-                let prev = sub.new_var(shaped(c, len, n));
-                let o = sub.new_var(shaped(c, len, n));
-                sub.inputs.push(prev);
-                sub.eqns.push(Eqn::new(add.clone(), vec![prev, d], o));
-                ins.push(dest(j - 1));
-                o
-            };
-            sub.outputs = vec![out];
+            sub.outputs = vec![d];
+            let dest = sum.add_previous(j, &mut sub, &mut ins);
             blocks.push(Block {
                 program: lower(&sub)?,
                 ins,
-                out: dest(j),
+                out: dest,
             });
         }
     }
