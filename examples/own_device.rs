@@ -9,8 +9,8 @@
 //!    the CPU reference interpreter;
 //! 3. squares and sums an array over the 1 MiB binding limit in segments (kernels bind it a
 //!    segment or a block of rows at a time), transposes it in segments too, and refuses an
-//!    argsort of it flattened (one sort row that cannot be cut into bindings) with a typed
-//!    `Error::OverLimit`;
+//!    argsort of it flattened (one sort row, sorted over chunks of the binding, whose merge-sort
+//!    state would exceed the 2 MiB buffer limit) with a typed `Error::OverLimit`;
 //! 4. refuses a device whose workgroups are narrower than its kernels (`max_compute_workgroup_size_x`
 //!    64) with a typed `Error::Unsupported` naming the limit;
 //! 5. lets go of the device on `Device::destroy` without destroying it: the app's device still runs
@@ -173,12 +173,19 @@ fn on_adapter(adapter: &wgpu::Adapter) -> Result<bool> {
         println!("  MISMATCH: the segmented transpose of the 2 MiB array");
         ok = false;
     }
-    // One sort row of the whole flattened array cannot be cut into bindings: a typed refusal.
+    // One sort row of the whole flattened array is sorted over chunks of the binding, but its
+    // merge-sort state (a key and an index per element) cannot fit the 2 MiB buffers: a typed
+    // refusal naming that limit.
     match jit(|a: &[Tensor]| vec![a[0].reshape(&[-1]).argsort(0)])
         .on(&dev)
         .call(&[big])
     {
-        Err(e @ Error::OverLimit { .. }) => {
+        Err(
+            e @ Error::OverLimit {
+                limit_name: "max_buffer_size",
+                ..
+            },
+        ) => {
             println!("  an argsort of it flattened (one 2 MiB sort row) refused as expected: {e}")
         }
         Err(e) => {
@@ -186,7 +193,7 @@ fn on_adapter(adapter: &wgpu::Adapter) -> Result<bool> {
             ok = false;
         }
         Ok(_) => {
-            println!("  UNEXPECTED: one sort row over the binding ran (it is refused)");
+            println!("  UNEXPECTED: a sort state over the buffer limit ran (it is refused)");
             ok = false;
         }
     }

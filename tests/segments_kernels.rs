@@ -368,6 +368,55 @@ fn argsort_over_blocks_of_rows() {
 }
 
 #[test]
+fn a_sort_row_over_one_binding_merges_sorted_chunks() {
+    // 1-D rows of 40 001 and 100 003 keys: 8 192 elements of sort state (a key and its index)
+    // per 64 KiB chunk, so 5 and 13 chunks (the tail padded), each sorted alone, then merged by
+    // a network over 8 and 16 chunks. Ties (small integers) and NaNs, also at chunk edges,
+    // check the stable order and NaN placement, ascending and descending; i32 keys too. The
+    // sorted values are gathered through the segmented `take_along_axis`.
+    use brigade::numpy;
+    let edges = [0, 17, 8191, 8192, 16_385, 40_000];
+    check_segmented(
+        |t: &[Tensor]| {
+            vec![
+                t[0].argsort(0),
+                t[0].sort(0),
+                numpy::argsort(&t[0], Some(0), true),
+                t[1].argsort(0),
+                numpy::sort(&t[1], Some(0), true),
+                numpy::argsort(&t[1], Some(0), true),
+                t[2].argsort(0),
+                t[2].sort(0),
+                numpy::argsort(&t[2], Some(0), true),
+            ]
+        },
+        &[
+            ties_and_nans(&[40_001], 141, &edges),
+            ties_and_nans(&[100_003], 142, &[5, 8192, 50_000, 99_999, 100_002]),
+            rand_i32(&[100_003], 143, -50, 50),
+        ],
+        Tol::EXACT,
+    );
+    // Several rows over the limit (rows of 20 001 keys start off the 256-byte alignment: their
+    // chunks are staged through copies), and a sort along the leading axis whose transposed row
+    // is over the limit.
+    check_segmented(
+        |t: &[Tensor]| {
+            vec![
+                t[0].argsort(1),
+                numpy::argsort(&t[0], Some(1), true),
+                t[1].argsort(0),
+            ]
+        },
+        &[
+            ties_and_nans(&[3, 20_001], 144, &[3, 20_001 + 8192, 2 * 20_001 + 20_000]),
+            ties_and_nans(&[20_001, 2], 145, &[0, 1, 4001]),
+        ],
+        Tol::EXACT,
+    );
+}
+
+#[test]
 fn kernels_that_cannot_be_cut_refuse_with_typed_errors() {
     let a = rand_f32(&ODD, 131);
     for dev in devices() {
@@ -388,17 +437,19 @@ fn kernels_that_cannot_be_cut_refuse_with_typed_errors() {
         );
         // (Sorting along the leading axis runs on transposed keys: tests/segments.rs.)
     }
-    // One row of the sort over the limit (20 000 keys and their indices): the message names
-    // the bytes the row needs.
+    // One row of a sort along a middle axis over the limit (20 000 keys): rows along the first
+    // or last axis run over chunks, this one is refused, naming the array.
     let dev = &devices()[0];
     let _g = device_guard(dev);
     let err = jit(|t: &[Tensor]| vec![t[0].argsort(1)])
         .on(dev)
-        .call(&[rand_f32(&[2, 20_000], 132)])
+        .call(&[rand_f32(&[2, 20_000, 2], 132)])
         .unwrap_err();
     let msg = err.to_string();
     assert!(
-        matches!(err, Error::OverLimit { .. }) && msg.contains("160000 bytes"),
+        matches!(err, Error::OverLimit { limit: LIMIT, .. })
+            && msg.contains("[2, 20000, 2]")
+            && msg.contains("other than the first or last"),
         "{msg}"
     );
     // The kernel gradient of a convolution whose one batch entry is over the limit (it

@@ -43,8 +43,10 @@
 //! NHWC convolutions whose batch entries are each over one binding, are cut along that axis into
 //! chunks reading overlapping input rows ([`window_halo`], [`conv_halo`]); a sort along the
 //! leading axis first becomes one along the last axis of its keys transposed
-//! ([`split_contractions`]). An input dilation along a cut axis, a channels-first convolution of
-//! one batch entry over the limit, and a sort row over one binding are refused.
+//! ([`split_contractions`]). A sort row over one binding (1-D, or along the last axis) is sorted
+//! in chunks of one binding that a network of merge-splits then merges ([`merged_sort`]). An
+//! input dilation along a cut axis, a channels-first convolution of one batch entry over the
+//! limit, and a sort row over one binding along a middle axis are refused.
 //!
 //! Batched matmuls whose 64 batch entries exceed one binding become one matmul per entry
 //! ([`split_contractions`]). Refused ([`unsupported`]): the reduction, window, convolution and sort cases named above and in [`blocked`], and kernels of
@@ -637,10 +639,13 @@ pub(crate) fn blocked(
                     // Rows over one binding: a window kernel is cut along its window too.
                     (Err(_), Prim::Window(w)) => window_halo(&cx, e, w).map(Some),
                     (Err(_), Prim::Conv(p)) => conv_halo(&cx, e, p).map(Some),
+                    // A sort row over one binding: the row over chunks.
+                    (Err(_), Prim::Sort(_)) => merged_sort(&cx, e).map(Some),
                     (r, _) => r.map(Some),
                 }
             }
             Some(Ok(KernelCut::Summed)) => summed(&cx, e).map(Some),
+            Some(Ok(KernelCut::Merged)) => merged_sort(&cx, e).map(Some),
             Some(Ok(KernelCut::Halo)) => match &e.prim {
                 Prim::Window(w) => window_halo(&cx, e, w).map(Some),
                 _ => unreachable!("halos are cut for window kernels"),
@@ -945,6 +950,210 @@ fn reduction(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
     Ok(Blocked { temps, blocks })
 }
 
+/// A program of one kernel, `src`, binding inputs of `ins` bytes and an output of `out` bytes
+/// (a block whose views the parent gives).
+fn kernel_program(src: KernelSrc, ins: &[u64], out: u64) -> Program {
+    let k = ins.len();
+    Program {
+        launches: vec![super::Launch {
+            label: src.label,
+            wgsl: src.wgsl,
+            workgroups: src.workgroups,
+            slots: (0..=k).collect(),
+            views: Vec::new(),
+        }],
+        schedule: vec![super::Op::Launch(0)],
+        slot_bytes: ins.iter().copied().chain([out]).collect(),
+        input_slots: (0..k).collect(),
+        const_slots: Vec::new(),
+        output_slots: vec![k],
+        output_avals: vec![Aval::new(
+            vec![(out / 4) as usize],
+            crate::dtype::DType::U32,
+        )],
+        donated: Vec::new(),
+    }
+}
+
+/// The comparators of a sorting network over `m` wires (a power of two), stage by stage, each
+/// `(i, j)` with `i < j` sending the smaller elements to `i`: Batcher's bitonic sort in the form
+/// whose comparators all point one way (each merge's first stage compares mirrored wires), so
+/// that every wire is in one comparator per stage.
+fn bitonic_stages(m: usize) -> Vec<Vec<(usize, usize)>> {
+    let mut stages = Vec::new();
+    let mut size = 2;
+    while size <= m {
+        stages.push(
+            (0..m)
+                .filter(|i| i % size < size / 2)
+                .map(|i| (i, i - i % size + size - 1 - i % size))
+                .collect(),
+        );
+        let mut h = size / 4;
+        while h >= 1 {
+            stages.push((0..m).filter(|i| i & h == 0).map(|i| (i, i + h)).collect());
+            h /= 2;
+        }
+        size *= 2;
+    }
+    stages
+}
+
+/// An argsort along the last axis whose one row (its keys or indices) is over one binding, and
+/// so cannot be cut into blocks of rows: each row over chunks of `c` elements (a power of two,
+/// `c` elements of sort state in one binding; the tail padded with elements that sort last).
+/// Each chunk's state is written and sorted alone by the row kernel's own passes, then the
+/// chunks are merged by a sorting network whose comparator is a merge-split of two sorted
+/// chunks (the lower `c` elements of the pair to the lower chunk, the upper to the other), and
+/// the indices written. Any sorting network sorts sequences of sorted blocks when its
+/// comparators are merge-splits; a bitonic network over a power of two of chunks is chosen
+/// because every chunk is in one comparator per stage, so each stage reads one temporary and
+/// writes the other whole (a merge path would need the split points of runs spanning several
+/// bindings, found by searches across them). A comparator binds 2 chunks read and 1 written,
+/// per half. The state (encoded keys, then the index along the row) is the row kernel's, every
+/// element distinct: order, stability and NaN placement are the row kernel's exactly.
+/// Errors ([`unsupported`]) for a sort along another axis and a limit below 64 elements of state.
+fn merged_sort(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
+    let (g, limits, refuse) = (cx.g, cx.limits, cx.refuse);
+    let Prim::Sort(SortOp::Argsort {
+        axis,
+        descending,
+        order,
+    }) = &e.prim
+    else {
+        unreachable!("merged sorts are argsorts")
+    };
+    let y = g.aval(e.out);
+    if axis + 1 != y.shape.len() {
+        return Err(refuse(
+            e.out,
+            "one sort row over one binding along an axis other than the first or last",
+        ));
+    }
+    let dts: Vec<crate::dtype::DType> = e.inputs.iter().map(|&v| g.aval(v).dtype).collect();
+    let sorter = crate::ops::sort::ChunkSort {
+        dts: &dts,
+        order: *order,
+        descending: *descending,
+        c: 1,
+        max_wg: limits.max_compute_workgroups_per_dimension,
+    };
+    let words = sorter.words();
+    let per = segment_bytes(limits) as usize / (4 * words);
+    let c = 1usize << per.max(1).ilog2();
+    if c < 64 {
+        return Err(refuse(
+            e.out,
+            &format!(
+                "64 elements of its sort state ({words} 4-byte words each) exceed one binding"
+            ),
+        ));
+    }
+    let sorter = crate::ops::sort::ChunkSort { c, ..sorter };
+    let n = y.shape[*axis];
+    let rows = y.size() / n.max(1);
+    let (m, chunk) = (n.div_ceil(c), c * words * 4);
+    let padded = m.next_power_of_two();
+    let temp = (padded * chunk) as u64;
+    if temp > limits.max_buffer_size {
+        return Err(Error::OverLimit {
+            device: "target".into(),
+            what: format!(
+                "sorting a row of {n} elements of an array of shape {:?} over chunks (a \
+                 merge-sort temporary of {padded} chunks of {c} elements)",
+                y.shape
+            ),
+            needed: temp,
+            limit: limits.max_buffer_size,
+            unit: "bytes",
+            limit_name: "max_buffer_size",
+        });
+    }
+    let state = |t: usize, ch: usize| {
+        (
+            Place::Temp(t),
+            Some(View {
+                offset: (ch * chunk) as u64,
+                size: chunk as u64,
+            }),
+        )
+    };
+    let chunk_bytes = chunk as u64;
+    let passes = c.ilog2() as usize;
+    let mut blocks = Vec::new();
+    for r in 0..rows {
+        // Padding chunks are sorted as written: they go straight where the sorted chunks land.
+        let sorted = passes % 2;
+        for ch in 0..padded {
+            let count = n.saturating_sub(ch * c).min(c);
+            let at = |b: usize| {
+                Some(View {
+                    offset: ((r * n + ch * c) * b) as u64,
+                    size: (count * b).max(4) as u64,
+                })
+            };
+            let ins: Vec<(Place, Option<View>)> = if count > 0 {
+                e.inputs
+                    .iter()
+                    .map(|&v| (Place::Var(v), at(g.aval(v).dtype.size_bytes())))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let sizes: Vec<u64> = ins.iter().map(|(_, v)| v.expect("a view").size).collect();
+            blocks.push(Block {
+                program: kernel_program(sorter.init(count, ch * c)?, &sizes, chunk_bytes),
+                ins,
+                out: state(if count > 0 { 0 } else { sorted }, ch),
+            });
+        }
+        for p in 0..passes {
+            for ch in 0..m {
+                blocks.push(Block {
+                    program: kernel_program(sorter.merge(1 << p), &[chunk_bytes], chunk_bytes),
+                    ins: vec![state(p % 2, ch)],
+                    out: state(1 - p % 2, ch),
+                });
+            }
+        }
+        let mut cur = sorted;
+        for stage in bitonic_stages(padded) {
+            for (i, j) in stage {
+                for (upper, to) in [(false, i), (true, j)] {
+                    blocks.push(Block {
+                        program: kernel_program(
+                            sorter.merge_split(upper),
+                            &[chunk_bytes, chunk_bytes],
+                            chunk_bytes,
+                        ),
+                        ins: vec![state(cur, i), state(cur, j)],
+                        out: state(1 - cur, to),
+                    });
+                }
+            }
+            cur = 1 - cur;
+        }
+        for ch in 0..m {
+            let count = (n - ch * c).min(c);
+            blocks.push(Block {
+                program: kernel_program(sorter.indices(count), &[chunk_bytes], (count * 4) as u64),
+                ins: vec![state(cur, ch)],
+                out: (
+                    Place::Var(e.out),
+                    Some(View {
+                        offset: ((r * n + ch * c) * 4) as u64,
+                        size: (count * 4) as u64,
+                    }),
+                ),
+            });
+        }
+    }
+    Ok(Blocked {
+        temps: vec![temp, temp],
+        blocks,
+    })
+}
+
 /// How a kernel of its own (window, convolution, sort) is cut along its arrays' leading axes
 /// when one is over one binding: the family's rule.
 enum KernelCut {
@@ -961,6 +1170,8 @@ enum KernelCut {
     Summed,
     /// A window kernel whose window spans the leading axis: [`window_halo`].
     Halo,
+    /// A sort of a 1-D array: its one row over chunks ([`merged_sort`]).
+    Merged,
 }
 
 /// The [`KernelCut`] of equation `e`, `Err(why)` when its family cannot be cut (`None`: not a
@@ -980,9 +1191,7 @@ fn kernel_cut(e: &Eqn) -> Option<std::result::Result<KernelCut, String>> {
             "neither the batch nor the contracted features lead the operands".into(),
         )),
         // (A leading-axis sort of rank 2 or more was moved to the last axis by `leading_sort`.)
-        Prim::Sort(SortOp::Argsort { axis: 0, .. }) => Some(Err(
-            "its one sort row, the whole array, must fit one binding".into(),
-        )),
+        Prim::Sort(SortOp::Argsort { axis: 0, .. }) => Some(Ok(KernelCut::Merged)),
         Prim::Sort(SortOp::Argsort { axis, .. }) => rows(
             *axis,
             vec![true; e.inputs.len()],
@@ -1333,10 +1542,52 @@ fn conv_halo(cx: &Cx<'_>, e: &Eqn, p: &ConvParams) -> Result<Blocked> {
     })
 }
 
-/// Blocks of the contracted leading axis of every input ([`Split::Summed`]): block `j` computes
-/// its partial and adds the sum of the blocks before it, the sums alternating between temporary
-/// `0` and the result so that no dispatch reads and writes one buffer and the last lands in the
-/// result.
+/// The running sum of `n` blocks' partial results: block `j` computes its partial and adds the
+/// sum of the blocks before it, the sums alternating between `temp` and `result` so that no
+/// dispatch reads and writes one buffer and the last lands in `result`.
+struct RunningSum {
+    n: usize,
+    result: (Place, Option<View>),
+    temp: (Place, Option<View>),
+}
+
+impl RunningSum {
+    /// Where block `j`'s sum goes: the result when an even number of blocks follow it.
+    fn dest(&self, j: usize) -> (Place, Option<View>) {
+        if (self.n - 1 - j).is_multiple_of(2) {
+            self.result
+        } else {
+            self.temp
+        }
+    }
+
+    /// Makes block `j`'s program `sub` (whose one output is its partial) add the sum of the
+    /// blocks before it, read from where that went (pushed onto `ins`), and returns where block
+    /// `j` writes.
+    fn add_previous(
+        &self,
+        j: usize,
+        sub: &mut Graph,
+        ins: &mut Vec<(Place, Option<View>)>,
+    ) -> (Place, Option<View>) {
+        if j > 0 {
+            let part = sub.outputs[0];
+            let a = sub.aval(part).clone();
+            let prev = sub.new_var(a.clone());
+            let o = sub.new_var(a);
+            sub.inputs.push(prev);
+            let add =
+                Prim::Elementwise(crate::ops::ElementwiseOp::Binary(crate::ops::BinaryOp::Add));
+            sub.eqns.push(Eqn::new(add, vec![prev, part], o));
+            sub.outputs = vec![o];
+            ins.push(self.dest(j - 1));
+        }
+        self.dest(j)
+    }
+}
+
+/// Blocks of the contracted leading axis of every input ([`Split::Summed`]), their partials
+/// added up ([`RunningSum`]).
 fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
     let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
     let out = g.aval(e.out);
@@ -1354,15 +1605,11 @@ fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
             "one entry of the contracted leading axis exceeds one binding",
         ));
     };
-    let nb = rows.div_ceil(r);
-    let dest = |j: usize| {
-        if (nb - 1 - j).is_multiple_of(2) {
-            (Place::Var(e.out), None)
-        } else {
-            (Place::Temp(0), None)
-        }
+    let sum = RunningSum {
+        n: rows.div_ceil(r),
+        result: (Place::Var(e.out), None),
+        temp: (Place::Temp(0), None),
     };
-    let add = Prim::Elementwise(crate::ops::ElementwiseOp::Binary(crate::ops::BinaryOp::Add));
     let mut blocks = Vec::new();
     for (j, r0) in (0..rows).step_by(r).enumerate() {
         let len = r.min(rows - r0);
@@ -1378,19 +1625,11 @@ fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
             .zip(&widths)
             .map(|(&v, &w)| (Place::Var(v), rows_view(r0, len, w)))
             .collect();
-        if j > 0 {
-            let prev = sub.new_var(out.clone());
-            let o = sub.new_var(out.clone());
-            sub.inputs.push(prev);
-            sub.eqns
-                .push(Eqn::new(add.clone(), vec![prev, sub.outputs[0]], o));
-            sub.outputs = vec![o];
-            views.push(dest(j - 1));
-        }
+        let dest = sum.add_previous(j, &mut sub, &mut views);
         blocks.push(Block {
             program: lower(&sub)?,
             ins: views,
-            out: dest(j),
+            out: dest,
         });
     }
     Ok(Blocked {
@@ -1401,9 +1640,8 @@ fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
 
 /// A `[1, m, k] x [1, k, n]` matmul whose `B` is over one binding: for every block of rows of
 /// `A` and `C`, the contraction is cut into chunks of rows of `B` (contiguous in its buffer), each
-/// chunk's product `A[rows, chunk] @ B[chunk]` added to the sum of the chunks before it. The sums
-/// alternate between temporary `0` and the block of `C`, so that no dispatch reads and writes one
-/// buffer and the last lands in `C`.
+/// chunk's product `A[rows, chunk] @ B[chunk]` added to the sum of the chunks before it
+/// ([`RunningSum`]: temporary `0` and the block of `C`).
 fn k_chunks(
     e: &Eqn,
     g: &Graph,
@@ -1414,8 +1652,10 @@ fn k_chunks(
     let (a, b, c) = (g.aval(e.inputs[0]), g.aval(e.inputs[1]), g.aval(e.out));
     let (m, k, n) = (a.shape[1], a.shape[2], b.shape[2]);
     let elem = c.dtype.size_bytes();
-    // Rows of A are bound whole (each block slices its chunk of columns out of them).
-    let Some(r) = rows_per_block(m, &[k * a.dtype.size_bytes(), n * elem], limits) else {
+    // Rows of A are bound whole (each block slices its chunk of columns out of them); blocks of
+    // them starting off the alignment are staged. (Chunks of B stay aligned: each is read by
+    // every block of rows, and would be copied once per block.)
+    let Some(r) = rows_staged(m, &[k * a.dtype.size_bytes(), n * elem], limits) else {
         return Err(refuse(
             e.inputs[0],
             "64 rows of the left operand exceed one binding",
@@ -1428,7 +1668,6 @@ fn k_chunks(
         ));
     };
     let chunks: Vec<(usize, usize)> = (0..k).step_by(rk).map(|k0| (k0, rk.min(k - k0))).collect();
-    let add = Prim::Elementwise(crate::ops::ElementwiseOp::Binary(crate::ops::BinaryOp::Add));
     let mut blocks = Vec::new();
     for r0 in (0..m).step_by(r) {
         let len = r.min(m - r0);
@@ -1446,6 +1685,11 @@ fn k_chunks(
                 size: (len * n * elem).max(4) as u64,
             }),
         );
+        let sum = RunningSum {
+            n: chunks.len(),
+            result: c_block,
+            temp,
+        };
         for (j, &(k0, klen)) in chunks.iter().enumerate() {
             // The chunk's product, plus the running sum from the chunk before.
             let mut sub = Graph::default();
@@ -1474,29 +1718,12 @@ fn k_chunks(
                     rows_view(k0, klen, n * b.dtype.size_bytes()),
                 ),
             ];
-            // Chunk j writes C when an even number of chunks follow it, else the temporary.
-            let dest = |j: usize| {
-                if (chunks.len() - 1 - j).is_multiple_of(2) {
-                    c_block
-                } else {
-                    temp
-                }
-            };
-            let out = if j == 0 {
-                d
-            } else {
-                let prev = sub.new_var(shaped(c, len, n));
-                let o = sub.new_var(shaped(c, len, n));
-                sub.inputs.push(prev);
-                sub.eqns.push(Eqn::new(add.clone(), vec![prev, d], o));
-                ins.push(dest(j - 1));
-                o
-            };
-            sub.outputs = vec![out];
+            sub.outputs = vec![d];
+            let dest = sum.add_previous(j, &mut sub, &mut ins);
             blocks.push(Block {
                 program: lower(&sub)?,
                 ins,
-                out: dest(j),
+                out: dest,
             });
         }
     }

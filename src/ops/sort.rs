@@ -42,6 +42,8 @@ use crate::wgsl::{Emitter, KernelSrc, WG, balanced_grid, fill};
 
 const SORT_INIT: &str = include_str!("../../shaders/sort_init.wgsl");
 const SORT_MERGE: &str = include_str!("../../shaders/sort_merge.wgsl");
+const SORT_MERGE_SPLIT: &str = include_str!("../../shaders/sort_merge_split.wgsl");
+const SORT_CHUNK_INDICES: &str = include_str!("../../shaders/sort_chunk_indices.wgsl");
 
 /// How float keys are ordered (integers and booleans have one order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -523,22 +525,9 @@ fn argsort_passes(
             format!("    out0[{}] = i32(run_in[me + {nk}u]);", at("dest"))
         } else {
             bind.push_str(&temp_decl(1, "run_out", "read_write"));
-            format!(
-                "    for (var k = 0u; k < {words}u; k = k + 1u) {{\n        \
-                 run_out[(base + dest) * {words}u + k] = run_in[me + k];\n    }}"
-            )
+            copy_state(words)
         };
-        let wgsl = fill(
-            SORT_MERGE,
-            &[
-                ("BINDINGS", &bind),
-                ("WORDS", &words.to_string()),
-                ("RUN", &run.to_string()),
-                ("TOTAL", &total.to_string()),
-                ("N", &n.to_string()),
-                ("STORE", &store),
-            ],
-        );
+        let wgsl = merge_wgsl(&bind, words, run, total, n, &store);
         passes.push(Pass {
             src: KernelSrc {
                 label: format!("argsort_merge {shape_s} axis {axis} run {run}"),
@@ -560,6 +549,161 @@ fn argsort_passes(
         },
         passes,
     })
+}
+
+/// The WGSL of one merge pass (`shaders/sort_merge.wgsl`): runs of `run` elements of `words`
+/// words merged pairwise in rows of `n`, `total` elements in all, each element stored by `store`.
+fn merge_wgsl(bind: &str, words: usize, run: usize, total: usize, n: usize, store: &str) -> String {
+    fill(
+        SORT_MERGE,
+        &[
+            ("BINDINGS", bind),
+            ("WORDS", &words.to_string()),
+            ("RUN", &run.to_string()),
+            ("TOTAL", &total.to_string()),
+            ("N", &n.to_string()),
+            ("STORE", store),
+        ],
+    )
+}
+
+/// A merge pass's store of an element's state words at its place in the merged run.
+fn copy_state(words: usize) -> String {
+    format!(
+        "    for (var k = 0u; k < {words}u; k = k + 1u) {{\n        \
+         run_out[(base + dest) * {words}u + k] = run_in[me + k];\n    }}"
+    )
+}
+
+/// The kernels of an argsort whose one row is over one binding, run over chunks of the row
+/// (`lower::segments` binds each to its chunks): every chunk holds `c` elements of sort state (a
+/// power of two; the row's tail is padded with elements that sort last), is written by
+/// [`ChunkSort::init`] and sorted by [`ChunkSort::merge`] passes (the row kernel's own passes, on
+/// a row of `c`), then chunks are merged pairwise by [`ChunkSort::merge_split`] and the indices
+/// written by [`ChunkSort::indices`]. The state is the row kernel's (encoded keys, then the
+/// index along the row, which makes every element distinct), so the order, stability and NaN
+/// rules are the row kernel's exactly.
+pub(crate) struct ChunkSort<'a> {
+    pub dts: &'a [DType],
+    pub order: FloatOrder,
+    pub descending: bool,
+    /// Elements per chunk, a power of two.
+    pub c: usize,
+    pub max_wg: u32,
+}
+
+impl ChunkSort<'_> {
+    /// Words of sort state per element.
+    pub(crate) fn words(&self) -> usize {
+        SortOp::state_bytes(self.dts.len()) / 4
+    }
+
+    fn src(&self, label: String, wgsl: String, threads: usize) -> KernelSrc {
+        KernelSrc {
+            label,
+            wgsl,
+            inputs: Vec::new(),
+            workgroups: balanced_grid(threads.div_ceil(WG as usize), self.max_wg),
+        }
+    }
+
+    /// The first pass of a chunk starting at index `base` of its row, `count` of whose elements
+    /// are in the row (the others are padding: every key word all ones, their index past the
+    /// row's, so they sort after every element). Binds the `count` elements of every key (none
+    /// when `count` is 0), then the chunk's state.
+    pub(crate) fn init(&self, count: usize, base: usize) -> Result<KernelSrc> {
+        let (nk, words) = (self.dts.len(), self.words());
+        let mut bind = String::new();
+        let mut encode = String::new();
+        let (mut keys, mut pads) = (String::new(), String::new());
+        for (k, &dt) in self.dts.iter().enumerate() {
+            if count > 0 {
+                bind.push_str(&format!(
+                    "@group(0) @binding({k}) var<storage, read> in{k}: array<u32>;\n"
+                ));
+                encode.push_str(&encode_wgsl(k, dt, self.order, self.descending)?);
+                keys.push_str(&format!(
+                    "        run_out[t * {words}u + {k}u] = key{k}(in{k}[elem]);\n"
+                ));
+            }
+            pads.push_str(&format!(
+                "        run_out[t * {words}u + {k}u] = 0xffffffffu;\n"
+            ));
+        }
+        let at = if count > 0 { nk } else { 0 };
+        bind.push_str(&format!(
+            "@group(0) @binding({at}) var<storage, read_write> run_out: array<u32>;\n"
+        ));
+        let store = format!(
+            "    if (i < {count}u) {{\n{keys}    }} else {{\n{pads}    }}\n    \
+             run_out[t * {words}u + {nk}u] = {base}u + i;"
+        );
+        let c = self.c.to_string();
+        let wgsl = fill(
+            SORT_INIT,
+            &[
+                ("BINDINGS", &bind),
+                ("ENCODE", &encode),
+                ("WORDS", &words.to_string()),
+                ("TOTAL", &c),
+                ("N", &c),
+                ("INNER", "1"),
+                ("STORE", &store),
+            ],
+        );
+        Ok(self.src(
+            format!("argsort_chunk_init {count} at {base}"),
+            wgsl,
+            self.c,
+        ))
+    }
+
+    /// A merge pass of runs of `run` elements within a chunk: binds the chunk's state, then its
+    /// state in the other temporary.
+    pub(crate) fn merge(&self, run: usize) -> KernelSrc {
+        let words = self.words();
+        let bind = "@group(0) @binding(0) var<storage, read> run_in: array<u32>;\n\
+                    @group(0) @binding(1) var<storage, read_write> run_out: array<u32>;\n";
+        let wgsl = merge_wgsl(bind, words, run, self.c, self.c, &copy_state(words));
+        self.src(
+            format!("argsort_chunk_merge {} run {run}", self.c),
+            wgsl,
+            self.c,
+        )
+    }
+
+    /// One half of a compare-exchange of two sorted chunks (the block sorting network's
+    /// comparator): binds the lower chunk, the upper one, and the chunk to which the first
+    /// (`upper` false) or last `c` elements of the merged pair go.
+    pub(crate) fn merge_split(&self, upper: bool) -> KernelSrc {
+        let wgsl = fill(
+            SORT_MERGE_SPLIT,
+            &[
+                ("WORDS", &self.words().to_string()),
+                ("C", &self.c.to_string()),
+                ("HALF", if upper { "1" } else { "0" }),
+            ],
+        );
+        let half = if upper { "upper" } else { "lower" };
+        self.src(
+            format!("argsort_merge_split {} {half}", self.c),
+            wgsl,
+            2 * self.c,
+        )
+    }
+
+    /// The last pass of a chunk: the indices of its first `count` elements, from its state.
+    pub(crate) fn indices(&self, count: usize) -> KernelSrc {
+        let wgsl = fill(
+            SORT_CHUNK_INDICES,
+            &[
+                ("WORDS", &self.words().to_string()),
+                ("NK", &self.dts.len().to_string()),
+                ("COUNT", &count.to_string()),
+            ],
+        );
+        self.src(format!("argsort_chunk_indices {count}"), wgsl, count)
+    }
 }
 
 // ---- the API ------------------------------------------------------------------------------------
