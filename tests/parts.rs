@@ -236,6 +236,13 @@ fn layout_ops_and_copies_over_parts() {
 fn sorts_over_parts() {
     let x = rand_f32(&[600, 501], 12);
     check_parted(|t: &[Tensor]| vec![t[0].argsort(1)], &[x], Tol::EXACT);
+    // One sort row over the binding: its merge-sort state (16 chunks of 64 KiB) is in parts.
+    let row = rand_f32(&[100_003], 16);
+    check_parted(
+        |t: &[Tensor]| vec![t[0].argsort(0), t[0].sort(0)],
+        &[row],
+        Tol::EXACT,
+    );
 }
 
 /// Windows and convolutions run over blocks of the batch whose ranges may cross parts (staged).

@@ -1054,21 +1054,9 @@ fn merged_sort(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
     let rows = y.size() / n.max(1);
     let (m, chunk) = (n.div_ceil(c), c * words * 4);
     let padded = m.next_power_of_two();
+    // A state over `max_buffer_size` is stored in parts: chunks whose bytes are a power of
+    // two never straddle two; others are staged through a copy (`embed_block`).
     let temp = (padded * chunk) as u64;
-    if temp > limits.max_buffer_size {
-        return Err(Error::OverLimit {
-            device: "target".into(),
-            what: format!(
-                "sorting a row of {n} elements of an array of shape {:?} over chunks (a \
-                 merge-sort temporary of {padded} chunks of {c} elements)",
-                y.shape
-            ),
-            needed: temp,
-            limit: limits.max_buffer_size,
-            unit: "bytes",
-            limit_name: "max_buffer_size",
-        });
-    }
     let state = |t: usize, ch: usize| {
         (
             Place::Temp(t),
