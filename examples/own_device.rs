@@ -10,8 +10,8 @@
 //! 3. squares and sums an array over the 1 MiB binding limit in segments (kernels bind it a
 //!    segment or a block of rows at a time), transposes it in segments too, argsorts it
 //!    flattened (one sort row, sorted over chunks of the binding, its 4 MiB merge-sort state
-//!    stored in parts of the 2 MiB buffers), and refuses a sort row over the binding along a
-//!    middle axis with a typed `Error::OverLimit`;
+//!    stored in parts of the 2 MiB buffers), and refuses a convolution's kernel gradient over one
+//!    image larger than the binding with a typed `Error::OverLimit`;
 //! 4. refuses a device whose workgroups are narrower than its kernels (`max_compute_workgroup_size_x`
 //!    64) with a typed `Error::Unsupported` naming the limit;
 //! 5. lets go of the device on `Device::destroy` without destroying it: the app's device still runs
@@ -19,7 +19,9 @@
 //!
 //! Exits with status 1 if a result differs from the reference or an error is not the one expected.
 
-use brigade::{Array, Device, Error, Result, Tensor, jit, reference, wgpu};
+use brigade::{
+    Array, ConvOptions, Device, Error, Padding, Result, Tensor, grad, jit, reference, wgpu,
+};
 
 #[path = "common/util.rs"]
 #[allow(dead_code)] // only `data` is used here
@@ -189,21 +191,30 @@ fn on_adapter(adapter: &wgpu::Adapter) -> Result<bool> {
         println!("  MISMATCH: the argsort of the flattened 2 MiB array");
         ok = false;
     }
-    // A sort row over the binding along a middle axis cannot be cut yet: a typed refusal.
-    let rows = Array::from_vec(data(2 * 270_000 * 2, 11), &[2, 270_000, 2])?;
-    match jit(|a: &[Tensor]| vec![a[0].argsort(1)])
-        .on(&dev)
-        .call(&[rows])
+    // The kernel gradient of a convolution whose one batch entry is over the binding cannot be
+    // cut yet (it contracts over the batch, cut only between entries): a typed refusal.
+    let opts = ConvOptions::new(&[1, 1], Padding::Same).dimension_numbers("NHWC", "HWIO", "NHWC");
+    let image = Array::from_vec(data(300 * 300 * 4, 11), &[1, 300, 300, 4])?;
+    let kernel = Array::from_vec(data(3 * 3 * 4 * 5, 12), &[3, 3, 4, 5])?;
+    match jit(move |t: &[Tensor]| {
+        grad(|p: &[Tensor]| vec![p[0].conv_general_dilated(&p[1], &opts).sum_all()])
+            .argnums(&[1])
+            .apply(t)
+    })
+    .on(&dev)
+    .call(&[image, kernel])
     {
         Err(e @ Error::OverLimit { .. }) => {
-            println!("  a middle-axis sort row of 1 MiB refused as expected: {e}")
+            println!("  a kernel gradient over one 1.4 MB image refused as expected: {e}")
         }
         Err(e) => {
-            println!("  UNEXPECTED error for the middle-axis sort row: {e}");
+            println!("  UNEXPECTED error for the kernel gradient over one image: {e}");
             ok = false;
         }
         Ok(_) => {
-            println!("  UNEXPECTED: a middle-axis sort row over the binding ran (it is refused)");
+            println!(
+                "  UNEXPECTED: a kernel gradient over one image over the binding ran (it is refused)"
+            );
             ok = false;
         }
     }

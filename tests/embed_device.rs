@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use brigade::{
-    Array, Device, DeviceLimits, Error, HostData, Runtime, Tensor, jit, pmap, psum, wgpu,
+    Array, ConvOptions, Device, DeviceLimits, Error, HostData, Padding, Runtime, Tensor, grad, jit,
+    pmap, psum, wgpu,
 };
 use common::app::adapter_of;
 use common::*;
@@ -188,8 +189,9 @@ fn square_and_sums(a: &[Tensor]) -> Vec<Tensor> {
 
 /// Over the app's 1 MiB binding limit, elementwise kernels, reductions, a transpose and one
 /// sort row of the whole flattened array (sorted over chunks of the binding, its 4 MiB merge-sort
-/// state stored in parts of the app's 2 MiB buffers) run; what cannot be cut (a sort row over
-/// the binding along a middle axis) is a typed error naming the limit.
+/// state stored in parts of the app's 2 MiB buffers) run; what cannot be cut (a convolution's
+/// kernel gradient over one batch entry larger than the binding) is a typed error naming the
+/// limit.
 #[test]
 fn an_array_over_the_apps_binding_limit_is_a_typed_error() {
     for backend in BACKENDS {
@@ -205,24 +207,27 @@ fn an_array_over_the_apps_binding_limit_is_a_typed_error() {
             std::slice::from_ref(&x),
             Tol::EXACT,
         );
-        // Rows of 270 000 keys along the middle axis (1 080 000 bytes each).
-        let y = rand_f32(&[2, 270_000, 2], 4);
-        let r = jit(|a: &[Tensor]| vec![a[0].argsort(1)])
-            .on(&dev)
-            .call(&[y]);
+        // The kernel gradient of a convolution whose one batch entry (1 440 000 bytes) is over
+        // the binding: it contracts over the batch, which can be cut only between entries.
+        let opts =
+            ConvOptions::new(&[1, 1], Padding::Same).dimension_numbers("NHWC", "HWIO", "NHWC");
+        let r = jit(move |t: &[Tensor]| {
+            grad(|p: &[Tensor]| vec![p[0].conv_general_dilated(&p[1], &opts).sum_all()])
+                .argnums(&[1])
+                .apply(t)
+        })
+        .on(&dev)
+        .call(&[rand_f32(&[1, 300, 300, 4], 4), rand_f32(&[3, 3, 4, 5], 5)]);
         match r {
             Err(e @ Error::OverLimit { .. }) => {
                 let Error::OverLimit { limit, .. } = &e else {
                     unreachable!()
                 };
                 assert_eq!(*limit, 1 << 20, "{e}");
-                assert!(
-                    e.to_string().contains("other than the first or last"),
-                    "{e}"
-                );
+                assert!(e.to_string().contains("contracted leading axis"), "{e}");
             }
             other => panic!(
-                "{}: expected OverLimit for a middle-axis sort row over the binding, got {other:?}",
+                "{}: expected OverLimit for a kernel gradient over one batch entry, got {other:?}",
                 dev.name()
             ),
         }

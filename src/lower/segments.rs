@@ -42,11 +42,11 @@
 //! merge-sort state within one binding too). Window kernels whose window spans the cut axis, and
 //! NHWC convolutions whose batch entries are each over one binding, are cut along that axis into
 //! chunks reading overlapping input rows ([`window_halo`], [`conv_halo`]); a sort along the
-//! leading axis first becomes one along the last axis of its keys transposed
-//! ([`split_contractions`]). A sort row over one binding (1-D, or along the last axis) is sorted
-//! in chunks of one binding that a network of merge-splits then merges ([`merged_sort`]). An
-//! input dilation along a cut axis, a channels-first convolution of one batch entry over the
-//! limit, and a sort row over one binding along a middle axis are refused.
+//! leading axis, or along a middle axis whose one block of leading rows is over one binding,
+//! first becomes one along the last axis of its keys transposed ([`split_contractions`]). A sort
+//! row over one binding (1-D, or along the last axis) is sorted in chunks of one binding that a
+//! network of merge-splits then merges ([`merged_sort`]). An input dilation along a cut axis and
+//! a channels-first convolution of one batch entry over the limit are refused.
 //!
 //! Batched matmuls whose 64 batch entries exceed one binding become one matmul per entry
 //! ([`split_contractions`]). Refused ([`unsupported`]): the reduction, window, convolution and sort cases named above and in [`blocked`], and kernels of
@@ -2037,21 +2037,24 @@ fn split_reduction(g: &Graph, out: &mut Graph, e: &Eqn, limits: &DeviceLimits) -
     true
 }
 
-/// If `e` is an argsort along the leading axis of large keys of rank 2 or more (which blocks of
-/// leading rows cannot cut), pushes onto `out` the same argsort along the last axis of the keys
-/// transposed (that axis moved last), its indices transposed back: both transposes are remaps
-/// over segments and the sort runs over blocks of rows. `false` (nothing pushed) otherwise.
+/// If `e` is an argsort of large keys of rank 2 or more along the leading axis (which blocks of
+/// leading rows cannot cut) or along a middle axis whose one block of leading rows (the axes
+/// from the sort axis on) is over one binding, pushes onto `out` the same argsort along the last
+/// axis of the keys transposed (the sort axis moved last), its indices transposed back: both
+/// transposes are remaps over segments and the sort runs over blocks of rows (or, a row over one
+/// binding, over merged chunks). `false` (nothing pushed) otherwise.
 fn leading_sort(g: &Graph, out: &mut Graph, e: &Eqn, limits: &DeviceLimits) -> bool {
     let Prim::Sort(SortOp::Argsort {
-        axis: 0,
+        axis,
         descending,
         order,
     }) = &e.prim
     else {
         return false;
     };
-    let rank = g.aval(e.out).shape.len();
+    let (a, rank) = (*axis, g.aval(e.out).shape.len());
     if rank < 2
+        || a + 1 == rank
         || !e
             .inputs
             .iter()
@@ -2060,8 +2063,20 @@ fn leading_sort(g: &Graph, out: &mut Graph, e: &Eqn, limits: &DeviceLimits) -> b
     {
         return false;
     }
-    let to_last: Vec<usize> = (1..rank).chain([0]).collect();
-    let back: Vec<usize> = [rank - 1].into_iter().chain(0..rank - 1).collect();
+    if a > 0 {
+        // Blocks of the rows before the axis cut it, unless one block's sort state is over one
+        // binding.
+        let block: usize = g.aval(e.out).shape[a..].iter().product();
+        let state = SortOp::state_bytes(e.inputs.len());
+        if (block * state) as u64 <= limits.max_storage_buffer_binding_size {
+            return false;
+        }
+    }
+    let to_last: Vec<usize> = (0..rank).filter(|&i| i != a).chain([a]).collect();
+    let mut back = vec![0; rank];
+    for (i, &p) in to_last.iter().enumerate() {
+        back[p] = i;
+    }
     let moved = |out: &mut Graph, v: Var, perm: &[usize]| {
         let a = out.aval(v).clone();
         let shape: Vec<usize> = perm.iter().map(|&p| a.shape[p]).collect();
