@@ -92,6 +92,71 @@ struct State {
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
+/// Work across processes done by this process so far ([`counters`]): how each exchange was
+/// combined, the bytes it moved and the time it took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExchangeCounters {
+    /// Exchanges combined exactly: every process's operands all-gathered (`MPI_Allgatherv`) and
+    /// folded in global device order on every process (the default).
+    pub gathered: u64,
+    /// All-reduces combined by `MPI_Allreduce` (fast mode, [`set_fast`]): one per collective.
+    pub all_reduced: u64,
+    /// Payload bytes this process handed to MPI (headers and sizes not counted).
+    pub bytes_sent: u64,
+    /// Payload bytes MPI delivered to this process.
+    pub bytes_received: u64,
+    /// Time spent waiting on MPI collectives (header checks included).
+    pub mpi_time: Duration,
+    /// Time spent in whole cross-process exchanges: reading the operands from the devices, MPI,
+    /// combining, and writing the results to the devices — a parallel call's communication time.
+    pub exchange_time: Duration,
+}
+
+impl ExchangeCounters {
+    /// Work done between `earlier` and `self`.
+    pub fn since(&self, earlier: &ExchangeCounters) -> ExchangeCounters {
+        ExchangeCounters {
+            gathered: self.gathered.saturating_sub(earlier.gathered),
+            all_reduced: self.all_reduced.saturating_sub(earlier.all_reduced),
+            bytes_sent: self.bytes_sent.saturating_sub(earlier.bytes_sent),
+            bytes_received: self.bytes_received.saturating_sub(earlier.bytes_received),
+            mpi_time: self.mpi_time.saturating_sub(earlier.mpi_time),
+            exchange_time: self.exchange_time.saturating_sub(earlier.exchange_time),
+        }
+    }
+}
+
+/// Kept apart from [`STATE`] so that they survive [`shutdown`] and are read without MPI.
+static COUNTERS: Mutex<ExchangeCounters> = Mutex::new(ExchangeCounters {
+    gathered: 0,
+    all_reduced: 0,
+    bytes_sent: 0,
+    bytes_received: 0,
+    mpi_time: Duration::ZERO,
+    exchange_time: Duration::ZERO,
+});
+
+/// This process's [`ExchangeCounters`] (process-wide: MPI calls are serialized anyway).
+///
+/// ```
+/// let before = brigade::distributed::counters();
+/// // ... parallel calls across processes ...
+/// let work = brigade::distributed::counters().since(&before);
+/// assert_eq!(work.all_reduced, 0);
+/// ```
+pub fn counters() -> ExchangeCounters {
+    *crate::cache::lock(&COUNTERS)
+}
+
+fn bump(f: impl FnOnce(&mut ExchangeCounters)) {
+    f(&mut crate::cache::lock(&COUNTERS));
+}
+
+/// Add the time of one whole exchange (see [`ExchangeCounters::exchange_time`]).
+pub(crate) fn add_exchange_time(t: Duration) {
+    bump(|c| c.exchange_time += t);
+}
+
 fn state() -> MutexGuard<'static, Option<State>> {
     crate::cache::lock(&STATE)
 }
@@ -274,12 +339,27 @@ pub(crate) fn span(local: usize) -> Option<(usize, usize)> {
 /// process). `header` describes the collectives and shapes; the sequence number is added here.
 pub(crate) fn exchange(header: &str, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
     let mut guard = state();
-    let st = guard.as_mut().ok_or_else(|| {
+    let st = initialized(&mut guard)?;
+    let parts = checked_gather(st, header, payload)?;
+    bump(|c| {
+        c.gathered += 1;
+        c.bytes_sent += payload.len() as u64;
+        c.bytes_received += parts.iter().map(|p| p.len() as u64).sum::<u64>();
+    });
+    Ok(parts)
+}
+
+fn initialized<'a>(guard: &'a mut MutexGuard<'static, Option<State>>) -> Result<&'a mut State> {
+    guard.as_mut().ok_or_else(|| {
         failure(
             "distributed exchange",
             "brigade::distributed::initialize() was not called",
         )
-    })?;
+    })
+}
+
+/// The body of [`exchange`], uncounted (fast mode's header check uses it too).
+fn checked_gather(st: &mut State, header: &str, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
     st.seq += 1;
     let seq = st.seq;
     let header = format!("#{seq} {header}");
@@ -357,9 +437,9 @@ pub(crate) fn all_reduce(
     dtype: crate::DType,
     op: ReduceOp,
 ) -> Result<Vec<u8>> {
-    exchange(&format!("{header} (fast)"), &[])?;
     let mut guard = state();
-    let st = guard.as_mut().expect("checked by exchange");
+    let st = initialized(&mut guard)?;
+    checked_gather(st, &format!("{header} (fast)"), &[])?;
     let size = dtype.size_bytes();
     let count = data.len() / size;
     if count > c_int::MAX as usize {
@@ -390,6 +470,11 @@ pub(crate) fn all_reduce(
         (ty, op)
     };
     let mut recv = vec![0u8; data.len()];
+    bump(|c| {
+        c.all_reduced += 1;
+        c.bytes_sent += data.len() as u64;
+        c.bytes_received += data.len() as u64;
+    });
     // SAFETY: `send` and `recv` hold `count` elements of `ty`; they outlive the request.
     bounded(
         st,
@@ -529,9 +614,11 @@ fn bounded<S, R>(
 ) -> Result<Vec<R>> {
     // SAFETY: a request handle is plain data; MPI_REQUEST_NULL until `start` sets it.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    let t0 = Instant::now();
+    // Every return below counts the wait (a failed one too).
+    let _timer = Timer(t0);
     check(op, start(&mut req, &send, recv_ptr))?;
     let limit = timeout();
-    let t0 = Instant::now();
     let mut polls = 0u32;
     loop {
         let mut flag: c_int = 0;
@@ -566,5 +653,15 @@ fn bounded<S, R>(
         } else {
             std::thread::sleep(Duration::from_micros(200));
         }
+    }
+}
+
+/// Adds the time since its start to [`ExchangeCounters::mpi_time`] when dropped.
+struct Timer(Instant);
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        let t = self.0.elapsed();
+        bump(|c| c.mpi_time += t);
     }
 }

@@ -202,6 +202,7 @@ fn worker() {
         brigade::distributed::shutdown();
         return;
     }
+    let before = brigade::distributed::counters();
     let lines = match task.as_str() {
         "fast" => {
             brigade::distributed::set_fast(true);
@@ -213,7 +214,23 @@ fn worker() {
     for l in lines {
         println!("LINE {l}");
     }
+    let work = brigade::distributed::counters().since(&before);
+    println!(
+        "COUNTS process {p} gathered {} all_reduced {}",
+        work.gathered, work.all_reduced
+    );
     brigade::distributed::shutdown();
+}
+
+/// Per process, `(gathered, all_reduced)` from the worker's `COUNTS` lines.
+fn counts(stdout: &str) -> Vec<(u64, u64)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l[l.find("COUNTS ")?..].split(' ').collect();
+            Some((w.get(4)?.parse().ok()?, w.get(6)?.parse().ok()?))
+        })
+        .collect()
 }
 
 // ---- launching ---------------------------------------------------------------------------------
@@ -344,6 +361,13 @@ fn check_collectives(procs: usize, layout: &str, one: &str) {
         "{procs} processes × {layout} differ from one process on {one}:\nmissing (one-process lines): {missing:#?}\nextra (multi-process lines): {extra:#?}\nstdout:\n{}",
         run.stdout
     );
+    // The default mode combined every exchange by gathering, never by MPI_Allreduce.
+    let c = counts(&run.stdout);
+    assert!(
+        c.len() == procs && c.iter().all(|&(g, r)| g >= 2 && r == 0),
+        "every process gathers (pmap and shard_map: 2 exchanges at least) and never all-reduces: {c:?}\n{}",
+        run.stdout
+    );
     // A line per result and device (12 results × devices) plus the shard_map line: every
     // process contributed.
     let devices: usize = want.iter().filter(|l| l.starts_with("psum ")).count();
@@ -396,6 +420,14 @@ fn fast_mode_all_reduces() {
         got.iter().filter(exact).collect(),
     );
     assert_eq!(w, g, "exact all-reduces in fast mode\n{}", run.stdout);
+    // The fast path really ran: 4 collectives, each one MPI_Allreduce, and no gathered exchange.
+    let c = counts(&run.stdout);
+    assert_eq!(
+        c,
+        vec![(0, 4); 4],
+        "per process (gathered, all_reduced) in fast mode\n{}",
+        run.stdout
+    );
     let sums: BTreeSet<&str> = got
         .iter()
         .filter(|l| l.starts_with("psum "))
@@ -462,15 +494,15 @@ fn early_exit_fails_the_others_within_the_timeout() {
 
 // ---- the example -------------------------------------------------------------------------------
 
-/// The example binary, built beside this test binary (`cargo build --features mpi --example
-/// multihost_training`; scripts/test.sh builds it).
-fn example() -> PathBuf {
+/// The example binary `name`, built beside this test binary (`cargo build --features mpi
+/// --example NAME`; scripts/test.sh builds them).
+fn example(name: &str) -> PathBuf {
     let me = std::env::current_exe().expect("test binary path");
     let dir = me.parent().and_then(|d| d.parent()).expect("target dir");
-    let path = dir.join("examples").join("multihost_training");
+    let path = dir.join("examples").join(name);
     assert!(
         path.exists(),
-        "{} is missing: build it first with `cargo build --features mpi --example multihost_training`",
+        "{} is missing: build it first with `cargo build --features mpi --example {name}`",
         path.display()
     );
     path
@@ -486,7 +518,7 @@ fn params(stdout: &str) -> Vec<String> {
 
 #[test]
 fn multihost_training_matches_one_process() {
-    let exe = example();
+    let exe = example("multihost_training");
     let one = Command::new(&exe)
         .args(["--quick", "--single"])
         .env("BRIGADE_DEVICES", "cpu:4")
@@ -509,4 +541,36 @@ fn multihost_training_matches_one_process() {
         "parameters differ from the one-process run {}: {got:?}",
         want[0]
     );
+}
+
+/// The benchmark's quick run over 2 processes completes, and every ratio it reports (brigade's
+/// time over the bare MPI call; the training step's communication share) is finite and positive.
+#[test]
+fn mpi_bench_quick_run() {
+    let run = mpirun(
+        2,
+        &example("mpi_bench"),
+        &["--quick"],
+        &[("BRIGADE_DEVICES", "cpu:1")],
+    );
+    assert!(
+        run.success,
+        "mpirun -n 2 mpi_bench --quick failed\nstdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    let ratios: Vec<(String, f64)> = run
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("RATIO ")?.split(' ');
+            Some((w.next()?.to_string(), w.next()?.parse().ok()?))
+        })
+        .collect();
+    // psum, psum fast and all_gather at 1 KiB, 64 KiB and 1 MiB, and the step's share.
+    assert_eq!(ratios.len(), 10, "ratios printed:\n{}", run.stdout);
+    assert!(
+        ratios.iter().all(|(_, r)| r.is_finite() && *r > 0.0),
+        "every ratio finite and positive: {ratios:?}"
+    );
+    eprintln!("mpi_bench --quick: {:.1} s", run.took.as_secs_f64());
 }
