@@ -28,10 +28,7 @@ use mpi::traits::CommunicatorCollectives;
 #[allow(dead_code)]
 #[path = "multihost_training.rs"]
 mod multihost_training;
-
-#[allow(dead_code)]
-#[path = "common/util.rs"]
-mod util;
+use multihost_training::util;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;

@@ -27,7 +27,7 @@ pub use data_parallel_training::{BATCH, HIDDEN, TRAIN, adam_step, load};
 
 #[allow(dead_code)]
 #[path = "common/util.rs"]
-mod util;
+pub mod util;
 
 /// FNV-1a over the parameters' bytes: equal fingerprints, equal bits.
 fn fingerprint(params: &[Array]) -> Result<u64> {
@@ -63,6 +63,8 @@ fn main() -> Result<()> {
 
 /// The data-parallel Adam step over `devices` (this process's) and its starting state: the
 /// parameters and Adam's moments, replicated on every device.
+// The step's closure type has no name (an `impl Fn` cannot go in a type alias).
+#[allow(clippy::type_complexity)]
 pub fn model(
     devices: &[Device],
 ) -> Result<(Parallel<impl Fn(&[Tensor]) -> Vec<Tensor>>, Vec<Array>)> {

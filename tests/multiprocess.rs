@@ -161,6 +161,106 @@ fn all_reduces(devices: &[Device], offset: usize) -> Result<Vec<String>> {
     Ok(lines)
 }
 
+/// Arrays spanning processes: this process's part of a stacked `[total, 4, 3]` array and of a
+/// `[4 * total, 3]` array in blocks, made global with `Array::from_process_local` when `spanning`
+/// (else `devices` are all the devices and the arrays are built whole, the one-process
+/// reference), fed to a pmap and a split shard_map, and gathered whole with
+/// `process_allgather`. Lines as in [`collectives`].
+fn global_arrays(
+    devices: &[Device],
+    offset: usize,
+    total: usize,
+    spanning: bool,
+) -> Result<Vec<String>> {
+    use brigade::ShardLayout;
+    let n = devices.len();
+    let stacked: Vec<f32> = (offset..offset + n)
+        .flat_map(|g| data(12, 200 + g))
+        .collect();
+    let blocks: Vec<f32> = (offset..offset + n)
+        .flat_map(|g| data(12, 300 + g))
+        .collect();
+    let (x, xb) = (
+        Array::from_vec(stacked, &[n, 4, 3])?,
+        Array::from_vec(blocks, &[4 * n, 3])?,
+    );
+    let mut lines = Vec::new();
+    let (x, xb) = if spanning {
+        let x = Array::from_process_local(&x, &ShardLayout::Stacked { axis: 0 })?;
+        let xb = Array::from_process_local(&xb, &ShardLayout::Blocks { axis: 0 })?;
+        let check = |ok: bool, what: String| {
+            if !ok {
+                fail(brigade::Error::ProcessFailure {
+                    op: "global_arrays test",
+                    detail: what,
+                })
+            }
+        };
+        check(
+            x.shape() == [total, 4, 3] && xb.shape() == [4 * total, 3],
+            format!("global shapes {:?} {:?}", x.shape(), xb.shape()),
+        );
+        check(
+            !x.is_fully_addressable() && !xb.is_fully_addressable(),
+            "the arrays span processes".into(),
+        );
+        // Reading whole is a typed error naming the fix; the addressable shards are this
+        // process's devices' data.
+        match x.to_vec::<f32>() {
+            Err(e @ brigade::Error::NotFullyAddressable { .. }) => check(
+                e.to_string().contains("process_allgather"),
+                format!("the error names the fix: {e}"),
+            ),
+            other => check(false, format!("reading whole: {other:?}")),
+        }
+        let shards = x.shards().expect("sharded");
+        check(shards.len() == n, format!("{} shards", shards.len()));
+        for (d, s) in shards.iter().enumerate() {
+            let got = s.to_vec::<f32>()?;
+            check(
+                got == data(12, 200 + offset + d),
+                format!("shard {d} holds another device's data: {got:?}"),
+            );
+        }
+        (x, xb)
+    } else {
+        (x, xb)
+    };
+    let f = pmap(|a: &[Tensor]| vec![psum(&a[0], "i"), all_gather(&(&a[0] * 2.0), "i", 0, false)])
+        .axis_name("i")
+        .devices(devices);
+    for (name, out) in ["g_psum", "g_all_gather"]
+        .iter()
+        .zip(f.call(std::slice::from_ref(&x))?)
+    {
+        for (d, s) in out.shards().expect("sharded").iter().enumerate() {
+            lines.push(format!(
+                "{name} {} {:016x}",
+                offset + d,
+                fingerprint(&s.to_host()?.data.to_bytes())
+            ));
+        }
+    }
+    let s = shard_map(|a: &[Tensor]| vec![psum(&a[0].sum(0i64, false), "s")])
+        .axis_name("s")
+        .out_axes(&[None])
+        .devices(devices);
+    let sum = s.call(std::slice::from_ref(&xb))?.remove(0).to_host()?;
+    lines.push(format!(
+        "g_blocks_psum * {:016x}",
+        fingerprint(&sum.data.to_bytes())
+    ));
+    // The whole values, on every process.
+    for (name, a) in [("g_whole", &x), ("g_blocks_whole", &xb)] {
+        let whole = brigade::distributed::process_allgather(a)?.to_host()?;
+        lines.push(format!(
+            "{name} * {:016x}",
+            fingerprint(&whole.data.to_bytes())
+        ));
+    }
+    Ok(lines)
+}
+
 /// Report `e` for the launching test and leave at once (after a failed exchange MPI cannot
 /// finalize).
 fn fail(e: brigade::Error) -> ! {
@@ -208,6 +308,7 @@ fn worker() {
             brigade::distributed::set_fast(true);
             all_reduces(&devices, p * n)
         }
+        "global" => global_arrays(&devices, p * n, count * n, true),
         _ => collectives(&devices, p * n, count * n, wide),
     }
     .unwrap_or_else(|e| fail(e));
@@ -489,6 +590,36 @@ fn early_exit_fails_the_others_within_the_timeout() {
         "the waiting processes report the timeout:\n{}\nstderr:\n{}",
         run.stdout,
         run.stderr
+    );
+}
+
+/// `Array::from_process_local` over 2 processes × 2 cpu devices: the addressable shards hold
+/// this process's data, reading whole is a typed error, and pmap, split shard_map and
+/// `process_allgather` give the bits of one process holding the whole arrays on `cpu:4`.
+#[test]
+fn process_local_arrays_match_one_process() {
+    let rt = pollster::block_on(Runtime::builder().layout_str("cpu:4").build()).expect("cpu:4");
+    let want: BTreeSet<String> = global_arrays(rt.devices(), 0, 4, false)
+        .expect("one process")
+        .into_iter()
+        .collect();
+    // psum and all_gather per device, the block sum, two whole values.
+    assert_eq!(want.len(), 2 * 4 + 3, "reference lines: {want:#?}");
+    let run = run_workers(2, "cpu:2", "global", "60");
+    assert!(
+        run.success,
+        "mpirun -n 2 (global arrays) failed\nstdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    let got: BTreeSet<String> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("LINE ").map(|(_, r)| r.to_string()))
+        .collect();
+    assert_eq!(
+        got, want,
+        "2 processes × cpu:2 vs one process on cpu:4\n{}",
+        run.stdout
     );
 }
 
