@@ -371,7 +371,7 @@ pub enum Error {
         here: usize,
     },
 
-    /// Reading whole an array that spans processes ([`crate::Array::from_process_local`]): this
+    /// Reading whole an array that spans processes (`Array::from_process_local`, feature `mpi`): this
     /// process holds only its shards.
     #[error(
         "{op}: the array of shape {shape:?} spans {processes} processes and this process ({here}) holds only its shards (global devices {first}..{last}): read them with Array::shards, gather the whole value on every process with distributed::process_allgather, or all_gather inside a pmap"
