@@ -382,9 +382,11 @@ fn mpirun(procs: usize, program: &std::path::Path, args: &[&str], env: &[(&str, 
             break s;
         }
         if t0.elapsed() > LIMIT {
+            // `--`: without it `kill` reads `-PGID` as an option and kills nothing.
             let _ = Command::new("kill")
-                .args(["-KILL", &format!("-{}", child.id())])
+                .args(["-KILL", "--", &format!("-{}", child.id())])
                 .status();
+            let _ = child.kill();
             let _ = child.wait();
             panic!(
                 "mpirun -n {procs} {} did not end within {} s (killed): a hang\nstdout:\n{}\nstderr:\n{}",
