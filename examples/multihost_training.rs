@@ -16,16 +16,18 @@
 //! `PARAMS` fingerprint printed by each process). `--quick`: fewer steps.
 
 use brigade::optim::Adam;
-use brigade::{Array, DType, Result, Tensor, device_put_replicated, pmap, random};
+use brigade::{
+    Array, DType, Device, Parallel, Result, Tensor, device_put_replicated, pmap, random,
+};
 
 #[allow(dead_code)]
 #[path = "data_parallel_training.rs"]
 mod data_parallel_training;
-use data_parallel_training::{BATCH, HIDDEN, TRAIN, adam_step, load};
+pub use data_parallel_training::{BATCH, HIDDEN, TRAIN, adam_step, load};
 
 #[allow(dead_code)]
 #[path = "common/util.rs"]
-mod util;
+pub mod util;
 
 /// FNV-1a over the parameters' bytes: equal fingerprints, equal bits.
 fn fingerprint(params: &[Array]) -> Result<u64> {
@@ -59,6 +61,54 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// The data-parallel Adam step over `devices` (this process's) and its starting state: the
+/// parameters and Adam's moments, replicated on every device.
+// The step's closure type has no name (an `impl Fn` cannot go in a type alias).
+#[allow(clippy::type_complexity)]
+pub fn model(
+    devices: &[Device],
+) -> Result<(Parallel<impl Fn(&[Tensor]) -> Vec<Tensor>>, Vec<Array>)> {
+    let keys = random::split(&random::key(0), 2);
+    let k0 = keys.slice(&[0, 0], &[1, 2], None).reshape(&[2]);
+    let k1 = keys.slice(&[1, 0], &[2, 2], None).reshape(&[2]);
+    let init = [
+        random::normal(&k0, &[64, HIDDEN]) * (1.0 / 8.0),
+        Tensor::zeros(&[HIDDEN], DType::F32),
+        random::normal(&k1, &[HIDDEN, 10]) * (1.0 / (HIDDEN as f32).sqrt()),
+        Tensor::zeros(&[10], DType::F32),
+    ];
+    let opt = Adam::new(0.01);
+    let mut carried: Vec<Array> = Vec::new();
+    for t in init.iter().chain(opt.init(&init).to_vec().iter()) {
+        carried.push(device_put_replicated(&t.to_array()?, devices)?);
+    }
+    let step = pmap(move |a: &[Tensor]| adam_step(&opt, a))
+        .axis_name("batch")
+        .devices(devices);
+    Ok((step, carried))
+}
+
+/// Step `s`'s inputs (pixels, labels) for this process's `n` devices, global devices
+/// `offset..offset + n`: their blocks of the global batch of [`BATCH`] rows.
+pub fn batch(
+    pixels: &[f32],
+    labels: &[i32],
+    s: usize,
+    offset: usize,
+    n: usize,
+) -> Result<[Array; 2]> {
+    let per = BATCH / (n * brigade::distributed::process_count());
+    let start = (s % (TRAIN / BATCH)) * BATCH + offset * per;
+    let rows = start..start + n * per;
+    Ok([
+        Array::from_vec(
+            pixels[rows.start * 64..rows.end * 64].to_vec(),
+            &[n, per, 64],
+        )?,
+        Array::from_vec(labels[rows].to_vec(), &[n, per])?,
+    ])
+}
+
 /// Train; false if the loss does not fall or a process's devices disagree.
 fn train(quick: bool) -> Result<bool> {
     let (p, count) = (
@@ -77,38 +127,13 @@ fn train(quick: bool) -> Result<bool> {
         );
     }
 
-    let keys = random::split(&random::key(0), 2);
-    let k0 = keys.slice(&[0, 0], &[1, 2], None).reshape(&[2]);
-    let k1 = keys.slice(&[1, 0], &[2, 2], None).reshape(&[2]);
-    let init = [
-        random::normal(&k0, &[64, HIDDEN]) * (1.0 / 8.0),
-        Tensor::zeros(&[HIDDEN], DType::F32),
-        random::normal(&k1, &[HIDDEN, 10]) * (1.0 / (HIDDEN as f32).sqrt()),
-        Tensor::zeros(&[10], DType::F32),
-    ];
-    let opt = Adam::new(0.01);
-    let mut carried: Vec<Array> = Vec::new();
-    for t in init.iter().chain(opt.init(&init).to_vec().iter()) {
-        carried.push(device_put_replicated(&t.to_array()?, &devices)?);
-    }
-    let step = pmap(move |a: &[Tensor]| adam_step(&opt, a))
-        .axis_name("batch")
-        .devices(&devices);
+    let (step, mut carried) = model(&devices)?;
 
     let steps = if quick { 6 } else { 4 * TRAIN / BATCH };
     let mut losses = Vec::new();
     for s in 0..steps {
-        // This process's rows of the global batch: its devices' blocks.
-        let start = (s % (TRAIN / BATCH)) * BATCH + offset * per;
-        let rows = start..start + n * per;
-        let xb = Array::from_vec(
-            pixels[rows.start * 64..rows.end * 64].to_vec(),
-            &[n, per, 64],
-        )?;
-        let yb = Array::from_vec(labels[rows].to_vec(), &[n, per])?;
         let mut args = carried.clone();
-        args.push(xb);
-        args.push(yb);
+        args.extend(batch(&pixels, &labels, s, offset, n)?);
         let mut out = step.call(&args)?;
         let l = out.pop().expect("loss").shards().expect("sharded")[0].to_vec::<f32>()?[0];
         losses.push(l);

@@ -500,6 +500,9 @@ impl Array {
                 HostArray::new(a.shape.clone(), data)
             }
             Storage::Sharded { layout, shards, .. } => {
+                // Another process holds the rest of a value spanning processes.
+                #[cfg(feature = "mpi")]
+                self.check_addressable("to_host")?;
                 // The assembled value must fit in host memory (a typed error, not an abort).
                 let a = &self.inner.aval;
                 crate::host::check_host_alloc(a.size_bytes(), || format!("assembling {a}"))?;

@@ -19,7 +19,9 @@
 //! mpirun -n 4 target/debug/examples/multihost_training
 //! ```
 
-use crate::{Device, Error, Result};
+use crate::array::{ShardLayout, Storage};
+use crate::ops::collective::{concat_axis, take_block};
+use crate::{Array, Device, Error, HostArray, HostData, Result};
 use mpi::ffi;
 use mpi::traits::Communicator;
 use std::ffi::{c_int, c_void};
@@ -91,6 +93,71 @@ struct State {
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+/// Work across processes done by this process so far ([`counters`]): how each exchange was
+/// combined, the bytes it moved and the time it took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExchangeCounters {
+    /// Exchanges combined exactly: every process's operands all-gathered (`MPI_Allgatherv`) and
+    /// folded in global device order on every process (the default).
+    pub gathered: u64,
+    /// All-reduces combined by `MPI_Allreduce` (fast mode, [`set_fast`]): one per collective.
+    pub all_reduced: u64,
+    /// Payload bytes this process handed to MPI (headers and sizes not counted).
+    pub bytes_sent: u64,
+    /// Payload bytes MPI delivered to this process.
+    pub bytes_received: u64,
+    /// Time spent waiting on MPI collectives (header checks included).
+    pub mpi_time: Duration,
+    /// Time spent in whole cross-process exchanges: reading the operands from the devices, MPI,
+    /// combining, and writing the results to the devices — a parallel call's communication time.
+    pub exchange_time: Duration,
+}
+
+impl ExchangeCounters {
+    /// Work done between `earlier` and `self`.
+    pub fn since(&self, earlier: &ExchangeCounters) -> ExchangeCounters {
+        ExchangeCounters {
+            gathered: self.gathered.saturating_sub(earlier.gathered),
+            all_reduced: self.all_reduced.saturating_sub(earlier.all_reduced),
+            bytes_sent: self.bytes_sent.saturating_sub(earlier.bytes_sent),
+            bytes_received: self.bytes_received.saturating_sub(earlier.bytes_received),
+            mpi_time: self.mpi_time.saturating_sub(earlier.mpi_time),
+            exchange_time: self.exchange_time.saturating_sub(earlier.exchange_time),
+        }
+    }
+}
+
+/// Kept apart from [`STATE`] so that they survive [`shutdown`] and are read without MPI.
+static COUNTERS: Mutex<ExchangeCounters> = Mutex::new(ExchangeCounters {
+    gathered: 0,
+    all_reduced: 0,
+    bytes_sent: 0,
+    bytes_received: 0,
+    mpi_time: Duration::ZERO,
+    exchange_time: Duration::ZERO,
+});
+
+/// This process's [`ExchangeCounters`] (process-wide: MPI calls are serialized anyway).
+///
+/// ```
+/// let before = brigade::distributed::counters();
+/// // ... parallel calls across processes ...
+/// let work = brigade::distributed::counters().since(&before);
+/// assert_eq!(work.all_reduced, 0);
+/// ```
+pub fn counters() -> ExchangeCounters {
+    *crate::cache::lock(&COUNTERS)
+}
+
+fn bump(f: impl FnOnce(&mut ExchangeCounters)) {
+    f(&mut crate::cache::lock(&COUNTERS));
+}
+
+/// Add the time of one whole exchange (see [`ExchangeCounters::exchange_time`]).
+pub(crate) fn add_exchange_time(t: Duration) {
+    bump(|c| c.exchange_time += t);
+}
 
 fn state() -> MutexGuard<'static, Option<State>> {
     crate::cache::lock(&STATE)
@@ -274,12 +341,27 @@ pub(crate) fn span(local: usize) -> Option<(usize, usize)> {
 /// process). `header` describes the collectives and shapes; the sequence number is added here.
 pub(crate) fn exchange(header: &str, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
     let mut guard = state();
-    let st = guard.as_mut().ok_or_else(|| {
+    let st = initialized(&mut guard)?;
+    let parts = checked_gather(st, header, payload)?;
+    bump(|c| {
+        c.gathered += 1;
+        c.bytes_sent += payload.len() as u64;
+        c.bytes_received += parts.iter().map(|p| p.len() as u64).sum::<u64>();
+    });
+    Ok(parts)
+}
+
+fn initialized<'a>(guard: &'a mut MutexGuard<'static, Option<State>>) -> Result<&'a mut State> {
+    guard.as_mut().ok_or_else(|| {
         failure(
             "distributed exchange",
             "brigade::distributed::initialize() was not called",
         )
-    })?;
+    })
+}
+
+/// The body of [`exchange`], uncounted (fast mode's header check uses it too).
+fn checked_gather(st: &mut State, header: &str, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
     st.seq += 1;
     let seq = st.seq;
     let header = format!("#{seq} {header}");
@@ -357,9 +439,9 @@ pub(crate) fn all_reduce(
     dtype: crate::DType,
     op: ReduceOp,
 ) -> Result<Vec<u8>> {
-    exchange(&format!("{header} (fast)"), &[])?;
     let mut guard = state();
-    let st = guard.as_mut().expect("checked by exchange");
+    let st = initialized(&mut guard)?;
+    checked_gather(st, &format!("{header} (fast)"), &[])?;
     let size = dtype.size_bytes();
     let count = data.len() / size;
     if count > c_int::MAX as usize {
@@ -390,6 +472,11 @@ pub(crate) fn all_reduce(
         (ty, op)
     };
     let mut recv = vec![0u8; data.len()];
+    bump(|c| {
+        c.all_reduced += 1;
+        c.bytes_sent += data.len() as u64;
+        c.bytes_received += data.len() as u64;
+    });
     // SAFETY: `send` and `recv` hold `count` elements of `ty`; they outlive the request.
     bounded(
         st,
@@ -529,9 +616,11 @@ fn bounded<S, R>(
 ) -> Result<Vec<R>> {
     // SAFETY: a request handle is plain data; MPI_REQUEST_NULL until `start` sets it.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    let t0 = Instant::now();
+    // Every return below counts the wait (a failed one too).
+    let _timer = Timer(t0);
     check(op, start(&mut req, &send, recv_ptr))?;
     let limit = timeout();
-    let t0 = Instant::now();
     let mut polls = 0u32;
     loop {
         let mut flag: c_int = 0;
@@ -567,4 +656,226 @@ fn bounded<S, R>(
             std::thread::sleep(Duration::from_micros(200));
         }
     }
+}
+
+/// Adds the time since its start to [`ExchangeCounters::mpi_time`] when dropped.
+struct Timer(Instant);
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        let t = self.0.elapsed();
+        bump(|c| c.mpi_time += t);
+    }
+}
+
+// ---- arrays across processes ------------------------------------------------------------------
+
+/// Arrays whose value spans the processes (feature `mpi`). Such an array's shards are this
+/// process's only (its addressable shards, on [`local_devices`]); the other processes hold the
+/// rest. It is recognised by its global shape exceeding what its shards assemble to.
+impl Array {
+    /// JAX's `make_array_from_process_local_data`: the global array of which `local` is this
+    /// process's part, laid out over every process's devices (process-major) as `layout` says:
+    /// - [`ShardLayout::Stacked`] `{ axis }` (pmap's): `local` has one entry per local device
+    ///   along `axis`, and the global array one per global device;
+    /// - [`ShardLayout::Blocks`] `{ axis }` (shard_map's): `local` holds this process's devices'
+    ///   blocks along `axis` (a multiple of the local device count), and the global array
+    ///   every process's, in process order;
+    /// - [`ShardLayout::Replicated`]: `local` is the whole value, the same on every process.
+    ///
+    /// Every process calls it with the same shapes. Read the result whole only when replicated
+    /// (else [`Error::NotFullyAddressable`]); its [`Array::shards`] are this process's; pass it
+    /// to a `pmap` / split `shard_map` that maps the same axis. Before [`initialize`] (one
+    /// process) it is an ordinary sharded array over [`crate::devices`].
+    ///
+    /// ```no_run
+    /// # use brigade::{Array, ShardLayout};
+    /// brigade::distributed::initialize()?;
+    /// let n = brigade::distributed::local_devices()?.len();
+    /// let mine = Array::from_vec(vec![1.0f32; n * 3], &[n, 3])?;
+    /// let global = Array::from_process_local(&mine, &ShardLayout::Stacked { axis: 0 })?;
+    /// assert_eq!(global.shape(), &[n * brigade::distributed::process_count(), 3]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn from_process_local(local: &Array, layout: &ShardLayout) -> Result<Array> {
+        let op = "Array::from_process_local";
+        let devices = local_devices()?;
+        let (n, count) = (devices.len(), process_count());
+        let h = crate::array::host_data(local)?;
+        let rank = h.shape.len();
+        let bad = |detail: String| Error::BadParallelArg { op, detail };
+        let mut global = h.shape.clone();
+        let pieces: Vec<HostArray> = match *layout {
+            ShardLayout::Stacked { axis } | ShardLayout::Blocks { axis } if axis >= rank => {
+                return Err(bad(format!(
+                    "the layout maps axis {axis} but the local data has rank {rank} (shape {:?}): map an axis below {rank}",
+                    h.shape
+                )));
+            }
+            ShardLayout::Stacked { axis } if h.shape[axis] != n => {
+                return Err(bad(format!(
+                    "a stacked layout takes one entry per local device along axis {axis}: this process has {n} devices but the local data has {} (shape {:?})",
+                    h.shape[axis], h.shape
+                )));
+            }
+            ShardLayout::Blocks { axis } if !h.shape[axis].is_multiple_of(n) => {
+                return Err(bad(format!(
+                    "axis {axis} of the local data (shape {:?}) has {} entries, which do not split into {n} equal blocks (one per local device): pad it to {}",
+                    h.shape,
+                    h.shape[axis],
+                    h.shape[axis].div_ceil(n) * n
+                )));
+            }
+            ShardLayout::Stacked { axis } => {
+                global[axis] *= count;
+                (0..n)
+                    .map(|d| {
+                        let mut b = take_block(&h, axis, d, 1);
+                        b.shape.remove(axis);
+                        b
+                    })
+                    .collect()
+            }
+            ShardLayout::Blocks { axis } => {
+                global[axis] *= count;
+                let rows = h.shape[axis] / n;
+                (0..n)
+                    .map(|d| take_block(&h, axis, d * rows, rows))
+                    .collect()
+            }
+            ShardLayout::Replicated => vec![h.clone(); n],
+            ShardLayout::Named(_) => {
+                return Err(bad(
+                    "a mesh (NamedSharding) stays within one process: use ShardLayout::Stacked or Blocks over every process's devices".into(),
+                ));
+            }
+        };
+        let shards = pieces
+            .into_iter()
+            .zip(&devices)
+            .map(|(b, d)| Array::from_host(b).to_device(d))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Array {
+            inner: std::sync::Arc::new(crate::array::ArrayInner {
+                aval: crate::Aval::new(global, h.dtype()),
+                storage: Storage::Sharded {
+                    layout: layout.clone(),
+                    shards,
+                    devices,
+                },
+                origin: None,
+            }),
+        })
+    }
+
+    /// Does this process hold the whole value (JAX's `is_fully_addressable`)? False only for an
+    /// array spanning processes ([`Array::from_process_local`]) that is not replicated.
+    pub fn is_fully_addressable(&self) -> bool {
+        match &self.inner.storage {
+            Storage::Sharded { layout, shards, .. } => {
+                layout.global_shape(shards[0].shape(), shards.len()) == self.shape()
+            }
+            _ => true,
+        }
+    }
+
+    /// This process's part of an array spanning processes, as an ordinary sharded array over
+    /// its devices (the same shards); any other array unchanged.
+    pub fn process_local(&self) -> Array {
+        match &self.inner.storage {
+            Storage::Sharded {
+                layout,
+                shards,
+                devices,
+            } if !self.is_fully_addressable() => {
+                Array::from_shards(layout.clone(), shards.clone(), devices.clone())
+            }
+            _ => self.clone(),
+        }
+    }
+
+    /// [`Error::NotFullyAddressable`] for `op` when the array spans processes.
+    pub(crate) fn check_addressable(&self, op: &'static str) -> Result<()> {
+        if self.is_fully_addressable() {
+            return Ok(());
+        }
+        let local = self.shards().map_or(0, <[Array]>::len);
+        let p = process_index();
+        Err(Error::NotFullyAddressable {
+            op,
+            shape: self.shape().to_vec(),
+            processes: process_count(),
+            here: p,
+            first: p * local,
+            last: (p + 1) * local,
+        })
+    }
+}
+
+/// `args` with every array that spans processes replaced by its [`Array::process_local`] part,
+/// for a one-axis parallel call (`pmap` when `!split`, else split `shard_map`) mapping `mapped`
+/// (`None`: a mesh call). A spanning argument must be laid out as the call maps it, on a call
+/// without a mesh; otherwise [`Error::BadParallelArg`].
+pub(crate) fn local_args(
+    op: &'static str,
+    args: &[Array],
+    mapped: Option<&[Option<usize>]>,
+    split: bool,
+) -> Result<Vec<Array>> {
+    let mut out = Vec::with_capacity(args.len());
+    for (i, a) in args.iter().enumerate() {
+        if a.is_fully_addressable() {
+            out.push(a.clone());
+            continue;
+        }
+        let want = match (mapped.map(|m| m[i]), split) {
+            (Some(Some(axis)), false) => Some(ShardLayout::Stacked { axis }),
+            (Some(Some(axis)), true) => Some(ShardLayout::Blocks { axis }),
+            _ => None,
+        };
+        let have = a.shard_layout();
+        if want.is_none() || have != want {
+            return Err(Error::BadParallelArg {
+                op,
+                detail: format!(
+                    "argument {i} spans the processes ({:?}, shape {:?}) but this call {}: map the axis it is laid out on (pmap takes ShardLayout::Stacked, split-mode shard_map ShardLayout::Blocks, a mesh call neither), or gather it first (distributed::process_allgather)",
+                    have.expect("a spanning array is sharded"),
+                    a.shape(),
+                    match want {
+                        Some(w) => format!("maps it as {w:?}"),
+                        None => "does not map it over the processes' devices".into(),
+                    }
+                ),
+            });
+        }
+        out.push(a.process_local());
+    }
+    Ok(out)
+}
+
+/// The whole value of `array` on every process (JAX's `multihost_utils.process_allgather`): an
+/// array spanning processes ([`Array::from_process_local`]) is gathered over MPI and assembled
+/// on the host of every process; any other array is read as it is. Every process calls it.
+pub fn process_allgather(array: &Array) -> Result<Array> {
+    if array.is_fully_addressable() {
+        return Ok(Array::from_host(crate::array::host_data(array)?));
+    }
+    let layout = array.shard_layout().expect("a spanning array is sharded");
+    let local = crate::array::host_data(&array.process_local())?;
+    let header = format!(
+        "process_allgather of {:?} {:?} as {layout:?}",
+        array.dtype(),
+        array.shape()
+    );
+    let parts = exchange(&header, &local.data.to_bytes())?;
+    let axis = match layout {
+        ShardLayout::Stacked { axis } | ShardLayout::Blocks { axis } => axis,
+        _ => unreachable!("only stacked and block layouts span processes"),
+    };
+    let pieces = parts
+        .iter()
+        .map(|b| HostArray::new(local.shape.clone(), HostData::from_bytes(array.dtype(), b)))
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&HostArray> = pieces.iter().collect();
+    Ok(Array::from_host(concat_axis(&refs, axis)))
 }

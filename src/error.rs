@@ -371,6 +371,20 @@ pub enum Error {
         here: usize,
     },
 
+    /// Reading whole an array that spans processes (`Array::from_process_local`, feature `mpi`): this
+    /// process holds only its shards.
+    #[error(
+        "{op}: the array of shape {shape:?} spans {processes} processes and this process ({here}) holds only its shards (global devices {first}..{last}): read them with Array::shards, gather the whole value on every process with distributed::process_allgather, or all_gather inside a pmap"
+    )]
+    NotFullyAddressable {
+        op: &'static str,
+        shape: Vec<usize>,
+        processes: usize,
+        here: usize,
+        first: usize,
+        last: usize,
+    },
+
     // ---- compilation -------------------------------------------------------------------------
     /// A generated shader failed naga validation or pipeline creation.
     #[error("shader `{kernel}` failed to compile: {message}\n---- WGSL ----\n{wgsl}")]
@@ -421,6 +435,7 @@ impl Error {
                 | Error::BadBuffer { .. }
                 | Error::ProcessDivergence { .. }
                 | Error::NotAddressable { .. }
+                | Error::NotFullyAddressable { .. }
         )
     }
 }

@@ -161,6 +161,106 @@ fn all_reduces(devices: &[Device], offset: usize) -> Result<Vec<String>> {
     Ok(lines)
 }
 
+/// Arrays spanning processes: this process's part of a stacked `[total, 4, 3]` array and of a
+/// `[4 * total, 3]` array in blocks, made global with `Array::from_process_local` when `spanning`
+/// (else `devices` are all the devices and the arrays are built whole, the one-process
+/// reference), fed to a pmap and a split shard_map, and gathered whole with
+/// `process_allgather`. Lines as in [`collectives`].
+fn global_arrays(
+    devices: &[Device],
+    offset: usize,
+    total: usize,
+    spanning: bool,
+) -> Result<Vec<String>> {
+    use brigade::ShardLayout;
+    let n = devices.len();
+    let stacked: Vec<f32> = (offset..offset + n)
+        .flat_map(|g| data(12, 200 + g))
+        .collect();
+    let blocks: Vec<f32> = (offset..offset + n)
+        .flat_map(|g| data(12, 300 + g))
+        .collect();
+    let (x, xb) = (
+        Array::from_vec(stacked, &[n, 4, 3])?,
+        Array::from_vec(blocks, &[4 * n, 3])?,
+    );
+    let mut lines = Vec::new();
+    let (x, xb) = if spanning {
+        let x = Array::from_process_local(&x, &ShardLayout::Stacked { axis: 0 })?;
+        let xb = Array::from_process_local(&xb, &ShardLayout::Blocks { axis: 0 })?;
+        let check = |ok: bool, what: String| {
+            if !ok {
+                fail(brigade::Error::ProcessFailure {
+                    op: "global_arrays test",
+                    detail: what,
+                })
+            }
+        };
+        check(
+            x.shape() == [total, 4, 3] && xb.shape() == [4 * total, 3],
+            format!("global shapes {:?} {:?}", x.shape(), xb.shape()),
+        );
+        check(
+            !x.is_fully_addressable() && !xb.is_fully_addressable(),
+            "the arrays span processes".into(),
+        );
+        // Reading whole is a typed error naming the fix; the addressable shards are this
+        // process's devices' data.
+        match x.to_vec::<f32>() {
+            Err(e @ brigade::Error::NotFullyAddressable { .. }) => check(
+                e.to_string().contains("process_allgather"),
+                format!("the error names the fix: {e}"),
+            ),
+            other => check(false, format!("reading whole: {other:?}")),
+        }
+        let shards = x.shards().expect("sharded");
+        check(shards.len() == n, format!("{} shards", shards.len()));
+        for (d, s) in shards.iter().enumerate() {
+            let got = s.to_vec::<f32>()?;
+            check(
+                got == data(12, 200 + offset + d),
+                format!("shard {d} holds another device's data: {got:?}"),
+            );
+        }
+        (x, xb)
+    } else {
+        (x, xb)
+    };
+    let f = pmap(|a: &[Tensor]| vec![psum(&a[0], "i"), all_gather(&(&a[0] * 2.0), "i", 0, false)])
+        .axis_name("i")
+        .devices(devices);
+    for (name, out) in ["g_psum", "g_all_gather"]
+        .iter()
+        .zip(f.call(std::slice::from_ref(&x))?)
+    {
+        for (d, s) in out.shards().expect("sharded").iter().enumerate() {
+            lines.push(format!(
+                "{name} {} {:016x}",
+                offset + d,
+                fingerprint(&s.to_host()?.data.to_bytes())
+            ));
+        }
+    }
+    let s = shard_map(|a: &[Tensor]| vec![psum(&a[0].sum(0i64, false), "s")])
+        .axis_name("s")
+        .out_axes(&[None])
+        .devices(devices);
+    let sum = s.call(std::slice::from_ref(&xb))?.remove(0).to_host()?;
+    lines.push(format!(
+        "g_blocks_psum * {:016x}",
+        fingerprint(&sum.data.to_bytes())
+    ));
+    // The whole values, on every process.
+    for (name, a) in [("g_whole", &x), ("g_blocks_whole", &xb)] {
+        let whole = brigade::distributed::process_allgather(a)?.to_host()?;
+        lines.push(format!(
+            "{name} * {:016x}",
+            fingerprint(&whole.data.to_bytes())
+        ));
+    }
+    Ok(lines)
+}
+
 /// Report `e` for the launching test and leave at once (after a failed exchange MPI cannot
 /// finalize).
 fn fail(e: brigade::Error) -> ! {
@@ -202,18 +302,36 @@ fn worker() {
         brigade::distributed::shutdown();
         return;
     }
+    let before = brigade::distributed::counters();
     let lines = match task.as_str() {
         "fast" => {
             brigade::distributed::set_fast(true);
             all_reduces(&devices, p * n)
         }
+        "global" => global_arrays(&devices, p * n, count * n, true),
         _ => collectives(&devices, p * n, count * n, wide),
     }
     .unwrap_or_else(|e| fail(e));
     for l in lines {
         println!("LINE {l}");
     }
+    let work = brigade::distributed::counters().since(&before);
+    println!(
+        "COUNTS process {p} gathered {} all_reduced {}",
+        work.gathered, work.all_reduced
+    );
     brigade::distributed::shutdown();
+}
+
+/// Per process, `(gathered, all_reduced)` from the worker's `COUNTS` lines.
+fn counts(stdout: &str) -> Vec<(u64, u64)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l[l.find("COUNTS ")?..].split(' ').collect();
+            Some((w.get(4)?.parse().ok()?, w.get(6)?.parse().ok()?))
+        })
+        .collect()
 }
 
 // ---- launching ---------------------------------------------------------------------------------
@@ -264,9 +382,11 @@ fn mpirun(procs: usize, program: &std::path::Path, args: &[&str], env: &[(&str, 
             break s;
         }
         if t0.elapsed() > LIMIT {
+            // `--`: without it `kill` reads `-PGID` as an option and kills nothing.
             let _ = Command::new("kill")
-                .args(["-KILL", &format!("-{}", child.id())])
+                .args(["-KILL", "--", &format!("-{}", child.id())])
                 .status();
+            let _ = child.kill();
             let _ = child.wait();
             panic!(
                 "mpirun -n {procs} {} did not end within {} s (killed): a hang\nstdout:\n{}\nstderr:\n{}",
@@ -344,6 +464,13 @@ fn check_collectives(procs: usize, layout: &str, one: &str) {
         "{procs} processes × {layout} differ from one process on {one}:\nmissing (one-process lines): {missing:#?}\nextra (multi-process lines): {extra:#?}\nstdout:\n{}",
         run.stdout
     );
+    // The default mode combined every exchange by gathering, never by MPI_Allreduce.
+    let c = counts(&run.stdout);
+    assert!(
+        c.len() == procs && c.iter().all(|&(g, r)| g >= 2 && r == 0),
+        "every process gathers (pmap and shard_map: 2 exchanges at least) and never all-reduces: {c:?}\n{}",
+        run.stdout
+    );
     // A line per result and device (12 results × devices) plus the shard_map line: every
     // process contributed.
     let devices: usize = want.iter().filter(|l| l.starts_with("psum ")).count();
@@ -396,6 +523,14 @@ fn fast_mode_all_reduces() {
         got.iter().filter(exact).collect(),
     );
     assert_eq!(w, g, "exact all-reduces in fast mode\n{}", run.stdout);
+    // The fast path really ran: 4 collectives, each one MPI_Allreduce, and no gathered exchange.
+    let c = counts(&run.stdout);
+    assert_eq!(
+        c,
+        vec![(0, 4); 4],
+        "per process (gathered, all_reduced) in fast mode\n{}",
+        run.stdout
+    );
     let sums: BTreeSet<&str> = got
         .iter()
         .filter(|l| l.starts_with("psum "))
@@ -460,17 +595,47 @@ fn early_exit_fails_the_others_within_the_timeout() {
     );
 }
 
+/// `Array::from_process_local` over 2 processes × 2 cpu devices: the addressable shards hold
+/// this process's data, reading whole is a typed error, and pmap, split shard_map and
+/// `process_allgather` give the bits of one process holding the whole arrays on `cpu:4`.
+#[test]
+fn process_local_arrays_match_one_process() {
+    let rt = pollster::block_on(Runtime::builder().layout_str("cpu:4").build()).expect("cpu:4");
+    let want: BTreeSet<String> = global_arrays(rt.devices(), 0, 4, false)
+        .expect("one process")
+        .into_iter()
+        .collect();
+    // psum and all_gather per device, the block sum, two whole values.
+    assert_eq!(want.len(), 2 * 4 + 3, "reference lines: {want:#?}");
+    let run = run_workers(2, "cpu:2", "global", "60");
+    assert!(
+        run.success,
+        "mpirun -n 2 (global arrays) failed\nstdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    let got: BTreeSet<String> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("LINE ").map(|(_, r)| r.to_string()))
+        .collect();
+    assert_eq!(
+        got, want,
+        "2 processes × cpu:2 vs one process on cpu:4\n{}",
+        run.stdout
+    );
+}
+
 // ---- the example -------------------------------------------------------------------------------
 
-/// The example binary, built beside this test binary (`cargo build --features mpi --example
-/// multihost_training`; scripts/test.sh builds it).
-fn example() -> PathBuf {
+/// The example binary `name`, built beside this test binary (`cargo build --features mpi
+/// --example NAME`; scripts/test.sh builds them).
+fn example(name: &str) -> PathBuf {
     let me = std::env::current_exe().expect("test binary path");
     let dir = me.parent().and_then(|d| d.parent()).expect("target dir");
-    let path = dir.join("examples").join("multihost_training");
+    let path = dir.join("examples").join(name);
     assert!(
         path.exists(),
-        "{} is missing: build it first with `cargo build --features mpi --example multihost_training`",
+        "{} is missing: build it first with `cargo build --features mpi --example {name}`",
         path.display()
     );
     path
@@ -486,7 +651,7 @@ fn params(stdout: &str) -> Vec<String> {
 
 #[test]
 fn multihost_training_matches_one_process() {
-    let exe = example();
+    let exe = example("multihost_training");
     let one = Command::new(&exe)
         .args(["--quick", "--single"])
         .env("BRIGADE_DEVICES", "cpu:4")
@@ -509,4 +674,36 @@ fn multihost_training_matches_one_process() {
         "parameters differ from the one-process run {}: {got:?}",
         want[0]
     );
+}
+
+/// The benchmark's quick run over 2 processes completes, and every ratio it reports (brigade's
+/// time over the bare MPI call; the training step's communication share) is finite and positive.
+#[test]
+fn mpi_bench_quick_run() {
+    let run = mpirun(
+        2,
+        &example("mpi_bench"),
+        &["--quick"],
+        &[("BRIGADE_DEVICES", "cpu:1")],
+    );
+    assert!(
+        run.success,
+        "mpirun -n 2 mpi_bench --quick failed\nstdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    let ratios: Vec<(String, f64)> = run
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("RATIO ")?.split(' ');
+            Some((w.next()?.to_string(), w.next()?.parse().ok()?))
+        })
+        .collect();
+    // psum, psum fast and all_gather at 1 KiB, 64 KiB and 1 MiB, and the step's share.
+    assert_eq!(ratios.len(), 10, "ratios printed:\n{}", run.stdout);
+    assert!(
+        ratios.iter().all(|(_, r)| r.is_finite() && *r > 0.0),
+        "every ratio finite and positive: {ratios:?}"
+    );
+    eprintln!("mpi_bench --quick: {:.1} s", run.took.as_secs_f64());
 }

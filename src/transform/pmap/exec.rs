@@ -358,7 +358,10 @@ impl ParallelExe {
     ) -> Result<Vec<(Var, Vec<Array>)>> {
         #[cfg(feature = "mpi")]
         if let Some(global) = self.global {
-            return self.exchange_global(devices, env, exchange, global).await;
+            let t0 = std::time::Instant::now();
+            let out = self.exchange_global(devices, env, exchange, global).await;
+            crate::distributed::add_exchange_time(t0.elapsed());
+            return out;
         }
         let n = devices.len();
         // All-reduces of 32-bit numbers on GPU devices fold straight from the mapped staging memory

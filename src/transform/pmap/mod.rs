@@ -529,6 +529,26 @@ where
 
     async fn run_call(&self, given: ArgsIn<'_>) -> Result<Vec<Array>> {
         let args = given.as_slice();
+        // Arrays spanning processes (feature `mpi`) enter as this process's part.
+        #[cfg(feature = "mpi")]
+        let local_parts;
+        #[cfg(feature = "mpi")]
+        let args = match args.iter().all(Array::is_fully_addressable) {
+            true => args,
+            false => {
+                let mapped = match self.mesh {
+                    None => Some(self.mapped_axes(args)?),
+                    Some(_) => None,
+                };
+                local_parts = crate::distributed::local_args(
+                    self.mode.op(),
+                    args,
+                    mapped.as_deref(),
+                    self.mode == ParallelMode::Split,
+                )?;
+                local_parts.as_slice()
+            }
+        };
         self.check_donation(args)?;
         let (exe, devices, shard_args) = match &self.mesh {
             Some(mesh) => {
