@@ -214,9 +214,9 @@ setup_mpi_packages() {
     log "mpi packages present: ${MPI_APT_PKGS[*]}"
 }
 
-# tests/multiprocess.rs runs `mpirun -n 2` / `-n 4` on its own binary and on the example.
+# tests/multiprocess.rs runs `mpirun -n 2` / `-n 4` on its own binary and on the examples.
 mpi_test() {
-    cargo build --features mpi --example multihost_training
+    cargo build --features mpi --example multihost_training --example mpi_bench
     cargo test --features mpi --test multiprocess
 }
 
@@ -381,7 +381,7 @@ run_step "cargo test --doc" cargo test --doc "$@"
 run_step "mpi: Open MPI, libclang" setup_mpi_packages
 if (( ! QUICK )); then
     run_step "mpi: cargo clippy --features mpi" cargo clippy --features mpi --lib \
-        --example multihost_training --test multiprocess -- -D warnings
+        --example multihost_training --example mpi_bench --test multiprocess -- -D warnings
 fi
 run_step "mpi: multi-process tests (mpirun)" mpi_test
 # The tour (the README's first command) on every adapter found; it exits non-zero if any

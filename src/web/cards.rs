@@ -117,7 +117,12 @@ async fn debug_errors_inner() -> Result<String> {
     };
 
     // 2. A host if on a traced value, then cond.
-    let xs = arr(data(n * 3, 22).iter().map(|v| v - 0.2).collect(), &[n, 3])?;
+    // Rows of alternating sign, so that with two devices or more they take different branches.
+    let signed = |(i, v): (usize, &f32)| if (i / 3) % 2 == 0 { v.abs() } else { -v.abs() };
+    let xs = arr(
+        data(n * 3, 22).iter().enumerate().map(signed).collect(),
+        &[n, 3],
+    )?;
     let branchy = pmap(host_if).devices(&s.devices).named("host if");
     let if_error = branchy.call_async(std::slice::from_ref(&xs)).await.err();
     let if_ok = matches!(if_error, Some(Error::TracedValue { .. }));
