@@ -823,19 +823,7 @@ impl Device {
             }
             pool.reserve(bucket, size, &mut freed)
         };
-        if !freed.is_empty() {
-            // Destroying wgpu buffers touches the GL context: serialize like every GL call.
-            let _gl = gpu.gl_guard();
-            drop(freed);
-        }
-        let Some(capacity) = reserved else {
-            return Err(self.out_of_memory(bytes, "it does not fit the memory limit"));
-        };
-        // wgpu hands out an invalid buffer, silently, on a device it has invalidated.
-        if let Some(reason) = gpu.lost_now(false) {
-            lock(&gpu.pool).unreserve(capacity);
-            return Err(self.lost_error(reason));
-        }
+        let capacity = self.reserved(gpu, reserved, freed, bytes)?;
         // Mappable too where array reads map their buffer in place (see `transfer.rs`).
         let mut usage = wgpu::BufferUsages::STORAGE
             | wgpu::BufferUsages::COPY_SRC
@@ -885,6 +873,32 @@ impl Device {
         Ok(self.wrap(buffer, size, capacity, extra))
     }
 
+    /// The capacity the pool reserved for a new buffer of `bytes` requested bytes, after dropping
+    /// the pooled buffers it `freed` to make room: [`Error::OutOfMemory`] when nothing could be
+    /// reserved, [`Error::DeviceLost`] (the reservation given back) on a device wgpu has
+    /// invalidated, where it would hand out an invalid buffer without a word.
+    fn reserved(
+        &self,
+        gpu: &Gpu,
+        reserved: Option<u64>,
+        freed: Vec<wgpu::Buffer>,
+        bytes: u64,
+    ) -> Result<u64> {
+        if !freed.is_empty() {
+            // Destroying wgpu buffers touches the GL context: serialize like every GL call.
+            let _gl = gpu.gl_guard();
+            drop(freed);
+        }
+        let Some(capacity) = reserved else {
+            return Err(self.out_of_memory(bytes, "it does not fit the memory limit"));
+        };
+        if let Some(reason) = gpu.lost_now(false) {
+            lock(&gpu.pool).unreserve(capacity);
+            return Err(self.lost_error(reason));
+        }
+        Ok(capacity)
+    }
+
     /// A buffer of `size` bytes (a multiple of 4, over `max_buffer_size`) made of several wgpu
     /// buffers, parts of [`DeviceLimits::part_bytes`] each but the last; never pooled.
     fn alloc_parts(
@@ -896,17 +910,7 @@ impl Device {
         let part = self.inner.info.limits.part_bytes();
         let mut freed = Vec::new();
         let reserved = lock(&gpu.pool).reserve(size, size, &mut freed);
-        if !freed.is_empty() {
-            let _gl = gpu.gl_guard();
-            drop(freed);
-        }
-        let Some(capacity) = reserved else {
-            return Err(self.out_of_memory(size, "it does not fit the memory limit"));
-        };
-        if let Some(reason) = gpu.lost_now(false) {
-            lock(&gpu.pool).unreserve(capacity);
-            return Err(self.lost_error(reason));
-        }
+        let capacity = self.reserved(gpu, reserved, freed, size)?;
         let usage = wgpu::BufferUsages::STORAGE
             | wgpu::BufferUsages::COPY_SRC
             | wgpu::BufferUsages::COPY_DST
