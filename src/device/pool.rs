@@ -336,7 +336,8 @@ impl DeviceBuffer {
     }
 
     /// The wgpu buffer, for code that records its own commands (bind from
-    /// [`DeviceBuffer::offset`]).
+    /// [`DeviceBuffer::offset`]). For an array stored in parts ([`DeviceBuffer::is_parted`]),
+    /// its first part only: [`crate::Array::wgpu_buffer_parts`] gives them all.
     pub fn raw(&self) -> &wgpu::Buffer {
         &self.buffer
     }
