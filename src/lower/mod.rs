@@ -773,7 +773,7 @@ pub(crate) fn lower_donating(
         .saturating_sub(1)
         .max(2);
     // Matmuls too wide to run over blocks are split first: their parts may be concatenated.
-    let g = segments::split_contractions(&canonicalize_dots(graph), limits);
+    let g = segments::split_oversized(&canonicalize_dots(graph), limits);
     let mut g = split_wide_concats(&g, max_inputs);
     g.dce();
     check_sizes(&g)?;

@@ -20,7 +20,7 @@
 //! result and its large operand, each invocation storing its element only when its source lies
 //! in the bound segment ([`remap`]; more than 65 536 such dispatches are refused with a typed
 //! [`Error::OverLimit`]). Matmuls whose operand or result has rows too wide for 64 of them to
-//! fit one binding are first rewritten into smaller ones ([`split_contractions`]): a sum over
+//! fit one binding are first rewritten into smaller ones ([`split_oversized`]): a sum over
 //! chunks of the contraction (the gradient `x^T @ g` of a weight reads blocks of rows of `x`,
 //! transposed in place), or blocks of rows or columns of the result, concatenated.
 //!
@@ -31,7 +31,7 @@
 //! kernel's rules across chunks (first index on ties, NaN first). A block's range that starts
 //! off the 256-byte alignment is staged through a copy to or from a slot of its own. Where even
 //! that cannot fit (a slice of the reduced axis, the partials or the combined result over one
-//! binding), [`split_contractions`] first cuts the input along a kept axis and concatenates the
+//! binding), [`split_oversized`] first cuts the input along a kept axis and concatenates the
 //! pieces' results.
 //!
 //! Kernels of their own are cut along leading axes by their family's rule ([`KernelCut`]):
@@ -43,13 +43,13 @@
 //! NHWC convolutions whose batch entries are each over one binding, are cut along that axis into
 //! chunks reading overlapping input rows ([`window_halo`], [`conv_halo`]); a sort along the
 //! leading axis, or along a middle axis whose one block of leading rows is over one binding,
-//! first becomes one along the last axis of its keys transposed ([`split_contractions`]). A sort
+//! first becomes one along the last axis of its keys transposed ([`split_oversized`]). A sort
 //! row over one binding (1-D, or along the last axis) is sorted in chunks of one binding that a
 //! network of merge-splits then merges ([`merged_sort`]). An input dilation along a cut axis and
 //! a channels-first convolution of one batch entry over the limit are refused.
 //!
 //! Batched matmuls whose 64 batch entries exceed one binding become one matmul per entry
-//! ([`split_contractions`]). Refused ([`unsupported`]): the reduction, window, convolution and sort cases named above and in [`blocked`], and kernels of
+//! ([`split_oversized`]). Refused ([`unsupported`]): the reduction, window, convolution and sort cases named above and in [`blocked`], and kernels of
 //! the other families binding a large array.
 
 use crate::device::DeviceLimits;
@@ -1721,7 +1721,7 @@ fn k_chunks(
     })
 }
 
-/// How [`split_contractions`] cuts a matmul none of whose blocks of 64 rows fit one binding.
+/// How [`split_oversized`] cuts a matmul none of whose blocks of 64 rows fit one binding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Split {
     /// `A`'s rows are too wide: a sum over chunks of the contraction.
@@ -1751,11 +1751,13 @@ enum Split {
 ///   batch.
 ///
 /// Reductions that [`reduction`] cannot cut are split here too ([`split_reduction`]), and sorts
-/// along the leading axis become sorts along the last axis ([`leading_sort`]).
+/// along the leading axis (or a middle one too wide for blocks of rows) become sorts along the
+/// last axis ([`leading_sort`]): every op over arrays too large for its kernel's own cuts is
+/// rewritten into ops that have them, hence the name.
 ///
 /// Slices and concatenations of large arrays are buffer copies ([`copies`]) or remaps over
 /// windows ([`remap`]).
-pub(crate) fn split_contractions(g: &Graph, limits: &DeviceLimits) -> Graph {
+pub(crate) fn split_oversized(g: &Graph, limits: &DeviceLimits) -> Graph {
     let mut g = g.clone();
     while let Some(next) = split_pass(&g, limits) {
         g = next;
@@ -1763,7 +1765,7 @@ pub(crate) fn split_contractions(g: &Graph, limits: &DeviceLimits) -> Graph {
     g
 }
 
-/// The split [`split_contractions`] makes of equation `e`, if any. A left operand `x^T` of a
+/// The split [`split_oversized`] makes of equation `e`, if any. A left operand `x^T` of a
 /// large 2-D `x` is always cut along the contraction when the result fits one binding (blocks of
 /// rows of `x` are contiguous: no transposed copy of `x`).
 fn split_of(
@@ -1812,7 +1814,7 @@ fn split_of(
     }
 }
 
-/// One pass of [`split_contractions`]: `None` when no matmul needed a split.
+/// One pass of [`split_oversized`]: `None` when no matmul needed a split.
 fn split_pass(g: &Graph, limits: &DeviceLimits) -> Option<Graph> {
     let producers = g.producers();
     let mut out = g.without_eqns();
