@@ -97,13 +97,13 @@ pub(crate) struct Gpu {
     pub(crate) handlers: std::sync::atomic::AtomicBool,
 }
 
-/// How long a call that failed waits for the device's queue to drain before it decides whether
-/// the device was lost (wgpu reports a destroyed device only once its queue is empty).
-#[cfg(not(target_arch = "wasm32"))]
 /// The largest array brigade stores on a GPU device: kernels index elements (4 bytes each) with
 /// 32-bit integers.
 pub(crate) const MAX_ARRAY_BYTES: u64 = u32::MAX as u64 * 4;
 
+/// How long a call that failed waits for the device's queue to drain before it decides whether
+/// the device was lost (wgpu reports a destroyed device only once its queue is empty).
+#[cfg(not(target_arch = "wasm32"))]
 const LOSS_DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Gpu {
