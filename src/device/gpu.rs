@@ -940,18 +940,10 @@ impl Device {
             }));
         }
         lock(&gpu.pool).stats.created += parts.len() as u64;
-        Ok(Arc::new(DeviceBuffer {
-            buffer: parts[0].clone(),
-            offset: 0,
-            size,
-            capacity,
-            owner: self.inner.clone(),
-            extra,
-            imported: false,
-            parts,
-            part_bytes: part,
-            shared: Default::default(),
-        }))
+        let mut buf = self.wrap(parts[0].clone(), size, capacity, extra);
+        let b = Arc::get_mut(&mut buf).expect("a buffer just made has one owner");
+        (b.parts, b.part_bytes) = (parts, part);
+        Ok(buf)
     }
 
     /// [`Error::OutOfMemory`] for a buffer of `bytes` bytes, naming what is in use and the limit.
