@@ -390,7 +390,7 @@ fn a_middle_axis_sort_row_over_one_binding_runs_on_transposed_keys() {
 fn a_sort_row_over_one_binding_merges_sorted_chunks() {
     // 1-D rows of 40 001 and 100 003 keys: 8 192 elements of sort state (a key and its index)
     // per 64 KiB chunk, so 5 and 13 chunks (the tail padded), each sorted alone, then merged by
-    // a network over 8 and 16 chunks. Ties (small integers) and NaNs, also at chunk edges,
+    // a network over 8 and 16 chunks whose comparators with a missing chunk are left out. Ties (small integers) and NaNs, also at chunk edges,
     // check the stable order and NaN placement, ascending and descending; i32 keys too. The
     // sorted values are gathered through the segmented `take_along_axis`.
     use brigade::numpy;
@@ -415,6 +415,20 @@ fn a_sort_row_over_one_binding_merges_sorted_chunks() {
             rand_i32(&[100_003], 143, -50, 50),
         ],
         Tol::EXACT,
+    );
+    // The merge-sort state holds the row's 13 chunks only, twice (the network runs over 16,
+    // its comparators with the 3 missing chunks left out): 2 × 13 × 64 KiB, not 2 × 16.
+    let x = ties_and_nans(&[100_003], 146, &[]);
+    let dev = &devices()[0];
+    let mem = jit(|t: &[Tensor]| vec![t[0].argsort(0)])
+        .on(dev)
+        .memory_analysis(&[x])
+        .unwrap();
+    let state = 2 * 13 * LIMIT;
+    assert!(
+        mem.temp_bytes >= state && mem.temp_bytes < state + 3 * LIMIT,
+        "on {dev}: temporaries {} bytes, want 2 × 13 chunks ({state}) and little else",
+        mem.temp_bytes
     );
     // Several rows over the limit (rows of 20 001 keys start off the 256-byte alignment: their
     // chunks are staged through copies), and a sort along the leading axis whose transposed row

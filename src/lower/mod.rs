@@ -1300,10 +1300,30 @@ fn embed_block(
     for op in &p.schedule {
         match op {
             Op::Launch(i) => to.schedule.push(Op::Launch(base + i)),
-            Op::Copy { .. } | Op::Loop { .. } => {
+            // A copy's offsets are within its slots: shifted by where the block's views start.
+            &Op::Copy {
+                src,
+                src_at,
+                dst,
+                dst_at,
+                bytes,
+            } => {
+                let shift = |s: usize, at: At| At {
+                    base: at.base + map[s].1.map_or(0, |v| v.offset),
+                    ..at
+                };
+                to.schedule.push(Op::Copy {
+                    src: map[src].0,
+                    src_at: shift(src, src_at),
+                    dst: map[dst].0,
+                    dst_at: shift(dst, dst_at),
+                    bytes,
+                });
+            }
+            Op::Loop { .. } => {
                 return Err(Error::Unsupported {
                     op: "segments",
-                    detail: "a block program with copies or loops (internal)".into(),
+                    detail: "a block program with loops (internal)".into(),
                 });
             }
         }

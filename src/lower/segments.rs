@@ -19,8 +19,11 @@
 //! kernel of its own, never fused into its consumer, run once per pair of segments of its
 //! result and its large operand, each invocation storing its element only when its source lies
 //! in the bound segment ([`remap`]; more than 65 536 such dispatches are refused with a typed
-//! [`Error::OverLimit`]). Matmuls whose operand or result has rows too wide for 64 of them to
-//! fit one binding are first rewritten into smaller ones ([`split_oversized`]): a sum over
+//! [`Error::OverLimit`]: a bound on one op's work list, reached only under a binding limit below
+//! WebGPU's 128 MiB minimum, since an array of at most 16 GiB (32-bit indexing) then has at most
+//! 128 segments and a transpose of it 16 384 pairs). Matmuls whose operand or result has rows
+//! too wide for 64 of them to fit one binding are first rewritten into smaller ones
+//! ([`split_oversized`]): a sum over
 //! chunks of the contraction (the gradient `x^T @ g` of a weight reads blocks of rows of `x`,
 //! transposed in place), or blocks of rows or columns of the result, concatenated.
 //!
@@ -975,6 +978,23 @@ fn kernel_program(src: KernelSrc, ins: &[u64], out: u64) -> Program {
     }
 }
 
+/// A program copying its one input of `bytes` to its output (no kernel).
+fn copy_program(bytes: u64) -> Program {
+    Program {
+        launches: Vec::new(),
+        schedule: vec![super::copy_op((0, 0), (1, 0), bytes)],
+        slot_bytes: vec![bytes, bytes],
+        input_slots: vec![0],
+        const_slots: Vec::new(),
+        output_slots: vec![1],
+        output_avals: vec![Aval::new(
+            vec![(bytes / 4) as usize],
+            crate::dtype::DType::U32,
+        )],
+        donated: Vec::new(),
+    }
+}
+
 /// The comparators of a sorting network over `m` wires (a power of two), stage by stage, each
 /// `(i, j)` with `i < j` sending the smaller elements to `i`: Batcher's bitonic sort in the form
 /// whose comparators all point one way (each merge's first stage compares mirrored wires), so
@@ -1006,10 +1026,12 @@ fn bitonic_stages(m: usize) -> Vec<Vec<(usize, usize)>> {
 /// chunks are merged by a sorting network whose comparator is a merge-split of two sorted
 /// chunks (the lower `c` elements of the pair to the lower chunk, the upper to the other), and
 /// the indices written. Any sorting network sorts sequences of sorted blocks when its
-/// comparators are merge-splits; a bitonic network over a power of two of chunks is chosen
-/// because every chunk is in one comparator per stage, so each stage reads one temporary and
-/// writes the other whole (a merge path would need the split points of runs spanning several
-/// bindings, found by searches across them). A comparator binds 2 chunks read and 1 written,
+/// comparators are merge-splits; a bitonic network is chosen because every chunk is in at most
+/// one comparator per stage, so each comparator reads one temporary and writes the other (a
+/// merge path would need the split points of runs spanning several bindings, found by searches
+/// across them). The network is over the next power of two of chunks; the comparators with a
+/// chunk past the row's are no-ops and are left out (their other chunk is copied across), so the
+/// state holds the row's chunks only. A comparator binds 2 chunks read and 1 written,
 /// per half. The state (encoded keys, then the index along the row) is the row kernel's, every
 /// element distinct: order, stability and NaN placement are the row kernel's exactly.
 /// Errors ([`unsupported`]) for a sort along another axis and a limit below 64 elements of state.
@@ -1053,10 +1075,9 @@ fn merged_sort(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
     let n = y.shape[*axis];
     let rows = y.size() / n.max(1);
     let (m, chunk) = (n.div_ceil(c), c * words * 4);
-    let padded = m.next_power_of_two();
     // A state over `max_buffer_size` is stored in parts: chunks whose bytes are a power of
     // two never straddle two; others are staged through a copy (`embed_block`).
-    let temp = (padded * chunk) as u64;
+    let temp = (m * chunk) as u64;
     let state = |t: usize, ch: usize| {
         (
             Place::Temp(t),
@@ -1070,29 +1091,24 @@ fn merged_sort(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
     let passes = c.ilog2() as usize;
     let mut blocks = Vec::new();
     for r in 0..rows {
-        // Padding chunks are sorted as written: they go straight where the sorted chunks land.
-        let sorted = passes % 2;
-        for ch in 0..padded {
-            let count = n.saturating_sub(ch * c).min(c);
+        for ch in 0..m {
+            let count = (n - ch * c).min(c);
             let at = |b: usize| {
                 Some(View {
                     offset: ((r * n + ch * c) * b) as u64,
-                    size: (count * b).max(4) as u64,
+                    size: (count * b) as u64,
                 })
             };
-            let ins: Vec<(Place, Option<View>)> = if count > 0 {
-                e.inputs
-                    .iter()
-                    .map(|&v| (Place::Var(v), at(g.aval(v).dtype.size_bytes())))
-                    .collect()
-            } else {
-                Vec::new()
-            };
+            let ins: Vec<(Place, Option<View>)> = e
+                .inputs
+                .iter()
+                .map(|&v| (Place::Var(v), at(g.aval(v).dtype.size_bytes())))
+                .collect();
             let sizes: Vec<u64> = ins.iter().map(|(_, v)| v.expect("a view").size).collect();
             blocks.push(Block {
                 program: kernel_program(sorter.init(count, ch * c)?, &sizes, chunk_bytes),
                 ins,
-                out: state(if count > 0 { 0 } else { sorted }, ch),
+                out: state(0, ch),
             });
         }
         for p in 0..passes {
@@ -1104,9 +1120,26 @@ fn merged_sort(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
                 });
             }
         }
-        let mut cur = sorted;
-        for stage in bitonic_stages(padded) {
-            for (i, j) in stage {
+        // The network runs over a power of two of chunks, those past `m` standing for chunks
+        // of elements that sort last. Every comparator puts the lower half in its lower chunk,
+        // so one with such a chunk leaves both as they are: it is left out, and those chunks
+        // need no memory. A chunk left out of a stage is copied to the other temporary (one
+        // dispatch must not bind a temporary both read and written); a stage with no real
+        // comparator is left out whole.
+        let mut cur = passes % 2;
+        for stage in bitonic_stages(m.next_power_of_two()) {
+            if stage.iter().all(|&(_, j)| j >= m) {
+                continue;
+            }
+            for (i, j) in stage.into_iter().filter(|&(i, _)| i < m) {
+                if j >= m {
+                    blocks.push(Block {
+                        program: copy_program(chunk_bytes),
+                        ins: vec![state(cur, i)],
+                        out: state(1 - cur, i),
+                    });
+                    continue;
+                }
                 for (upper, to) in [(false, i), (true, j)] {
                     blocks.push(Block {
                         program: kernel_program(
