@@ -6,7 +6,7 @@
 
 mod common;
 
-use brigade::device::{MAX_BUFFER_ENV, parse_max_binding};
+use brigade::device::{MAX_BUFFER_ENV, bucket_size, parse_max_binding};
 use brigade::nn::{self, Layout};
 use brigade::{Array, Device, Error, Padding, Runtime, Tensor, grad, jit, pmap, psum};
 use common::*;
@@ -322,11 +322,19 @@ fn the_budget_counts_parts() {
         Err(e @ Error::OutOfMemory { .. }) => assert!(e.to_string().contains("2 MiB"), "{e}"),
         other => panic!("expected OutOfMemory, got {other:?}"),
     }
-    // Within the budget an array over the buffer limit is made of parts, counted whole.
+    // Within the budget an array over the buffer limit is made of parts, each counted as any
+    // buffer is (its pool bucket): 256 KiB, 256 KiB and the 175 712-byte tail's bucket.
     let before = dev.memory_stats().bytes_in_use;
     let b = dev.alloc(700_000).unwrap();
     assert!(b.is_parted());
-    assert_eq!(dev.memory_stats().bytes_in_use, before + 700_000);
+    let tail = bucket_size(700_000 - 2 * BUFFER, BUFFER);
+    assert!((175_712..BUFFER).contains(&tail), "{tail}");
+    assert_eq!(dev.memory_stats().bytes_in_use, before + 2 * BUFFER + tail);
     drop(b);
     assert_eq!(dev.memory_stats().bytes_in_use, before);
+    // The parts went back to the pool: a second array of that size reuses all three.
+    let reused = dev.pool_stats().reused;
+    let c = dev.alloc(700_000).unwrap();
+    assert!(c.is_parted());
+    assert_eq!(dev.pool_stats().reused, reused + 3, "{}", dev.name());
 }

@@ -812,7 +812,7 @@ impl Device {
         let gpu = self.gpu("alloc")?;
         let size = self.check_fits(bytes, || format!("a buffer of {}", human_bytes(bytes)))?;
         if size > self.inner.info.limits.max_buffer_size {
-            return self.alloc_parts(gpu, size, extra);
+            return self.alloc_parts(size, extra);
         }
         let bucket = bucket_size(size, self.inner.info.limits.max_buffer_size);
         let mut freed = Vec::new();
@@ -900,47 +900,29 @@ impl Device {
     }
 
     /// A buffer of `size` bytes (a multiple of 4, over `max_buffer_size`) made of several wgpu
-    /// buffers, parts of [`DeviceLimits::part_bytes`] each but the last; never pooled.
-    fn alloc_parts(
-        &self,
-        gpu: &Gpu,
-        size: u64,
-        extra: wgpu::BufferUsages,
-    ) -> Result<Arc<DeviceBuffer>> {
+    /// buffers, parts of [`DeviceLimits::part_bytes`] each but the last, each allocated (and
+    /// pooled) like any buffer.
+    fn alloc_parts(&self, size: u64, extra: wgpu::BufferUsages) -> Result<Arc<DeviceBuffer>> {
         let part = self.inner.info.limits.part_bytes();
-        let mut freed = Vec::new();
-        let reserved = lock(&gpu.pool).reserve(size, size, &mut freed);
-        let capacity = self.reserved(gpu, reserved, freed, size)?;
-        let usage = wgpu::BufferUsages::STORAGE
-            | wgpu::BufferUsages::COPY_SRC
-            | wgpu::BufferUsages::COPY_DST
-            | extra;
-        let (parts, err) = gpu.capture(|| {
-            (0..size.div_ceil(part))
-                .map(|i| {
-                    gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("brigade array part"),
-                        size: part.min(size - i * part),
-                        usage,
-                        mapped_at_creation: false,
-                    })
-                })
-                .collect::<Vec<_>>()
-        });
-        if let Some(e) = err {
-            lock(&gpu.pool).unreserve(capacity);
-            let _gl = gpu.gl_guard();
-            drop(parts);
-            if matches!(e, wgpu::Error::OutOfMemory { .. }) && gpu.state.lost().is_none() {
-                lock(&gpu.pool).oom += 1;
-                return Err(self.out_of_memory(size, "the device could not allocate it"));
-            }
-            return Err(self.wgpu_error(e, || {
-                format!("allocating an array of {} in parts", human_bytes(size))
-            }));
-        }
-        lock(&gpu.pool).stats.created += parts.len() as u64;
-        let mut buf = self.wrap(parts[0].clone(), size, capacity, extra);
+        let k = size.div_ceil(part);
+        let parts = (0..k)
+            .map(|i| self.alloc_with(part.min(size - i * part), extra))
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| match e {
+                // Name the array, not the part that did not fit.
+                Error::OutOfMemory { device, detail } => Error::OutOfMemory {
+                    device,
+                    detail: format!(
+                        "an array of {} ({size} bytes) is stored in {k} parts of up to {}, and \
+                         one of them could not be had: {detail}",
+                        human_bytes(size),
+                        human_bytes(part)
+                    ),
+                },
+                e => e,
+            })?;
+        let capacity = parts.iter().map(|p| p.capacity).sum();
+        let mut buf = self.wrap(parts[0].buffer.clone(), size, capacity, extra);
         let b = Arc::get_mut(&mut buf).expect("a buffer just made has one owner");
         (b.parts, b.part_bytes) = (parts, part);
         Ok(buf)

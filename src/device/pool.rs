@@ -303,10 +303,11 @@ pub struct DeviceBuffer {
     pub(crate) extra: wgpu::BufferUsages,
     /// True for an app's buffer: never pooled, never counted in the pool's memory.
     pub(crate) imported: bool,
-    /// For an array larger than its device's `max_buffer_size`: every part, `buffer` being the
-    /// first, each `part_bytes` long but the last. Empty for one buffer. Parts
-    /// are never pooled (their bytes are counted in the pool's memory, like any buffer's).
-    pub(crate) parts: Vec<wgpu::Buffer>,
+    /// For an array larger than its device's `max_buffer_size`: every part, each a pooled buffer
+    /// of its own (`buffer` is a handle of the first), `part_bytes` long but the last. The parts
+    /// are counted in the pool's memory and go back to it when this buffer is dropped, so a
+    /// second array of the same size reuses warm memory. Empty for one buffer.
+    pub(crate) parts: Vec<Arc<DeviceBuffer>>,
     /// Bytes of every part but the last (0 for one buffer).
     pub(crate) part_bytes: u64,
     /// Set once the buffer was handed to code brigade does not control: exported with
@@ -387,7 +388,7 @@ impl DeviceBuffer {
             let part = (at / self.part_bytes) as usize;
             let within = at % self.part_bytes;
             let n = (self.part_bytes - within).min(end - at);
-            out.push((&self.parts[part], within, n));
+            out.push((&self.parts[part].buffer, within, n));
             at += n;
         }
         out
@@ -442,20 +443,34 @@ impl DeviceBuffer {
     }
 
     /// Every wgpu buffer this one uses (its parts, or the one buffer).
-    fn wgpu_buffers(&self) -> &[wgpu::Buffer] {
-        if self.parts.is_empty() {
-            std::slice::from_ref(&self.buffer)
-        } else {
-            &self.parts
+    fn wgpu_buffers(&self) -> impl Iterator<Item = &wgpu::Buffer> {
+        let one = self.parts.is_empty().then_some(&self.buffer);
+        one.into_iter().chain(self.parts.iter().map(|p| &p.buffer))
+    }
+
+    /// The parts of an array stored in parts, each with the bytes of the first `bytes` of the
+    /// array it holds, when reads may map every one of them in place (see
+    /// [`DeviceBuffer::mappable`]); `None` otherwise.
+    pub(crate) fn mappable_parts(&self, bytes: u64) -> Option<Vec<(Arc<DeviceBuffer>, u64)>> {
+        if self.parts.is_empty() || self.is_shared() || !self.parts.iter().all(|p| p.mappable()) {
+            return None;
         }
+        let per = self.part_bytes;
+        let n = bytes.div_ceil(per) as usize;
+        Some(
+            self.parts[..n]
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.clone(), per.min(bytes - i as u64 * per)))
+                .collect(),
+        )
     }
 
     /// True when `self` and `other` use a same wgpu buffer (any range of it: wgpu refuses a
     /// dispatch that binds one buffer both read-only and writable, and a copy within one buffer).
     pub(crate) fn same_wgpu_buffer(&self, other: &DeviceBuffer) -> bool {
         self.wgpu_buffers()
-            .iter()
-            .any(|b| other.wgpu_buffers().contains(b))
+            .any(|b| other.wgpu_buffers().any(|o| o == b))
     }
 }
 
@@ -483,8 +498,12 @@ impl Drop for DeviceBuffer {
                 return;
             }
             let spill = if !self.parts.is_empty() {
-                // Parts are never pooled: their bytes leave the count and the buffers are freed.
-                super::gpu::lock(&gpu.pool).unreserve(self.capacity);
+                // The parts give themselves back (or are freed, once handed out) as they drop,
+                // before the GL guard below is taken: their own drops take it.
+                if self.is_shared() {
+                    self.parts.iter().for_each(|p| p.share());
+                }
+                self.parts.clear();
                 None
             } else if self.is_shared() {
                 // Not reused: the app may still bind it. wgpu frees it once the app's handle and

@@ -54,6 +54,9 @@ enum Source {
     Direct { index: usize },
     /// A buffer stored in parts: `(group, offset, bytes)` of each part's bytes, in order.
     Pieces(Vec<(usize, u64, u64)>),
+    /// A buffer stored in parts, each part mapped itself: `(index in
+    /// PendingRead::direct.buffers, bytes)` of each part, in order.
+    DirectPieces(Vec<(usize, u64)>),
 }
 
 /// One requested read inside a pending batch.
@@ -624,27 +627,35 @@ impl Device {
             }
             // Buffers an app can bind (exported, imported, recorded into its encoder) are
             // copied, never mapped: the app's own submits would race a mapping.
+            // One map per buffer, however often it is read in this batch.
+            let mut map = |b: &Arc<DeviceBuffer>, bytes: u64| match maps
+                .buffers
+                .iter()
+                .position(|(m, _)| Arc::ptr_eq(m, b))
+            {
+                Some(k) => {
+                    maps.buffers[k].1 = maps.buffers[k].1.max(bytes);
+                    k
+                }
+                None => {
+                    maps.buffers.push((b.clone(), bytes));
+                    maps.buffers.len() - 1
+                }
+            };
             if let Some(keep) = direct.filter(|_| buf.mappable()) {
-                // One map per buffer, however often it is read in this batch.
-                let index = match maps
-                    .buffers
-                    .iter()
-                    .position(|(b, _)| std::ptr::eq(&**b, buf))
-                {
-                    Some(k) => {
-                        maps.buffers[k].1 = maps.buffers[k].1.max(bytes);
-                        k
-                    }
-                    None => {
-                        maps.buffers.push((keep[i].clone(), bytes));
-                        maps.buffers.len() - 1
-                    }
-                };
+                let index = map(&keep[i], bytes);
                 parts.push(Part {
                     dtype,
                     len,
                     source: Source::Direct { index },
                 });
+                continue;
+            }
+            // An array in parts: each part mapped itself.
+            if let Some(pieces) = direct.and_then(|_| buf.mappable_parts(bytes)) {
+                let source =
+                    Source::DirectPieces(pieces.iter().map(|(p, n)| (map(p, *n), *n)).collect());
+                parts.push(Part { dtype, len, source });
                 continue;
             }
             keys.push(gate_key(buf));
@@ -872,6 +883,13 @@ impl PendingRead {
                         let mut all = Vec::with_capacity(bytes);
                         for &(g, at, len) in pieces {
                             all.extend_from_slice(&views[g][at as usize..(at + len) as usize]);
+                        }
+                        Cow::Owned(all)
+                    }
+                    Source::DirectPieces(pieces) => {
+                        let mut all = Vec::with_capacity(bytes);
+                        for &(index, len) in pieces {
+                            all.extend_from_slice(&views[n + index][..len as usize]);
                         }
                         Cow::Owned(all)
                     }
