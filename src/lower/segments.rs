@@ -1656,8 +1656,9 @@ fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
 
 /// A convolution's kernel gradient ([`ConvParams::contracts_lead`]: the input `x` and the
 /// cotangent `ct` both lead with the batch it contracts) whose one batch entry is over one
-/// binding, the first spatial axis following the batch in both ([`ConvParams::
-/// spatial_follows_contracted`]; other layouts were moved to this one by [`conv_layout`]).
+/// binding, the first spatial axis following the batch in both
+/// ([`ConvParams::spatial_follows_contracted`]; other layouts were moved to this one by
+/// [`conv_layout`]).
 ///
 /// Along that axis the gradient's "window" is `ct` (its rows dilated by the forward stride,
 /// `rhs_dilation` here) and its result positions are the kernel's rows (stride: the forward
