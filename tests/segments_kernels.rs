@@ -454,17 +454,12 @@ fn kernels_that_cannot_be_cut_refuse_with_typed_errors() {
     let a = rand_f32(&ODD, 131);
     for dev in devices() {
         let _g = device_guard(&dev);
-        // An input dilation along the axis the window spans.
-        let dilated = Window {
-            dims: vec![3, 1],
-            strides: vec![2, 1],
-            padding: vec![(0, 0); 2],
-            base_dilation: vec![2, 1],
-            window_dilation: vec![1, 1],
-        };
+        // A window along the cut axis whose one window (300 rows of 1 028 bytes) is over one
+        // binding. (An input dilation along that axis is cut: tests/segments_conv.rs.)
+        let tall = Window::new(&[300, 1], &[1, 1], &[(0, 0); 2]);
         refused(
             &dev,
-            move |t: &[Tensor]| vec![t[0].reduce_window_dilated(WindowOp::Max, &dilated)],
+            move |t: &[Tensor]| vec![t[0].reduce_window_dilated(WindowOp::Max, &tall)],
             std::slice::from_ref(&a),
             "`reduce_window_max` kernels",
         );
@@ -472,22 +467,21 @@ fn kernels_that_cannot_be_cut_refuse_with_typed_errors() {
     }
     let dev = &devices()[0];
     let _g = device_guard(dev);
-    // The kernel gradient of a convolution whose one batch entry is over the limit (it
-    // contracts over the batch, cut only between entries).
+    // A convolution whose kernel (73 728 bytes) is over the limit: every block binds it whole.
+    // (The kernel gradient of one image over the limit is cut: tests/segments_conv.rs.)
     let opts = ConvOptions::new(&[1, 1], Padding::Same).dimension_numbers("NHWC", "HWIO", "NHWC");
-    let err = jit(move |t: &[Tensor]| {
-        grad(|p: &[Tensor]| vec![p[0].conv_general_dilated(&p[1], &opts).sum_all()])
-            .argnums(&[1])
-            .apply(t)
-    })
-    .on(dev)
-    .call(&[rand_f32(&[1, 97, 53, 8], 133), rand_f32(&[3, 3, 8, 5], 134)])
-    .unwrap_err();
+    let err = jit(move |t: &[Tensor]| vec![t[0].conv_general_dilated(&t[1], &opts)])
+        .on(dev)
+        .call(&[
+            rand_f32(&[2, 9, 9, 32], 133),
+            rand_f32(&[3, 3, 32, 64], 134),
+        ])
+        .unwrap_err();
     let msg = err.to_string();
     assert!(
         matches!(err, Error::OverLimit { limit: LIMIT, .. })
-            && msg.contains("[1, 97, 53, 8]")
-            && msg.contains("contracted leading axis"),
+            && msg.contains("[3, 3, 32, 64]")
+            && msg.contains("kernel bound whole"),
         "{msg}"
     );
 }

@@ -44,12 +44,17 @@
 //! contracts (per-block partials summed), `argsort` over the rows before its axis (the block's
 //! merge-sort state within one binding too). Window kernels whose window spans the cut axis, and
 //! NHWC convolutions whose batch entries are each over one binding, are cut along that axis into
-//! chunks reading overlapping input rows ([`window_halo`], [`conv_halo`]); a sort along the
-//! leading axis, or along a middle axis whose one block of leading rows is over one binding,
-//! first becomes one along the last axis of its keys transposed ([`split_oversized`]). A sort
-//! row over one binding (1-D, or along the last axis) is sorted in chunks of one binding that a
-//! network of merge-splits then merges ([`merged_sort`]). An input dilation along a cut axis and
-//! a channels-first convolution of one batch entry over the limit are refused.
+//! chunks reading overlapping input rows ([`window_halo`], [`conv_halo`]; an input dilation
+//! along that axis maps a chunk to the undilated rows it covers, [`Strip`]); the kernel
+//! gradient of such a convolution sums partials over chunks of the cotangent's rows, each
+//! reading the input rows they cover ([`summed_halo`]). A convolution of another layout
+//! (channels first) whose one entry is over one binding first runs transposed to that one
+//! ([`conv_layout`]); a sort along the leading axis, or along a middle axis whose one block of
+//! leading rows is over one binding, first becomes one along the last axis of its keys
+//! transposed ([`leading_sort`]). A sort row over one binding (1-D, or along the last axis) is
+//! sorted in chunks of one binding that a network of merge-splits then merges
+//! ([`merged_sort`]). A convolution kernel over one binding, and one window over one binding,
+//! are refused.
 //!
 //! Batched matmuls whose 64 batch entries exceed one binding become one matmul per entry
 //! ([`split_oversized`]). Refused ([`unsupported`]): the reduction, window, convolution and sort cases named above and in [`blocked`], and kernels of
@@ -1296,37 +1301,55 @@ fn rows_of(cx: &Cx<'_>, e: &Eqn, (lead, cut, scratch): (usize, &[bool], usize)) 
     })
 }
 
-/// Windows along one axis of `n` input rows: stride `s`, low padding `lo` (negative: cropped),
-/// each spanning `span` rows (dilation included).
+/// Windows along one axis of `n` input rows dilated by `ld` (`ld - 1` holes between
+/// neighbours, so row `i` sits at position `i * ld`): stride `s`, low padding `lo` (negative:
+/// cropped), each spanning `span` positions (dilation included).
 #[derive(Clone, Copy)]
 struct Strip {
     n: usize,
     s: i64,
     lo: i64,
     span: i64,
+    ld: i64,
 }
 
 impl Strip {
     /// The input rows windows `o0..o1` cover, clipped to the input (`i0`, length), and the
-    /// padding of that range's own edges, which puts its windows where the whole kernel's are;
-    /// `None` when they lie wholly in the padding.
+    /// padding of that range's own edges (in dilated positions), which puts its windows where
+    /// the whole kernel's are; `None` when they lie wholly in the padding or the holes.
+    ///
+    /// The windows cover positions `start..end`; the rows there are the multiples of `ld`
+    /// within the input's `0..=(n - 1) * ld`. The range's first row `i0` sits `i0 * ld - start`
+    /// positions after `start` (its low padding), and the last one, dilated with the rows before
+    /// it, leaves the rest of `end - start` as high padding. Both are at least 0.
     fn covered(&self, o0: i64, o1: i64) -> Option<(usize, usize, (i64, i64))> {
+        let ld = self.ld;
         let (start, end) = (
             o0 * self.s - self.lo,
             (o1 - 1) * self.s - self.lo + self.span,
         );
-        let (i0, i1) = (start.max(0), end.min(self.n as i64));
-        let pad_lo = i0 - start;
-        (i1 > i0).then_some((
+        let (p0, p1) = (start.max(0), (end - 1).min((self.n as i64 - 1) * ld));
+        if p1 < p0 {
+            return None;
+        }
+        let (i0, i1) = ((p0 + ld - 1) / ld, p1 / ld);
+        if i1 < i0 {
+            return None;
+        }
+        let len = i1 - i0 + 1;
+        let pad_lo = i0 * ld - start;
+        Some((
             i0 as usize,
-            (i1 - i0) as usize,
-            (pad_lo, end - start - pad_lo - (i1 - i0)),
+            len as usize,
+            (pad_lo, end - start - pad_lo - ((len - 1) * ld + 1)),
         ))
     }
 
-    /// Windows per chunk when `fit` input rows and `out_fit` result rows fit one binding.
+    /// Windows per chunk when `fit` input rows and `out_fit` result rows fit one binding: `c`
+    /// windows cover `(c - 1) * s + span` positions, so at most `fit` rows when that is within
+    /// `fit * ld`.
     fn per_chunk(&self, fit: usize, out_fit: usize) -> i64 {
-        let fit = fit as i64;
+        let fit = fit as i64 * self.ld;
         if fit < self.span {
             return 0;
         }
@@ -1349,21 +1372,16 @@ fn strip_rows(v: &Aval, a: usize, rows: usize) -> Aval {
 /// windows are the whole kernel's. `reduce_window` and `select_and_gather` (one result per
 /// window) are cut into chunks of windows; `select_and_scatter_add` (one result per input
 /// element) into chunks of result rows, each computed from every window overlapping it and
-/// sliced out (rows no window of the chunk covers get nothing, as in the whole kernel). Errors
-/// ([`unsupported`]) for an input dilation along `a`, a window over one binding, and a chunk
-/// no window covers.
+/// sliced out (rows no window of the chunk covers get nothing, as in the whole kernel). An
+/// input dilation along `a` (`base_dilation`, as in an average pool's gradient) is the
+/// [`Strip`]'s: a chunk's windows map to the undilated rows they cover. Errors
+/// ([`unsupported`]) for a window over one binding and a chunk no window covers.
 fn window_halo(cx: &Cx<'_>, e: &Eqn, w: &WindowPrim) -> Result<Blocked> {
     let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
     let win = &w.window;
     let a = win.unit_lead();
     let scatter = w.kind == WindowKind::SelectAndScatterAdd;
     let xv = *e.inputs.last().expect("window kernels have operands");
-    if win.base_dilation[a] != 1 {
-        return Err(refuse(
-            xv,
-            "an input dilation along the axis its window spans",
-        ));
-    }
     // One row along `a` per window: the source of a scatter, else the result.
     let wv = if scatter { e.inputs[0] } else { e.out };
     let (x, out, wa) = (g.aval(xv), g.aval(e.out), g.aval(wv));
@@ -1376,16 +1394,20 @@ fn window_halo(cx: &Cx<'_>, e: &Eqn, w: &WindowPrim) -> Result<Blocked> {
         s: win.strides[a] as i64,
         lo: win.padding[a].0 as i64,
         span: ((win.dims[a] - 1) * win.window_dilation[a] + 1) as i64,
+        ld: win.base_dilation[a] as i64,
     };
-    let (s, lo, span) = (strip.s, strip.lo, strip.span);
+    let (s, lo, span, ld) = (strip.s, strip.lo, strip.span, strip.ld);
     let max = limits.max_storage_buffer_binding_size as usize;
     let fit = (max / rin.max(1)) as i64;
-    // Chunk length: windows, or result rows of a scatter (its input rows then span at most
-    // the chunk and a window's span on either side, its windows one per stride more).
+    // Chunk length: windows, or result rows of a scatter. The windows overlapping `c` result
+    // rows start within `(c - 1) * ld + span - 1` positions of each other, so there are at most
+    // `wfit` of them when that is below `wfit * s`; the input rows they cover are the chunk's
+    // and at most `(span - 1) / ld` more on either side.
     let c = if scatter {
-        (fit - 2 * (span - 1))
+        let wfit = (max / rw.max(1)) as i64;
+        (fit - 2 * ((span - 1) / ld))
             .min((max / rout.max(1)) as i64)
-            .min(((max / rw.max(1)) as i64 - 2) * s)
+            .min((wfit * s - span).div_euclid(ld) + 1)
     } else {
         strip.per_chunk(fit as usize, max / rout.max(1))
     };
@@ -1442,10 +1464,11 @@ fn window_halo(cx: &Cx<'_>, e: &Eqn, w: &WindowPrim) -> Result<Blocked> {
                 });
                 continue;
             }
-            // The windows overlapping result rows c0..c1, the rows they cover, and the chunk's
-            // rows sliced out of their scatter (padded where no window reaches).
-            let o0 = ((c0 + lo - span).div_euclid(s) + 1).max(0);
-            let o1 = ((c1 - 1 + lo).div_euclid(s) + 1).min(m as i64);
+            // The windows overlapping result rows c0..c1 (row `r` sits at padded position
+            // `r * ld + lo`, window `o` covers `o * s..o * s + span`), the rows they cover, and
+            // the chunk's rows sliced out of their scatter (padded where no window reaches).
+            let o0 = ((c0 * ld + lo - span).div_euclid(s) + 1).max(0);
+            let o1 = (((c1 - 1) * ld + lo).div_euclid(s) + 1).min(m as i64);
             if o1 <= o0 {
                 return Err(none_covers());
             }
@@ -1493,8 +1516,9 @@ fn window_halo(cx: &Cx<'_>, e: &Eqn, w: &WindowPrim) -> Result<Blocked> {
 /// A convolution whose batch entries are each over one binding, its first spatial axis right
 /// after the batch in the input and the result (NHWC): blocks of one batch entry and a chunk of
 /// result rows along that axis, each reading the input rows its windows cover with the padding
-/// of its own edges ([`Strip`]), the kernel bound whole. Errors ([`unsupported`]) for another
-/// layout, an input dilation, a kernel over one binding or a window over one binding.
+/// of its own edges ([`Strip`], an input dilation along that axis included), the kernel bound
+/// whole. Other layouts were moved to this one by [`conv_layout`]. Errors ([`unsupported`]) for
+/// another layout, a kernel over one binding or a window over one binding.
 fn conv_halo(cx: &Cx<'_>, e: &Eqn, p: &ConvParams) -> Result<Blocked> {
     let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
     let (xv, kv) = (e.inputs[0], e.inputs[1]);
@@ -1502,7 +1526,7 @@ fn conv_halo(cx: &Cx<'_>, e: &Eqn, p: &ConvParams) -> Result<Blocked> {
         return Err(refuse(
             xv,
             "one batch entry exceeds one binding, and the first spatial axis does not follow \
-             the batch (or is dilated)",
+             the batch",
         ));
     }
     if too_big(g, kv, limits) {
@@ -1517,6 +1541,7 @@ fn conv_halo(cx: &Cx<'_>, e: &Eqn, p: &ConvParams) -> Result<Blocked> {
         s: p.window_strides[0] as i64,
         lo: p.padding[0].0,
         span: ((k.shape[p.dims.rhs[2]] - 1) * p.rhs_dilation[0] + 1) as i64,
+        ld: p.lhs_dilation[0] as i64,
     };
     let max = limits.max_storage_buffer_binding_size as usize;
     let c = strip.per_chunk(max / rin.max(1), max / rout.max(1));
@@ -1621,10 +1646,13 @@ fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
     let rows = g.aval(e.inputs[0]).shape[0];
     let widths: Vec<usize> = e.inputs.iter().map(|&v| row_bytes(g.aval(v))).collect();
     let Some(r) = rows_staged(rows, &widths, limits) else {
-        return Err(refuse(
-            e.inputs[0],
-            "one entry of the contracted leading axis exceeds one binding",
-        ));
+        return match &e.prim {
+            Prim::Conv(p) => summed_halo(cx, e, p),
+            _ => Err(refuse(
+                e.inputs[0],
+                "one entry of the contracted leading axis exceeds one binding",
+            )),
+        };
     };
     let sum = RunningSum {
         n: rows.div_ceil(r),
@@ -1650,6 +1678,97 @@ fn summed(cx: &Cx<'_>, e: &Eqn) -> Result<Blocked> {
         blocks.push(Block {
             program: lower(&sub)?,
             ins: views,
+            out: dest,
+        });
+    }
+    Ok(Blocked {
+        temps: vec![out.size_bytes() as u64],
+        blocks,
+    })
+}
+
+/// A convolution's kernel gradient ([`ConvParams::contracts_lead`]: the input `x` and the
+/// cotangent `ct` both lead with the batch it contracts) whose one batch entry is over one
+/// binding, the first spatial axis following the batch in both
+/// ([`ConvParams::spatial_follows_contracted`]; other layouts were moved to this one by
+/// [`conv_layout`]).
+///
+/// Along that axis the gradient's "window" is `ct` (its rows dilated by the forward stride,
+/// `rhs_dilation` here) and its result positions are the kernel's rows (stride: the forward
+/// kernel dilation): kernel row `h` sums `x[j * s + h * d - lo] * ct[j]` over the rows `j` of
+/// `ct`. So a chunk of rows `j0..j1` of `ct` reads the rows of `x` that a [`Strip`] whose
+/// "windows" are those rows covers (stride `s`, span `(kh - 1) * d + 1`, `x`'s own input
+/// dilation included), with the padding of its own edges, and gives a partial of the whole
+/// gradient. Blocks of one batch entry and one chunk; the partials added up ([`RunningSum`]).
+/// A chunk whose rows of `x` all lie in the padding adds nothing and is skipped. Errors
+/// ([`unsupported`]) for another layout, and a chunk of one row of `ct` over one binding.
+fn summed_halo(cx: &Cx<'_>, e: &Eqn, p: &ConvParams) -> Result<Blocked> {
+    let (g, limits, lower, refuse) = (cx.g, cx.limits, cx.lower, cx.refuse);
+    let (xv, cv) = (e.inputs[0], e.inputs[1]);
+    if !p.spatial_follows_contracted() {
+        return Err(refuse(
+            xv,
+            "one entry of the contracted leading axis exceeds one binding, and the first \
+             spatial axis does not follow it",
+        ));
+    }
+    let (x, ct, out) = (g.aval(xv), g.aval(cv), g.aval(e.out));
+    let (n, m) = (x.shape[1], ct.shape[1]);
+    let inner = |v: &Aval| v.shape[2..].iter().product::<usize>() * v.dtype.size_bytes();
+    let (rin, rct) = (inner(x), inner(ct));
+    let strip = Strip {
+        n,
+        s: p.rhs_dilation[0] as i64,
+        lo: p.padding[0].0,
+        span: ((out.shape[p.dims.out[2]] as i64 - 1) * p.window_strides[0] as i64 + 1),
+        ld: p.lhs_dilation[0] as i64,
+    };
+    let max = limits.max_storage_buffer_binding_size as usize;
+    let c = strip.per_chunk(max / rin.max(1), max / rct.max(1));
+    if c <= 0 {
+        return Err(refuse(
+            xv,
+            &format!(
+                "one row of the cotangent reads {} bytes of the input in one binding",
+                strip.span as usize * rin
+            ),
+        ));
+    }
+    // (batch entry, rows of `ct`, rows of `x` and their padding) per block.
+    let mut chunks = Vec::new();
+    for b in 0..x.shape[0] {
+        for j0 in (0..m as i64).step_by(c as usize) {
+            let j1 = (j0 + c).min(m as i64);
+            if let Some(rows) = strip.covered(j0, j1) {
+                chunks.push((b, j0 as usize, (j1 - j0) as usize, rows));
+            }
+        }
+    }
+    if chunks.is_empty() {
+        return Err(refuse(xv, "every row of the cotangent meets only padding"));
+    }
+    let sum = RunningSum {
+        n: chunks.len(),
+        result: (Place::Var(e.out), None),
+        temp: (Place::Temp(0), None),
+    };
+    let mut blocks = Vec::new();
+    for (j, &(b, j0, rows, (i0, len, pads))) in chunks.iter().enumerate() {
+        let mut q = p.clone();
+        q.padding[0] = pads;
+        let mut sub = one_eqn(
+            Prim::Conv(q),
+            &[strip_rows(x, 1, len), strip_rows(ct, 1, rows)],
+            out.clone(),
+        );
+        let mut ins = vec![
+            (Place::Var(xv), rows_view(b * n + i0, len, rin)),
+            (Place::Var(cv), rows_view(b * m + j0, rows, rct)),
+        ];
+        let dest = sum.add_previous(j, &mut sub, &mut ins);
+        blocks.push(Block {
+            program: lower(&sub)?,
+            ins,
             out: dest,
         });
     }
@@ -1785,8 +1904,9 @@ enum Split {
 ///
 /// Reductions that [`reduction`] cannot cut are split here too ([`split_reduction`]), and sorts
 /// along the leading axis (or a middle one too wide for blocks of rows) become sorts along the
-/// last axis ([`leading_sort`]): every op over arrays too large for its kernel's own cuts is
-/// rewritten into ops that have them, hence the name.
+/// last axis ([`leading_sort`]), and convolutions whose layout the chunks of one entry cannot
+/// cut run transposed to one they can ([`conv_layout`]): every op over arrays too large for its
+/// kernel's own cuts is rewritten into ops that have them, hence the name.
 ///
 /// Slices and concatenations of large arrays are buffer copies ([`copies`]) or remaps over
 /// windows ([`remap`]).
@@ -1854,7 +1974,10 @@ fn split_pass(g: &Graph, limits: &DeviceLimits) -> Option<Graph> {
     let mut changed = false;
     let lim = limits.max_storage_buffer_binding_size as usize;
     for e in &g.eqns {
-        if split_reduction(g, &mut out, e, limits) || leading_sort(g, &mut out, e, limits) {
+        if split_reduction(g, &mut out, e, limits)
+            || leading_sort(g, &mut out, e, limits)
+            || conv_layout(g, &mut out, e, limits)
+        {
             changed = true;
             continue;
         }
@@ -2112,20 +2235,11 @@ fn leading_sort(g: &Graph, out: &mut Graph, e: &Eqn, limits: &DeviceLimits) -> b
     for (i, &p) in to_last.iter().enumerate() {
         back[p] = i;
     }
-    let moved = |out: &mut Graph, v: Var, perm: &[usize]| {
-        let a = out.aval(v).clone();
-        let shape: Vec<usize> = perm.iter().map(|&p| a.shape[p]).collect();
-        let r = out.new_var(Aval::new(shape, a.dtype));
-        out.eqns.push(Eqn::new(
-            Prim::Layout(LayoutOp::Transpose {
-                perm: perm.to_vec(),
-            }),
-            vec![v],
-            r,
-        ));
-        r
-    };
-    let keys: Vec<Var> = e.inputs.iter().map(|&v| moved(out, v, &to_last)).collect();
+    let keys: Vec<Var> = e
+        .inputs
+        .iter()
+        .map(|&v| transposed(out, v, &to_last))
+        .collect();
     let y = g.aval(e.out);
     let shape: Vec<usize> = to_last.iter().map(|&p| y.shape[p]).collect();
     let idx = out.new_var(Aval::new(shape, y.dtype));
@@ -2141,6 +2255,113 @@ fn leading_sort(g: &Graph, out: &mut Graph, e: &Eqn, limits: &DeviceLimits) -> b
     out.eqns.push(Eqn::new(
         Prim::Layout(LayoutOp::Transpose { perm: back }),
         vec![idx],
+        e.out,
+    ));
+    true
+}
+
+/// `v` transposed by `perm`, pushed onto `out`.
+fn transposed(out: &mut Graph, v: Var, perm: &[usize]) -> Var {
+    let a = out.aval(v).clone();
+    let shape: Vec<usize> = perm.iter().map(|&p| a.shape[p]).collect();
+    let r = out.new_var(Aval::new(shape, a.dtype));
+    out.eqns.push(Eqn::new(
+        Prim::Layout(LayoutOp::Transpose {
+            perm: perm.to_vec(),
+        }),
+        vec![v],
+        r,
+    ));
+    r
+}
+
+/// If `e` is a convolution whose one entry of its leading axis (the batch, or the batch a
+/// kernel gradient contracts) is over one binding but whose layout the chunks along the first
+/// spatial axis cannot cut (channels first, NCHW, or any layout where that axis does not follow
+/// the leading one; or one where neither the batch nor the contracted axis leads), pushes onto
+/// `out` the same convolution in the layout they cut: the input (and a kernel gradient's
+/// cotangent) transposed to `[lead, spatial.., feature]`, a forward result computed as
+/// `[batch, spatial.., feature]` and transposed back. `false` (nothing pushed) otherwise.
+///
+/// Transposes, not a strip over a strided layout: the transposes are remaps over segments that
+/// exist already, and a strip of channels-first rows would be one strided range per channel,
+/// which a block cannot bind as one view. The cost is a copy of each large array.
+fn conv_layout(g: &Graph, out: &mut Graph, e: &Eqn, limits: &DeviceLimits) -> bool {
+    let Prim::Conv(p) = &e.prim else {
+        return false;
+    };
+    let d = &p.dims;
+    let rank = d.lhs.len();
+    let max = limits.max_storage_buffer_binding_size as usize;
+    let (xv, kv) = (e.inputs[0], e.inputs[1]);
+    // Whether one entry of the leading axis of each of `vs` fits one binding.
+    let fits = |vs: &[Var]| vs.iter().all(|&v| row_bytes(g.aval(v)) <= max);
+    if rank < 3 || ![xv, kv, e.out].iter().any(|&v| too_big(g, v, limits)) {
+        return false;
+    }
+    let lead_last = |spec: &[usize], lead: usize, last: usize| -> Vec<usize> {
+        std::iter::once(spec[lead])
+            .chain(spec[2..].iter().copied())
+            .chain([spec[last]])
+            .collect()
+    };
+    // Spec of an operand laid out `[a, spatial.., b]`: `a` at 0, `b` last.
+    let spec = |a: usize, b: usize| -> Vec<usize> {
+        let mut s = vec![0; rank];
+        s[a] = 0;
+        s[b] = rank - 1;
+        for (i, x) in s[2..].iter_mut().enumerate() {
+            *x = i + 1;
+        }
+        s
+    };
+    // (An operand already in place is not copied.)
+    let moved = |out: &mut Graph, v: Var, perm: &[usize]| {
+        if perm.iter().enumerate().all(|(i, &a)| i == a) {
+            v
+        } else {
+            transposed(out, v, perm)
+        }
+    };
+    if p.contracts_lead() && !p.batch_leads() {
+        // A kernel gradient: `x` and the cotangent to `[contracted, spatial.., other]`.
+        if fits(&[xv, kv]) || p.spatial_follows_contracted() || too_big(g, e.out, limits) {
+            return false;
+        }
+        let x = moved(out, xv, &lead_last(&d.lhs, 1, 0));
+        let ct = moved(out, kv, &lead_last(&d.rhs, 1, 0));
+        let mut q = p.clone();
+        q.dims.lhs = spec(1, 0);
+        q.dims.rhs = spec(1, 0);
+        out.eqns.push(Eqn::new(Prim::Conv(q), vec![x, ct], e.out));
+        return true;
+    }
+    if p.batch_leads() && (fits(&[xv, e.out]) || p.spatial_follows_batch()) {
+        return false;
+    }
+    if too_big(g, kv, limits) {
+        // (Every block binds the kernel whole: refused whatever the layout.)
+        return false;
+    }
+    let x = moved(out, xv, &lead_last(&d.lhs, 0, 1));
+    let to = lead_last(&d.out, 0, 1);
+    let mut q = p.clone();
+    q.dims.lhs = spec(0, 1);
+    q.dims.out = spec(0, 1);
+    if to.iter().enumerate().all(|(i, &a)| i == a) {
+        out.eqns.push(Eqn::new(Prim::Conv(q), vec![x, kv], e.out));
+        return true;
+    }
+    let y = g.aval(e.out);
+    let r = out.new_var(Aval::new(to.iter().map(|&a| y.shape[a]).collect(), y.dtype));
+    out.eqns.push(Eqn::new(Prim::Conv(q), vec![x, kv], r));
+    let mut back = vec![0; rank];
+    for (i, &a) in to.iter().enumerate() {
+        back[a] = i;
+    }
+    out.eqns.push(Eqn::new(
+        Prim::Layout(LayoutOp::Transpose { perm: back }),
+        vec![r],
         e.out,
     ));
     true

@@ -206,13 +206,20 @@ impl ConvParams {
     }
 
     /// Whether the first spatial axis directly follows the batch in the input and the result
-    /// (NHWC) and is not dilated: rows along it are contiguous within a batch entry, so a batch
-    /// entry over one storage binding is cut into chunks of them (`lower::segments`).
+    /// (NHWC): rows along it are contiguous within a batch entry, so a batch entry over one
+    /// storage binding is cut into chunks of them (`lower::segments`).
     pub(crate) fn spatial_follows_batch(&self) -> bool {
         let d = &self.dims;
-        d.lhs.len() > 2
-            && (d.lhs[0], d.lhs[2], d.out[0], d.out[2]) == (0, 1, 0, 1)
-            && self.lhs_dilation[0] == 1
+        d.lhs.len() > 2 && (d.lhs[0], d.lhs[2], d.out[0], d.out[2]) == (0, 1, 0, 1)
+    }
+
+    /// Whether the first spatial axis directly follows the contracted leading axis in both
+    /// operands of a kernel gradient ([`ConvParams::contracts_lead`]; the forward pass was
+    /// NHWC): rows along it are contiguous within one entry, so an entry over one storage
+    /// binding is cut into chunks of them (`lower::segments`).
+    pub(crate) fn spatial_follows_contracted(&self) -> bool {
+        let d = &self.dims;
+        d.lhs.len() > 2 && self.contracts_lead() && (d.lhs[2], d.rhs[2]) == (1, 1)
     }
 
     /// Whether both operands' (input) feature axes lead and are one group (the kernel gradient,
