@@ -41,8 +41,9 @@ pub const TUNE_ENV: &str = "BRIGADE_MATMUL_TUNE";
 /// `n` multiples of 64, textures within the device's `max_texture_dimension_2d`). `on`, `1` or
 /// `true`: yes, on every GPU device, without a search; `off`, `0` or `false`: never. Unset: in
 /// the browser yes (on SwiftShader it measured ~1.5x brigade's buffer kernels, ~2x jax-js),
-/// natively no (the measured search keeps to the buffer kernels; the texture member pays two
-/// copies a call and has not been timed against them there). Read when a program is compiled.
+/// natively no (the measured search keeps to the buffer kernels: on lavapipe the texture member,
+/// which also pays two copies a call, ran at 0.4-0.64x of them, docs/PERFORMANCE.md session 15).
+/// Read when a program is compiled.
 pub const TEXTURE_ENV: &str = "BRIGADE_MATMUL_TEXTURE";
 /// Bump when the kernel family or the measurement changes: older cached choices are ignored.
 const TUNE_VERSION: u32 = 1;
