@@ -8,6 +8,7 @@
 //!   included, and its second call;
 //! - matmul GFLOP/s at 256…4096; fused elementwise and sum GB/s as % of the copy kernel;
 //!   upload and readback GB/s as % of the warm memcpy; the overhead of tiny calls; compiled loops;
+//!   arrays stored in 4 parts (over `max_buffer_size`) beside the same arrays in one buffer;
 //!
 //! and on the `cpu` device (its own runtime when the layout has none) matmul, the fused elementwise
 //! and the sum beside numpy measured in the same run (`python3`; "numpy: not available" without it).
@@ -18,8 +19,8 @@
 //! Environment:
 //! - `BRIGADE_DEVICES`: the devices (e.g. `vulkan:1`, `gl:1`);
 //! - `BRIGADE_BENCH`: a comma list of row groups to run (default all): `compile`, `copy`, `memcpy`,
-//!   `matmul`, `elementwise`, `sum`, `reduce`, `upload`, `readback`, `tiny`, `loop`, `cpu`. A group
-//!   that is shown as a % of a reference runs that reference too;
+//!   `matmul`, `elementwise`, `sum`, `reduce`, `upload`, `readback`, `tiny`, `loop`, `parts`,
+//!   `cpu`. A group that is shown as a % of a reference runs that reference too;
 //! - `BRIGADE_BENCH_MATMUL`, `BRIGADE_BENCH_CPU_MATMUL`: matmul sizes (comma list);
 //!   `BRIGADE_BENCH_ELEMS`, `BRIGADE_BENCH_CPU_ELEMS`: f32 elements of the elementwise, sum, copy and
 //!   transfer rows; `BRIGADE_BENCH_REPS` (timed runs, median), `BRIGADE_BENCH_WARMUP` (untimed
@@ -46,7 +47,7 @@ use brigade::device::Dispatch;
 use brigade::{Array, DType, Device, HostData, Jit, Result, Runtime, Tensor, fori_loop, jit};
 
 /// Row groups `BRIGADE_BENCH` may name.
-const GROUPS: [&str; 12] = [
+const GROUPS: [&str; 13] = [
     "compile",
     "copy",
     "memcpy",
@@ -58,6 +59,7 @@ const GROUPS: [&str; 12] = [
     "readback",
     "tiny",
     "loop",
+    "parts",
     "cpu",
 ];
 
@@ -78,6 +80,7 @@ struct Sizes {
     loop_iters: usize,
     loop_elems: usize,
     long_loop_iters: usize,
+    parts_elems: usize,
 }
 
 /// Predicted seconds per call above which the cpu matmul skips the next size.
@@ -903,6 +906,105 @@ fn bench_loop(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
     Ok(())
 }
 
+/// What storing an array in parts costs: the same work on arrays of `parts_elems` f32 stored in
+/// one buffer and in 4 parts (a second and third runtime on `dev`'s backend; only their
+/// `max_buffer` differs, both bind the same segments of a quarter of the array), row by row:
+/// upload, the fused `(x*1.5+2)*y`, the full sum and a read into a reused slice.
+fn bench_parts(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
+    let n = cfg.sizes.parts_elems;
+    let part = (n as u64).min(dev.limits().segment_bytes());
+    let layout = format!("{}:1", dev.info().backend);
+    let runtime = |parted: bool| {
+        let b = Runtime::builder().layout_str(&layout).max_binding(part);
+        pollster::block_on(if parted { b.max_buffer(part) } else { b }.build())
+    };
+    let (one, parted) = (runtime(false)?, runtime(true)?);
+    let (xh, yh) = (signed(n, 3), signed(n, 4));
+    let (size, bytes) = (mib(4 * n), (4 * n) as f64);
+    let mut firsts = Vec::new();
+    for (rt, label) in [(&one, "one buffer"), (&parted, "4 parts")] {
+        let d = &rt.devices()[0];
+        let host = [
+            Array::from_vec(xh.clone(), &[n])?,
+            Array::from_vec(yh.clone(), &[n])?,
+        ];
+        let (m, x) = cfg.timing.measure_last(|| {
+            let x = host[0].to_device(d)?;
+            d.wait()?;
+            Ok(x)
+        })?;
+        let args = [x, host[1].to_device(d)?];
+        let p = args[0].wgpu_buffer_parts()?.len() > 1;
+        check(p == (label != "one buffer"), "parts", || {
+            format!(
+                "the {label} array is stored {}in parts",
+                if p { "" } else { "not " }
+            )
+        });
+        let note = format!("{label}, {} MiB segments", part >> 20);
+        t.row(
+            "parts_upload",
+            &format!("upload ({label})"),
+            &size,
+            &m,
+            Rate::Bytes(bytes),
+            Note::Text(&note),
+        );
+        let f = jit(|a: &[Tensor]| vec![(&a[0] * 1.5 + 2.0) * &a[1]]).on(d);
+        let (m, out) = time_call(cfg, d, &f, &args)?;
+        let what = format!("fused (x*1.5+2)*y ({label})");
+        t.row(
+            "parts_elementwise",
+            &what,
+            &f32s(n),
+            &m,
+            Rate::Bytes(3.0 * bytes),
+            Note::Text(&note),
+        );
+        let sum = jit(|a: &[Tensor]| vec![a[0].sum_all()]).on(d);
+        let (ms, s) = time_call(cfg, d, &sum, &args[..1])?;
+        let what = format!("full sum ({label})");
+        t.row(
+            "parts_sum",
+            &what,
+            &f32s(n),
+            &ms,
+            Rate::Bytes(bytes),
+            Note::Text(&note),
+        );
+        let mut into = vec![0.0f32; n];
+        let mr = cfg.timing.measure(|| out[0].read_into(&mut into))?;
+        let what = format!("read_into ({label})");
+        t.row(
+            "parts_read",
+            &what,
+            &size,
+            &mr,
+            Rate::Bytes(bytes),
+            Note::Text(&note),
+        );
+        firsts.push((into, vec_of(&s[0])?[0]));
+    }
+    let want: Vec<f32> = xh
+        .iter()
+        .zip(&yh)
+        .map(|(x, y)| (x * 1.5 + 2.0) * y)
+        .collect();
+    for (label, (got, _)) in ["one buffer", "4 parts"].iter().zip(&firsts) {
+        check(*got == want, "parts", || {
+            format!("(x*1.5+2)*y in {label} differs from the host's")
+        });
+    }
+    check(firsts[0].1 == firsts[1].1, "parts", || {
+        format!(
+            "the sums differ: one buffer {} and parts {}",
+            firsts[0].1, firsts[1].1
+        )
+    });
+    check_sum("parts sum", firsts[1].1, &xh);
+    Ok(())
+}
+
 fn bench_gpu(dev: &Device, cfg: &mut Config) -> Result<()> {
     let key = format!("{}:{}", dev.info().backend, dev.index());
     with_table(cfg, &dev.info().to_string(), key, |cfg, t| {
@@ -943,6 +1045,9 @@ fn bench_gpu(dev: &Device, cfg: &mut Config) -> Result<()> {
         }
         if cfg.wants("loop") {
             bench_loop(dev, cfg, t)?;
+        }
+        if cfg.wants("parts") {
+            bench_parts(dev, cfg, t)?;
         }
         Ok(())
     })
@@ -1145,6 +1250,7 @@ fn config(full: bool) -> Config {
             loop_iters: 1000,
             loop_elems: 1 << 10,
             long_loop_iters: 100_000,
+            parts_elems: 1 << 27,
         }
     } else {
         Sizes {
@@ -1158,6 +1264,7 @@ fn config(full: bool) -> Config {
             loop_iters: 10,
             loop_elems: 64,
             long_loop_iters: 5000,
+            parts_elems: 1 << 16,
         }
     };
     if let Some(m) = env_list("BRIGADE_BENCH_MATMUL") {
