@@ -8,14 +8,15 @@
 //! BRIGADE_DEVICES=vulkan:1 mpirun -n 4 --oversubscribe target/release/examples/mpi_bench --quick
 //! ```
 //!
-//! Sizes are each device's operand: 1 KiB to 64 MiB (`--quick`: to 1 MiB). A time is the
-//! slowest process's median over the repetitions, each started after a barrier; a brigade call
-//! is timed until its outputs are on the devices (`Device::wait`). `psum` is the default exact
-//! exchange (every process's operand all-gathered and summed in global device order), `psum
-//! fast` the `MPI_Allreduce` path (`distributed::set_fast`); the ratios divide by the bare MPI
-//! call on the same bytes. The training step's communication is the time inside cross-process
+//! Sizes are each device's operand: 1 KiB to 64 MiB (`--quick`: to 1 MiB, `--large`: 16 and 64
+//! MiB). A time is the slowest process's median over the repetitions, each started after a barrier;
+//! a brigade call is timed until its outputs are on the devices (`Device::wait`). `psum` is the
+//! default exact exchange (every process's operand all-gathered and summed in global device order),
+//! `psum fast` the `MPI_Allreduce` path (`distributed::set_fast`); the ratios divide by the bare
+//! MPI call on the same bytes. The training step's communication is the time inside cross-process
 //! exchanges (`distributed::counters().exchange_time`: device reads, MPI, combining, writes);
-//! compute is the rest of the step. Process 0 prints the table; `RATIO name value` lines are for
+//! compute is the rest of the step. Process 0 prints the table, a `SPLIT` line per size (where
+//! psum's time goes: the exchange, and the MPI waits within it), and `RATIO name value` lines for
 //! tests.
 
 use std::time::{Duration, Instant};
@@ -112,9 +113,15 @@ fn run(quick: bool) -> Result<()> {
     let gather = pmap(|a: &[Tensor]| vec![all_gather(&a[0], "i", 0, false)])
         .axis_name("i")
         .devices(&devices);
-    let max = if quick { MIB } else { 64 * MIB };
+    // `--large`: only the sizes where the copies dominate (the long runs).
+    let large = std::env::args().any(|a| a == "--large");
+    let (min, max) = match (quick, large) {
+        (true, _) => (0, MIB),
+        (false, true) => (16 * MIB, 64 * MIB),
+        (false, false) => (0, 64 * MIB),
+    };
     let sizes = [KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB];
-    for &bytes in sizes.iter().filter(|&&b| b <= max) {
+    for &bytes in sizes.iter().filter(|&&b| (min..=max).contains(&b)) {
         let elems = bytes / 4;
         let reps = reps(bytes);
         let shards = (0..n)
@@ -127,9 +134,13 @@ fn run(quick: bool) -> Result<()> {
             drop(out);
             Ok(())
         };
+        let before = brigade::distributed::counters();
         let exact = time(&world, reps, || call(&|a| sum.call(a)))?;
+        let inside = brigade::distributed::counters().since(&before);
         brigade::distributed::set_fast(true);
+        let before = brigade::distributed::counters();
         let fast = time(&world, reps, || call(&|a| sum.call(a)))?;
+        let inside_fast = brigade::distributed::counters().since(&before);
         brigade::distributed::set_fast(false);
         let gathered = time(&world, reps, || call(&|a| gather.call(a)))?;
         // The bare calls move what one process contributes: its devices' operands.
@@ -141,6 +152,21 @@ fn run(quick: bool) -> Result<()> {
         let mut reduced = vec![0f32; send.len()];
         let bare_reduce = time(&world, reps, || {
             world.all_reduce_into(&send[..], &mut reduced[..], SystemOperation::sum());
+            Ok(())
+        })?;
+        // The same all-reduce started nonblocking and polled with MPI_Test, as brigade waits.
+        let bare_polled = time(&world, reps, || {
+            mpi::request::scope(|scope| {
+                let mut req = world.immediate_all_reduce_into(
+                    scope,
+                    &send[..],
+                    &mut reduced[..],
+                    SystemOperation::sum(),
+                );
+                while let Err(r) = req.test() {
+                    req = r;
+                }
+            });
             Ok(())
         })?;
         let mut all = vec![0f32; send.len() * count];
@@ -165,6 +191,25 @@ fn run(quick: bool) -> Result<()> {
                 ms(gathered),
                 ms(bare_gather),
                 r_gather
+            );
+            // Where a call's time goes (this process's means over the calls, warm-up
+            // included): the cross-process exchange (device reads, MPI, combining, writes) and,
+            // within it, the waits on MPI.
+            let calls = (reps + 1) as f64;
+            let split = |c: &brigade::distributed::ExchangeCounters, t: f64| {
+                format!(
+                    "median {} ms, mean exchange {} ms of which MPI waits {} ms",
+                    ms(t),
+                    ms(c.exchange_time.as_secs_f64() / calls),
+                    ms(c.mpi_time.as_secs_f64() / calls)
+                )
+            };
+            println!(
+                "SPLIT {}: psum {}; psum fast {}; MPI_Iallreduce polled by MPI_Test {} ms",
+                size_name(bytes),
+                split(&inside, exact),
+                split(&inside_fast, fast),
+                ms(bare_polled)
             );
             println!("RATIO psum_{bytes} {r_sum}");
             println!("RATIO psum_fast_{bytes} {r_fast}");

@@ -482,6 +482,7 @@ pub(crate) fn all_reduce(
         st,
         "distributed all-reduce",
         "their partial results",
+        Polling::Transfer,
         data.to_vec(),
         recv.as_mut_ptr(),
         recv,
@@ -527,6 +528,7 @@ fn gather(st: &mut State, op: &'static str, mine: &[u8]) -> Result<Vec<Vec<u8>>>
         st,
         op,
         "the message sizes",
+        Polling::Arrival,
         send,
         lens.as_mut_ptr(),
         lens,
@@ -568,6 +570,7 @@ fn gather(st: &mut State, op: &'static str, mine: &[u8]) -> Result<Vec<Vec<u8>>>
         st,
         op,
         "the data",
+        Polling::Transfer,
         mine.to_vec(),
         recv.as_mut_ptr(),
         recv,
@@ -601,14 +604,39 @@ fn gather(st: &mut State, op: &'static str, mine: &[u8]) -> Result<Vec<Vec<u8>>>
         .collect())
 }
 
+/// How a wait polls its request. Open MPI moves a message larger than its eager limit (a few
+/// KiB over shared memory) fragment by fragment, and only inside MPI calls: a process that
+/// sleeps between polls stalls the transfer for every process. A sleep is only harmless while a
+/// wait is for the other processes to arrive, when each poll finds nothing to do.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Polling {
+    /// The first wait of an exchange, on a few bytes: it also waits for the slowest process to
+    /// arrive, which may take long. Polls back to back for [`SPIN`], then naps between polls
+    /// (from [`NAP_FIRST`], doubling up to [`NAP_MAX`]) so that a long wait costs no core.
+    Arrival,
+    /// A wait that follows a completed [`Polling::Arrival`] wait of the same exchange: every
+    /// process has arrived, and the bytes are moving. Polls back to back (yielding the core
+    /// between polls) until done or the timeout, never sleeping.
+    Transfer,
+}
+
+/// How long an [`Polling::Arrival`] wait polls MPI back to back before it starts napping.
+const SPIN: Duration = Duration::from_millis(10);
+/// The first nap between two polls after [`SPIN`].
+const NAP_FIRST: Duration = Duration::from_micros(20);
+/// The longest nap between two polls: the most a late arrival is noticed late.
+const NAP_MAX: Duration = Duration::from_micros(250);
+
 /// Start a nonblocking collective (`start` gets the request, the send buffer and the receive
-/// pointer) and poll it until it completes or [`timeout`] passes. On timeout both buffers are
-/// leaked (MPI may still write into them), the state is marked broken and the error names the
-/// wait.
+/// pointer) and poll it as `polling` says until it completes or [`timeout`] passes. On timeout
+/// both buffers are leaked (MPI may still write into them), the state is marked broken and the
+/// error names the wait.
+#[allow(clippy::too_many_arguments)]
 fn bounded<S, R>(
     st: &mut State,
     op: &'static str,
     what: &str,
+    polling: Polling,
     send: Vec<S>,
     recv_ptr: *mut R,
     recv: Vec<R>,
@@ -621,7 +649,7 @@ fn bounded<S, R>(
     let _timer = Timer(t0);
     check(op, start(&mut req, &send, recv_ptr))?;
     let limit = timeout();
-    let mut polls = 0u32;
+    let mut nap = NAP_FIRST;
     loop {
         let mut flag: c_int = 0;
         // SAFETY: `req` is the live request started above.
@@ -648,12 +676,14 @@ fn bounded<S, R>(
             st.broken = Some(detail.clone());
             return Err(failure(op, detail));
         }
-        // Spin briefly (exchanges are usually quick), then sleep so a long wait costs no core.
-        polls += 1;
-        if polls < 2000 {
+        // Each poll is also what moves the bytes (see `Polling`); yielding lets another process
+        // on this core take its turn (polling without yielding was measured slower on a loaded
+        // machine: docs/PERFORMANCE.md).
+        if polling == Polling::Transfer || t0.elapsed() < SPIN {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(200));
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(NAP_MAX);
         }
     }
 }
