@@ -101,6 +101,27 @@ impl ShardLayout {
     }
 }
 
+/// A layout given by reference (`&ShardLayout::Stacked { axis: 0 }`), as
+/// [`Array::from_process_local`] takes it.
+impl From<&ShardLayout> for ShardLayout {
+    fn from(l: &ShardLayout) -> ShardLayout {
+        l.clone()
+    }
+}
+
+/// A [`NamedSharding`] as the layout [`ShardLayout::Named`].
+impl From<&NamedSharding> for ShardLayout {
+    fn from(s: &NamedSharding) -> ShardLayout {
+        ShardLayout::Named(s.clone())
+    }
+}
+
+impl From<NamedSharding> for ShardLayout {
+    fn from(s: NamedSharding) -> ShardLayout {
+        ShardLayout::Named(s)
+    }
+}
+
 /// The bytes of one array inside a wgpu buffer, to bind in an app's own pipelines
 /// ([`Array::wgpu_buffer`]): `buffer.slice(offset..offset + size)`.
 #[derive(Clone, Debug)]
@@ -264,12 +285,14 @@ impl Array {
             }
         }
         let h = host_data(self)?;
+        // On a mesh spanning processes each process places its own devices' blocks.
+        let offset = sharding.mesh().offset();
         let shards = sharding
             .mesh()
             .devices()
             .iter()
             .enumerate()
-            .map(|(i, d)| Array::from_host(sharding.block_of(&h, i)).to_device(d))
+            .map(|(i, d)| Array::from_host(sharding.block_of(&h, offset + i)).to_device(d))
             .collect::<Result<Vec<_>>>()?;
         Ok(Array::from_shards(
             ShardLayout::Named(sharding.clone()),
@@ -291,7 +314,18 @@ impl Array {
         shards: Vec<Array>,
         devices: Vec<Device>,
     ) -> Array {
-        let shape = layout.global_shape(shards[0].shape(), shards.len());
+        let n = shards.len();
+        Array::from_shards_of(layout, shards, devices, n)
+    }
+    /// [`Array::from_shards`] of this process's shards of a value over `total` devices (more
+    /// than `shards.len()` when the value spans processes).
+    pub(crate) fn from_shards_of(
+        layout: ShardLayout,
+        shards: Vec<Array>,
+        devices: Vec<Device>,
+        total: usize,
+    ) -> Array {
+        let shape = layout.global_shape(shards[0].shape(), total);
         let aval = Aval::new(shape, shards[0].dtype());
         Array {
             inner: Arc::new(ArrayInner {
@@ -510,7 +544,15 @@ impl Array {
                 let shards: Vec<Array> = match layout {
                     ShardLayout::Replicated => shards[..1].to_vec(),
                     ShardLayout::Named(s) => s
-                        .distinct_blocks(a.rank())
+                        .local_blocks(a.rank())
+                        .ok_or_else(|| Error::NotFullyAddressable {
+                            op: "to_host",
+                            shape: a.shape.clone(),
+                            processes: s.mesh().size() / shards.len().max(1),
+                            here: s.mesh().offset() / shards.len().max(1),
+                            first: s.mesh().offset(),
+                            last: s.mesh().offset() + shards.len(),
+                        })?
                         .into_iter()
                         .map(|i| shards[i].clone())
                         .collect(),

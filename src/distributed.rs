@@ -8,7 +8,15 @@
 //! device count, the same on every process), `axis_index` is the global device index, and each
 //! collective gathers every process's local operands (MPI all-gather, process order) and combines
 //! them in global device order on every process — so results are the same bits on every process,
-//! and the same as one process running all the devices. A `Mesh` stays within one process.
+//! and the same as one process running all the devices. Their outputs are global arrays: this
+//! process holds its devices' shards ([`Array::is_fully_addressable`] is false unless the value
+//! is replicated), [`Array::process_local`] is its part and [`process_allgather`] the whole.
+//!
+//! A [`crate::Mesh`] spans processes too: [`crate::Mesh::new_global`] lays the global device
+//! list out as a grid (e.g. `("data", 2 processes) × ("model", 2 local devices)`), a
+//! [`crate::NamedSharding`] over it places each process's blocks on its devices
+//! ([`Array::from_process_local`], [`crate::device_put`]), and `shard_map` over it runs every
+//! process's devices with collectives over any mesh axis, crossing processes or not.
 //!
 //! Failure is an error, not a hang: before each exchange the processes compare a header (exchange
 //! number, collectives, shapes, dtypes, device count) and raise [`Error::ProcessDivergence`]
@@ -711,7 +719,14 @@ impl Array {
     /// - [`ShardLayout::Blocks`] `{ axis }` (shard_map's): `local` holds this process's devices'
     ///   blocks along `axis` (a multiple of the local device count), and the global array
     ///   every process's, in process order;
-    /// - [`ShardLayout::Replicated`]: `local` is the whole value, the same on every process.
+    /// - [`ShardLayout::Replicated`]: `local` is the whole value, the same on every process;
+    /// - a [`crate::NamedSharding`] (or [`ShardLayout::Named`]) over a mesh: `local` is this
+    ///   process's part, laid out over its devices as the same spec over
+    ///   [`crate::Mesh::local_mesh`] says; over a mesh spanning processes
+    ///   ([`crate::Mesh::new_global`]) the global array is every process's part as the spec
+    ///   joins them (e.g. `P!["data", None]` over `("data", processes)`: the processes' rows in
+    ///   process order). Local data that does not split into this process's blocks is
+    ///   [`Error::UnevenShard`] naming the dimension, its size and the padding that works.
     ///
     /// Every process calls it with the same shapes. Read the result whole only when replicated
     /// (else [`Error::NotFullyAddressable`]); its [`Array::shards`] are this process's; pass it
@@ -727,8 +742,12 @@ impl Array {
     /// assert_eq!(global.shape(), &[n * brigade::distributed::process_count(), 3]);
     /// # Ok::<(), brigade::Error>(())
     /// ```
-    pub fn from_process_local(local: &Array, layout: &ShardLayout) -> Result<Array> {
+    pub fn from_process_local(local: &Array, layout: impl Into<ShardLayout>) -> Result<Array> {
         let op = "Array::from_process_local";
+        let layout = &layout.into();
+        if let ShardLayout::Named(s) = layout {
+            return from_process_local_named(op, local, s);
+        }
         let devices = local_devices()?;
         let (n, count) = (devices.len(), process_count());
         let h = crate::array::host_data(local)?;
@@ -774,11 +793,7 @@ impl Array {
                     .collect()
             }
             ShardLayout::Replicated => vec![h.clone(); n],
-            ShardLayout::Named(_) => {
-                return Err(bad(
-                    "a mesh (NamedSharding) stays within one process: use ShardLayout::Stacked or Blocks over every process's devices".into(),
-                ));
-            }
+            ShardLayout::Named(_) => unreachable!("taken above"),
         };
         let shards = pieces
             .into_iter()
@@ -799,9 +814,15 @@ impl Array {
     }
 
     /// Does this process hold the whole value (JAX's `is_fully_addressable`)? False only for an
-    /// array spanning processes ([`Array::from_process_local`]) that is not replicated.
+    /// array spanning processes ([`Array::from_process_local`], the outputs of a parallel call
+    /// across processes, blocks over a spanning mesh) of which other processes hold blocks this
+    /// one lacks; a replicated value is read from this process's copy.
     pub fn is_fully_addressable(&self) -> bool {
         match &self.inner.storage {
+            Storage::Sharded {
+                layout: ShardLayout::Named(s),
+                ..
+            } => s.local_blocks(self.ndim()).is_some(),
             Storage::Sharded { layout, shards, .. } => {
                 layout.global_shape(shards[0].shape(), shards.len()) == self.shape()
             }
@@ -818,7 +839,11 @@ impl Array {
                 shards,
                 devices,
             } if !self.is_fully_addressable() => {
-                Array::from_shards(layout.clone(), shards.clone(), devices.clone())
+                let layout = match layout {
+                    ShardLayout::Named(s) => ShardLayout::Named(s.local()),
+                    other => other.clone(),
+                };
+                Array::from_shards(layout, shards.clone(), devices.clone())
             }
             _ => self.clone(),
         }
@@ -854,7 +879,9 @@ pub(crate) fn local_args(
 ) -> Result<Vec<Array>> {
     let mut out = Vec::with_capacity(args.len());
     for (i, a) in args.iter().enumerate() {
-        if a.is_fully_addressable() {
+        // A mesh call places blocks over a spanning mesh as they are.
+        let named = matches!(a.shard_layout(), Some(ShardLayout::Named(_)));
+        if a.is_fully_addressable() || (mapped.is_none() && named) {
             out.push(a.clone());
             continue;
         }
@@ -868,7 +895,7 @@ pub(crate) fn local_args(
             return Err(Error::BadParallelArg {
                 op,
                 detail: format!(
-                    "argument {i} spans the processes ({:?}, shape {:?}) but this call {}: map the axis it is laid out on (pmap takes ShardLayout::Stacked, split-mode shard_map ShardLayout::Blocks, a mesh call neither), or gather it first (distributed::process_allgather)",
+                    "argument {i} spans the processes ({:?}, shape {:?}) but this call {}: map the axis it is laid out on (pmap takes ShardLayout::Stacked, split-mode shard_map ShardLayout::Blocks, a mesh call a NamedSharding over its spanning mesh), or gather it first (distributed::process_allgather)",
                     have.expect("a spanning array is sharded"),
                     a.shape(),
                     match want {
@@ -891,6 +918,9 @@ pub fn process_allgather(array: &Array) -> Result<Array> {
         return Ok(Array::from_host(crate::array::host_data(array)?));
     }
     let layout = array.shard_layout().expect("a spanning array is sharded");
+    if let ShardLayout::Named(s) = &layout {
+        return process_allgather_named(array, s);
+    }
     let local = crate::array::host_data(&array.process_local())?;
     let header = format!(
         "process_allgather of {:?} {:?} as {layout:?}",
@@ -908,4 +938,96 @@ pub fn process_allgather(array: &Array) -> Result<Array> {
         .collect::<Result<Vec<_>>>()?;
     let refs: Vec<&HostArray> = pieces.iter().collect();
     Ok(Array::from_host(concat_axis(&refs, axis)))
+}
+
+/// [`Array::from_process_local`] with a [`crate::NamedSharding`]: `local` is cut into this
+/// process's blocks as the spec over its part of the mesh says.
+fn from_process_local_named(
+    op: &'static str,
+    local: &Array,
+    sharding: &crate::NamedSharding,
+) -> Result<Array> {
+    let h = crate::array::host_data(local)?;
+    let mine = sharding.local();
+    let block = mine
+        .shard_shape_for(op, &h.shape, None)
+        .map_err(|e| match e {
+            Error::UnevenShard {
+                op,
+                dim,
+                size,
+                axes,
+                parts,
+                pad,
+                ..
+            } => Error::UnevenShard {
+                op,
+                what: format!(
+                    "this process's local data (shape {:?}, split over its {} devices)",
+                    h.shape,
+                    mine.mesh().size()
+                ),
+                dim,
+                size,
+                axes,
+                parts,
+                pad,
+            },
+            e => e,
+        })?;
+    let devices = sharding.mesh().devices().to_vec();
+    let shards = devices
+        .iter()
+        .enumerate()
+        .map(|(d, dev)| Array::from_host(mine.block_of(&h, d)).to_device(dev))
+        .collect::<Result<Vec<_>>>()?;
+    let global = sharding.global_shape(&block);
+    Ok(Array {
+        inner: std::sync::Arc::new(crate::array::ArrayInner {
+            aval: crate::Aval::new(global, h.dtype()),
+            storage: Storage::Sharded {
+                layout: ShardLayout::Named(sharding.clone()),
+                shards,
+                devices,
+            },
+            origin: None,
+        }),
+    })
+}
+
+/// [`process_allgather`] of blocks over a spanning mesh: every process's blocks (its devices', in
+/// grid order) are all-gathered and the distinct ones joined as the spec says.
+fn process_allgather_named(array: &Array, s: &crate::NamedSharding) -> Result<Array> {
+    let shards = array.shards().unwrap_or_default();
+    let local = pollster::block_on(crate::array::read_all(shards))?;
+    let block = local.first().map(|b| b.shape.clone()).unwrap_or_default();
+    let bytes: Vec<u8> = local.iter().flat_map(|b| b.data.to_bytes()).collect();
+    let header = format!(
+        "process_allgather of {:?} {:?} as {s}",
+        array.dtype(),
+        array.shape()
+    );
+    let parts = exchange(&header, &bytes)?;
+    // Grid position g is process g / n's device g % n (process-major, n devices each).
+    let n = shards.len();
+    let each = bytes.len() / n.max(1);
+    let pieces = s
+        .distinct_blocks(array.ndim())
+        .into_iter()
+        .map(|g| {
+            let (p, d) = (g / n, g % n);
+            let raw = parts[p].get(d * each..(d + 1) * each).ok_or_else(|| {
+                failure(
+                    "process_allgather",
+                    format!(
+                        "process {p} sent {} bytes of blocks, this process {}: the processes disagree on the array",
+                        parts[p].len(),
+                        bytes.len()
+                    ),
+                )
+            })?;
+            HostArray::new(block.clone(), HostData::from_bytes(array.dtype(), raw))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Array::from_host(s.assemble(pieces)))
 }

@@ -38,14 +38,30 @@ pub struct Mesh {
 }
 
 struct MeshInner {
+    /// This process's devices, in grid order (every device of a mesh within one process).
     devices: Vec<Device>,
     axes: Vec<(String, usize)>,
+    /// A mesh spanning processes ([`Mesh::from_global`]); `None` within one process.
+    span: Option<Span>,
+}
+
+/// Where a mesh spanning processes puts this process: its devices are the grid positions
+/// `offset..offset + devices.len()` (every process holds as many, process-major), a sub-grid
+/// whose extent along each axis is `local_axes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub(crate) offset: usize,
+    /// Global device id ([`crate::distributed::devices`]) at each grid position.
+    pub(crate) ids: Vec<usize>,
+    pub(crate) local_axes: Vec<(String, usize)>,
 }
 
 impl PartialEq for Mesh {
     fn eq(&self, other: &Mesh) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
-            || (self.inner.devices == other.inner.devices && self.inner.axes == other.inner.axes)
+            || (self.inner.devices == other.inner.devices
+                && self.inner.axes == other.inner.axes
+                && self.inner.span == other.inner.span)
     }
 }
 impl Eq for Mesh {}
@@ -64,12 +80,16 @@ impl fmt::Display for Mesh {
             .iter()
             .map(|(n, s)| format!("'{n}': {s}"))
             .collect();
-        let devs: Vec<String> = self
-            .inner
-            .devices
-            .iter()
-            .map(|d| d.index().to_string())
-            .collect();
+        let devs: Vec<String> = match &self.inner.span {
+            // Global device ids: the same text on every process.
+            Some(span) => span.ids.iter().map(|i| format!("g{i}")).collect(),
+            None => self
+                .inner
+                .devices
+                .iter()
+                .map(|d| d.index().to_string())
+                .collect(),
+        };
         write!(
             f,
             "Mesh({{{}}}, devices [{}])",
@@ -103,30 +123,7 @@ impl Mesh {
         if devices.is_empty() {
             return Err(bad("no devices: a mesh needs at least one device".into()));
         }
-        let product: usize = axes.iter().map(|(_, s)| *s).product();
-        if product != devices.len() {
-            let shape: Vec<String> = axes.iter().map(|(n, s)| format!("'{n}': {s}")).collect();
-            let n = devices.len();
-            let pairs: Vec<String> = (1..=n)
-                .filter(|a| n.is_multiple_of(*a))
-                .map(|a| format!("{a}×{}", n / a))
-                .collect();
-            return Err(bad(format!(
-                "the axis sizes {{{}}} multiply to {product} but {n} devices were given: the sizes must multiply to {n} (two axes: {})",
-                shape.join(", "),
-                pairs.join(", ")
-            )));
-        }
-        for (i, (name, _)) in axes.iter().enumerate() {
-            if name.is_empty() {
-                return Err(bad(format!("axis {i} has an empty name: name every axis")));
-            }
-            if axes[..i].iter().any(|(m, _)| m == name) {
-                return Err(bad(format!(
-                    "the axis name '{name}' appears twice: every mesh axis needs its own name"
-                )));
-            }
-        }
+        check_axes("Mesh::new", axes, devices.len(), "devices were given")?;
         for (i, d) in devices.iter().enumerate() {
             if let Some(j) = devices[..i].iter().position(|e| e == d) {
                 return Err(bad(format!(
@@ -138,12 +135,162 @@ impl Mesh {
         Ok(Mesh {
             inner: Arc::new(MeshInner {
                 devices: devices.to_vec(),
-                axes: axes.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
+                axes: owned_axes(axes),
+                span: None,
             }),
         })
     }
 
-    /// The devices in grid order.
+    /// A mesh over the global device list of every process (feature `mpi`), JAX's
+    /// `Mesh(np.array(jax.devices()).reshape(...), names)`: [`Mesh::from_global`] over
+    /// [`crate::distributed::devices`]. Every process builds the same mesh; `shard_map` over it
+    /// runs each process's devices and combines over any axis across processes, and arrays placed
+    /// on it span the processes. Before [`crate::distributed::initialize`] (or with one process)
+    /// it is [`Mesh::new`] over this process's devices.
+    ///
+    /// ```no_run
+    /// use brigade::{Mesh, NamedSharding, P};
+    /// brigade::distributed::initialize()?;
+    /// // 2 processes × 2 devices each: "data" crosses the processes, "model" stays within each.
+    /// let mesh = Mesh::new_global(&[("data", 2), ("model", 2)])?;
+    /// let rows = NamedSharding::new(&mesh, P!["data", "model"])?;
+    /// assert!(mesh.is_spanning());
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    ///
+    /// Errors: those of [`Mesh::from_global`].
+    #[cfg(feature = "mpi")]
+    pub fn new_global(axes: &[(&str, usize)]) -> Result<Mesh> {
+        Mesh::from_global(&crate::distributed::devices()?, axes)
+    }
+
+    /// A mesh over `devices`, taken from the global list [`crate::distributed::devices`] (feature
+    /// `mpi`), device `i` at grid position `i`. The list must be process-major: every process
+    /// holds the same number of positions, process `p`'s a block of consecutive positions (the
+    /// order within the block is free), and each block a sub-grid (so that a process's part of an
+    /// array is itself an array: e.g. 2 processes × 2 devices as `("data", 2) × ("model", 2)` or
+    /// `("data", 4)`, not `("a", 4)` over 2 processes × 2 devices reordered to alternate).
+    ///
+    /// Errors ([`Error::BadSharding`]): sizes that do not multiply to the number of devices,
+    /// repeated or empty axis names, a repeated device, a list that is not process-major or
+    /// whose blocks are not sub-grids.
+    #[cfg(feature = "mpi")]
+    pub fn from_global(
+        devices: &[crate::distributed::GlobalDevice],
+        axes: &[(&str, usize)],
+    ) -> Result<Mesh> {
+        let op = "Mesh::from_global";
+        let bad = |detail: String| Error::BadSharding { op, detail };
+        if devices.is_empty() {
+            return Err(bad("no devices: a mesh needs at least one device".into()));
+        }
+        check_axes(op, axes, devices.len(), "global devices were given")?;
+        for (i, d) in devices.iter().enumerate() {
+            if let Some(j) = devices[..i].iter().position(|e| e.id == d.id) {
+                return Err(bad(format!(
+                    "global device {} is listed at positions {j} and {i}: each mesh position needs its own device",
+                    d.id
+                )));
+            }
+        }
+        let count = crate::distributed::process_count();
+        let here = crate::distributed::process_index();
+        if count == 1 {
+            let local = devices
+                .iter()
+                .map(|d| d.device().cloned())
+                .collect::<Result<Vec<_>>>()?;
+            return Mesh::new(&local, axes).map_err(|e| match e {
+                Error::BadSharding { detail, .. } => Error::BadSharding { op, detail },
+                e => e,
+            });
+        }
+        let total = devices.len();
+        if !total.is_multiple_of(count) {
+            return Err(bad(format!(
+                "{total} devices do not split evenly over {count} processes: a mesh spanning processes takes the same number of devices from every process"
+            )));
+        }
+        let k = total / count;
+        for (i, d) in devices.iter().enumerate() {
+            if d.process_index != i / k {
+                return Err(bad(format!(
+                    "position {i} holds global device {} of process {}, but with {k} devices per process positions {}..{} belong to process {}: list the devices process-major, as distributed::devices() gives them",
+                    d.id,
+                    d.process_index,
+                    (i / k) * k,
+                    (i / k + 1) * k,
+                    i / k
+                )));
+            }
+        }
+        let Some(local_axes) = local_extent(axes, k) else {
+            let shape: Vec<String> = axes.iter().map(|(n, s)| format!("'{n}': {s}")).collect();
+            return Err(bad(format!(
+                "each process's block of {k} consecutive positions is not a sub-grid of the mesh {{{}}}: choose sizes whose innermost axes multiply to {k} (or to a divisor of it whose next axis is a multiple of the rest), e.g. ('processes', {count}) × ('local', {k})",
+                shape.join(", ")
+            )));
+        };
+        let offset = here * k;
+        let local = devices[offset..offset + k]
+            .iter()
+            .map(|d| d.device().cloned())
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Mesh {
+            inner: Arc::new(MeshInner {
+                devices: local,
+                axes: owned_axes(axes),
+                span: Some(Span {
+                    offset,
+                    ids: devices.iter().map(|d| d.id).collect(),
+                    local_axes,
+                }),
+            }),
+        })
+    }
+
+    /// Does the mesh span processes ([`Mesh::from_global`] with more than one process)?
+    pub fn is_spanning(&self) -> bool {
+        self.inner.span.is_some()
+    }
+
+    /// The global device ids ([`crate::distributed::devices`]) in grid order, for a mesh spanning
+    /// processes; for a mesh within one process, the positions `0..size`.
+    pub fn device_ids(&self) -> Vec<usize> {
+        match &self.inner.span {
+            Some(s) => s.ids.clone(),
+            None => (0..self.size()).collect(),
+        }
+    }
+
+    /// This process's part of a spanning mesh: its devices, with the same axis names and this
+    /// process's extent along each (1 along axes that cross processes); a mesh within one
+    /// process is itself.
+    pub fn local_mesh(&self) -> Mesh {
+        match &self.inner.span {
+            Some(s) => Mesh {
+                inner: Arc::new(MeshInner {
+                    devices: self.inner.devices.clone(),
+                    axes: s.local_axes.clone(),
+                    span: None,
+                }),
+            },
+            None => self.clone(),
+        }
+    }
+
+    /// `(first grid position of this process, number of positions)` of a spanning mesh.
+    pub(crate) fn span(&self) -> Option<(usize, usize)> {
+        self.inner.span.as_ref().map(|s| (s.offset, self.size()))
+    }
+
+    /// The grid position of this process's first device (0 within one process).
+    pub(crate) fn offset(&self) -> usize {
+        self.inner.span.as_ref().map_or(0, |s| s.offset)
+    }
+
+    /// The devices in grid order that this process holds: every device for a mesh within one
+    /// process, this process's block of positions ([`Mesh::local_mesh`]) for a spanning mesh.
     pub fn devices(&self) -> &[Device] {
         &self.inner.devices
     }
@@ -159,9 +306,9 @@ impl Mesh {
     pub fn axis_size(&self, name: &str) -> Option<usize> {
         self.position(name).map(|p| self.inner.axes[p].1)
     }
-    /// Number of devices.
+    /// Number of grid positions (every process's devices for a spanning mesh).
     pub fn size(&self) -> usize {
-        self.inner.devices.len()
+        self.inner.axes.iter().map(|(_, s)| *s).product()
     }
     fn position(&self, name: &str) -> Option<usize> {
         self.inner.axes.iter().position(|(n, _)| n == name)
@@ -170,7 +317,8 @@ impl Mesh {
     pub fn coords(&self, i: usize) -> Vec<usize> {
         coords(&self.inner.axes, i)
     }
-    /// The device at grid coordinates `coords` (one per axis), if they are inside the grid.
+    /// The device at grid coordinates `coords` (one per axis), if they are inside the grid and,
+    /// for a spanning mesh, on this process.
     pub fn device_at(&self, coords: &[usize]) -> Option<&Device> {
         if coords.len() != self.inner.axes.len()
             || coords
@@ -184,8 +332,62 @@ impl Mesh {
             .iter()
             .zip(&self.inner.axes)
             .fold(0, |acc, (&c, (_, s))| acc * s + c);
-        self.inner.devices.get(i)
+        self.inner.devices.get(i.checked_sub(self.offset())?)
     }
+}
+
+/// The extent along each axis of a block of `k` consecutive grid positions starting at a
+/// multiple of `k`, when the block is a sub-grid: walking the axes inward, each is either whole
+/// within the block or cut into equal runs (the axes outside it then fixed). `None` otherwise.
+fn local_extent(axes: &[(&str, usize)], k: usize) -> Option<Vec<(String, usize)>> {
+    let mut rem = k;
+    let mut out = Vec::with_capacity(axes.len());
+    for (name, size) in axes.iter().rev() {
+        let take = if rem >= *size && rem.is_multiple_of(*size) {
+            *size
+        } else if rem < *size && size.is_multiple_of(rem) {
+            rem
+        } else {
+            return None;
+        };
+        rem /= take;
+        out.push((name.to_string(), take));
+    }
+    out.reverse();
+    Some(out)
+}
+
+/// Check mesh axis sizes against `n` positions (`given`: what the `n` counts) and the names.
+fn check_axes(op: &'static str, axes: &[(&str, usize)], n: usize, given: &str) -> Result<()> {
+    let bad = |detail: String| Error::BadSharding { op, detail };
+    let product: usize = axes.iter().map(|(_, s)| *s).product();
+    if product != n {
+        let shape: Vec<String> = axes.iter().map(|(n, s)| format!("'{n}': {s}")).collect();
+        let pairs: Vec<String> = (1..=n)
+            .filter(|a| n.is_multiple_of(*a))
+            .map(|a| format!("{a}×{}", n / a))
+            .collect();
+        return Err(bad(format!(
+            "the axis sizes {{{}}} multiply to {product} but {n} {given}: the sizes must multiply to {n} (two axes: {})",
+            shape.join(", "),
+            pairs.join(", ")
+        )));
+    }
+    for (i, (name, _)) in axes.iter().enumerate() {
+        if name.is_empty() {
+            return Err(bad(format!("axis {i} has an empty name: name every axis")));
+        }
+        if axes[..i].iter().any(|(m, _)| m == name) {
+            return Err(bad(format!(
+                "the axis name '{name}' appears twice: every mesh axis needs its own name"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn owned_axes(axes: &[(&str, usize)]) -> Vec<(String, usize)> {
+    axes.iter().map(|(n, s)| (n.to_string(), *s)).collect()
 }
 
 /// Row-major coordinates of position `i` in a grid of `axes`.
@@ -548,6 +750,31 @@ impl NamedSharding {
         holder
     }
 
+    /// For each distinct block (in the order of [`NamedSharding::distinct_blocks`]), the index
+    /// among this process's devices ([`Mesh::devices`]) of one that holds it; `None` when some
+    /// block is held only by other processes (a spanning array that is not fully addressable).
+    pub(crate) fn local_blocks(&self, rank: usize) -> Option<Vec<usize>> {
+        let grid: Vec<usize> = (0..rank).map(|d| self.parts(d)).collect();
+        let count: usize = grid.iter().product();
+        let mut holder = vec![None; count];
+        let offset = self.mesh.offset();
+        for d in 0..self.mesh.devices().len() {
+            let i = offset + d;
+            let k = (0..rank).fold(0, |acc, r| acc * grid[r] + self.block_index(i, r));
+            holder[k].get_or_insert(d);
+        }
+        holder.into_iter().collect()
+    }
+
+    /// The same spec over this process's part of the mesh ([`Mesh::local_mesh`]): how a
+    /// process's part of a spanning array ([`crate::Array::process_local`]) is laid out.
+    pub fn local(&self) -> NamedSharding {
+        NamedSharding {
+            mesh: self.mesh.local_mesh(),
+            spec: self.spec.clone(),
+        }
+    }
+
     /// The global array from the blocks of [`NamedSharding::distinct_blocks`] (in that order).
     pub(crate) fn assemble(&self, blocks: Vec<HostArray>) -> HostArray {
         let rank = blocks.first().map_or(0, |b| b.shape.len());
@@ -569,6 +796,7 @@ impl NamedSharding {
     /// Do the two place every element on the same devices the same way (axis names aside)?
     pub(crate) fn same_placement(&self, other: &NamedSharding, rank: usize) -> bool {
         self.mesh.devices() == other.mesh.devices()
+            && self.mesh.inner.span == other.mesh.inner.span
             && (0..self.mesh.size()).all(|i| {
                 (0..rank).all(|d| {
                     self.parts(d) == other.parts(d)
@@ -598,6 +826,26 @@ mod tests {
         assert_eq!(groups(&m, &["data", "model"]), vec![vec![0, 1, 2, 3, 4, 5]]);
         assert_eq!(groups(&m, &["model", "data"]), vec![vec![0, 1, 2, 3, 4, 5]]);
         assert_eq!(coords(&m, 4), vec![1, 1]);
+    }
+
+    #[test]
+    fn a_process_block_is_a_sub_grid_or_refused() {
+        // 2 processes × 2 devices over data × model: each process one row of the grid.
+        assert_eq!(
+            local_extent(&[("data", 2), ("model", 2)], 2),
+            Some(axes(&[("data", 1), ("model", 2)]))
+        );
+        // One axis of 8 over 4 processes: runs of 2.
+        assert_eq!(local_extent(&[("d", 8)], 2), Some(axes(&[("d", 2)])));
+        // 3 × 2 over 2 processes of 3: positions 0..3 are (0,0) (0,1) (1,0), not a grid.
+        assert_eq!(local_extent(&[("a", 3), ("b", 2)], 3), None);
+        // 2 × 3 over 3 processes of 2: (0,0) (0,1), then (0,2) (1,0).
+        assert_eq!(local_extent(&[("a", 2), ("b", 3)], 2), None);
+        // A block of 4 over 2 × 2 × 2: the inner two axes whole.
+        assert_eq!(
+            local_extent(&[("a", 2), ("b", 2), ("c", 2)], 4),
+            Some(axes(&[("a", 1), ("b", 2), ("c", 2)]))
+        );
     }
 
     #[test]

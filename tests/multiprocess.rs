@@ -20,8 +20,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brigade::{
-    Array, DType, Device, Result, Runtime, Tensor, all_gather, all_to_all, axis_index, pmap, pmax,
-    pmean, pmin, ppermute, psum, psum_scatter, shard_map,
+    Array, DType, Device, Mesh, NamedSharding, P, PartitionSpec, Result, Runtime, Tensor,
+    all_gather, all_to_all, axis_index, device_put, pmap, pmax, pmean, pmin, ppermute, psum,
+    psum_axes, psum_scatter, shard_map,
 };
 
 /// Env var naming the worker's task; unset when the test harness runs normally.
@@ -229,10 +230,8 @@ fn global_arrays(
     let f = pmap(|a: &[Tensor]| vec![psum(&a[0], "i"), all_gather(&(&a[0] * 2.0), "i", 0, false)])
         .axis_name("i")
         .devices(devices);
-    for (name, out) in ["g_psum", "g_all_gather"]
-        .iter()
-        .zip(f.call(std::slice::from_ref(&x))?)
-    {
+    let outs = f.call(std::slice::from_ref(&x))?;
+    for (name, out) in ["g_psum", "g_all_gather"].iter().zip(&outs) {
         for (d, s) in out.shards().expect("sharded").iter().enumerate() {
             lines.push(format!(
                 "{name} {} {:016x}",
@@ -240,6 +239,58 @@ fn global_arrays(
                 fingerprint(&s.to_host()?.data.to_bytes())
             ));
         }
+    }
+    // pmap's outputs across processes are global arrays: every process's devices' entries,
+    // this process holding its own; reading whole is the typed error; gathered whole they are
+    // the one-process value; fed to the next pmap as they are.
+    if spanning {
+        let check = |ok: bool, what: String| {
+            if !ok {
+                fail(brigade::Error::ProcessFailure {
+                    op: "global_arrays test",
+                    detail: what,
+                })
+            }
+        };
+        let out = &outs[0];
+        check(
+            out.shape() == [total, 4, 3] && !out.is_fully_addressable(),
+            format!(
+                "pmap output global: shape {:?}, fully addressable {}",
+                out.shape(),
+                out.is_fully_addressable()
+            ),
+        );
+        check(
+            out.process_local().shape() == [n, 4, 3],
+            format!("process_local shape {:?}", out.process_local().shape()),
+        );
+        check(
+            matches!(
+                out.to_vec::<f32>(),
+                Err(brigade::Error::NotFullyAddressable { .. })
+            ),
+            "reading a pmap output whole is NotFullyAddressable".into(),
+        );
+    }
+    for (name, a) in [("g_psum_whole", &outs[0]), ("g_all_gather_whole", &outs[1])] {
+        let whole = brigade::distributed::process_allgather(a)?.to_host()?;
+        lines.push(format!(
+            "{name} * {:016x}",
+            fingerprint(&whole.data.to_bytes())
+        ));
+    }
+    let again = pmap(|a: &[Tensor]| vec![psum(&(&a[0] * 0.5), "i")])
+        .axis_name("i")
+        .devices(devices)
+        .call(std::slice::from_ref(&outs[0]))?
+        .remove(0);
+    for (d, s) in again.shards().expect("sharded").iter().enumerate() {
+        lines.push(format!(
+            "g_again {} {:016x}",
+            offset + d,
+            fingerprint(&s.to_host()?.data.to_bytes())
+        ));
     }
     let s = shard_map(|a: &[Tensor]| vec![psum(&a[0].sum(0i64, false), "s")])
         .axis_name("s")
@@ -259,6 +310,250 @@ fn global_arrays(
         ));
     }
     Ok(lines)
+}
+
+/// The global `[4 * data, 3 * model]` input of [`mesh_program`] (the same on every process).
+fn mesh_input(data_size: usize, model_size: usize) -> Result<Array> {
+    let (rows, cols) = (4 * data_size, 3 * model_size);
+    Array::from_vec(data(rows * cols, 500), &[rows, cols])
+}
+
+/// `shard_map` over `mesh`, a `("data", D) × ("model", M)` grid: a mesh spanning the processes
+/// when `spanning` (made with `Mesh::new_global`, "data" crossing the processes and "model"
+/// within each), else one process holding every device (the reference). This process's devices
+/// are grid positions `offset..`. Collectives over "data", over "model" and over both; each
+/// output's shards (one line per grid position), its whole value (`process_allgather`), and a
+/// second `shard_map` fed the outputs as they are. In the spanning run it also checks what is
+/// global: shapes, `is_fully_addressable`, `process_local` and the typed errors of bad input.
+fn mesh_program(mesh: &Mesh, offset: usize, spanning: bool) -> Result<Vec<String>> {
+    let check = |ok: bool, what: String| {
+        if !ok {
+            fail(brigade::Error::ProcessFailure {
+                op: "mesh test",
+                detail: what,
+            })
+        }
+    };
+    let (dn, mn) = (
+        mesh.axis_size("data").expect("data axis"),
+        mesh.axis_size("model").expect("model axis"),
+    );
+    let whole = mesh_input(dn, mn)?;
+    let (rows, cols) = (4 * dn, 3 * mn);
+    let s = NamedSharding::new(mesh, P!["data", "model"])?;
+    let x = if spanning {
+        // This process is data = p: its part is row block p, every column.
+        let p = brigade::distributed::process_index();
+        let h = whole.to_vec::<f32>()?;
+        let mine = h[p * 4 * cols..(p + 1) * 4 * cols].to_vec();
+        let x = Array::from_process_local(&Array::from_vec(mine, &[4, cols])?, &s)?;
+        check(
+            x.shape() == [rows, cols] && !x.is_fully_addressable(),
+            format!(
+                "from_process_local: global shape {:?}, fully addressable {}",
+                x.shape(),
+                x.is_fully_addressable()
+            ),
+        );
+        // device_put of the whole value places the same blocks on this process's devices.
+        let y = device_put(&whole, &s)?;
+        let (xs, ys) = (x.shards().expect("sharded"), y.shards().expect("sharded"));
+        check(
+            xs.len() == mesh.devices().len() && ys.len() == xs.len(),
+            format!("{} and {} shards", xs.len(), ys.len()),
+        );
+        for (a, b) in xs.iter().zip(ys) {
+            check(
+                a.to_vec::<f32>()? == b.to_vec::<f32>()?,
+                "from_process_local and device_put place the same blocks".into(),
+            );
+        }
+        bad_mesh_input(mesh, &s, cols)?;
+        x
+    } else {
+        device_put(&whole, &s)?
+    };
+    let ring: Vec<(usize, usize)> = (0..dn).map(|k| (k, (k + 1) % dn)).collect();
+    let names = [
+        "m_psum_data",
+        "m_psum_model",
+        "m_psum_both",
+        "m_gather_model",
+        "m_gather_data",
+        "m_ppermute_data",
+        "m_pmax_data",
+        "m_index",
+    ];
+    let specs: Vec<PartitionSpec> = vec![
+        P![None, "model"],
+        P!["data", None],
+        P![],
+        P!["data", None],
+        P![None, "model"],
+        P!["data", "model"],
+        P![None, "model"],
+        P!["data", "model"],
+    ];
+    let f = shard_map(move |a: &[Tensor]| {
+        let x = &a[0];
+        let idx = (&(&axis_index("data") * 10) + &axis_index("model")).cast(DType::F32);
+        vec![
+            psum(x, "data"),
+            psum(x, "model"),
+            psum_axes(x, &["data", "model"]),
+            all_gather(x, "model", 1, true),
+            all_gather(x, "data", 0, true),
+            ppermute(x, "data", &ring),
+            pmax(x, "data"),
+            &(x * 2.0) + &idx,
+        ]
+    })
+    .mesh(mesh)
+    .in_specs(&[P!["data", "model"]])
+    .out_specs(&specs);
+    let outs = f.call(std::slice::from_ref(&x))?;
+    let mut lines = Vec::new();
+    for ((name, out), spec) in names.iter().zip(&outs).zip(&specs) {
+        for (d, sh) in out.shards().expect("sharded").iter().enumerate() {
+            lines.push(format!(
+                "{name} {} {:016x}",
+                offset + d,
+                fingerprint(&sh.to_host()?.data.to_bytes())
+            ));
+        }
+        let all = brigade::distributed::process_allgather(out)?.to_host()?;
+        lines.push(format!(
+            "{name}_whole * {:016x}",
+            fingerprint(&all.data.to_bytes())
+        ));
+        if spanning {
+            // Blocks along "data" are other processes'; values whole along it are read here.
+            let crosses = spec.named_axes().contains(&"data") && dn > 1;
+            check(
+                out.is_fully_addressable() != crosses,
+                format!(
+                    "{name} ({spec}): fully addressable {}",
+                    out.is_fully_addressable()
+                ),
+            );
+            check(
+                out.shape() == all.shape.as_slice(),
+                format!("{name}: global shape {:?} vs {:?}", out.shape(), all.shape),
+            );
+            if crosses {
+                check(
+                    matches!(
+                        out.to_vec::<f32>(),
+                        Err(brigade::Error::NotFullyAddressable { .. })
+                    ),
+                    format!("{name}: reading whole is NotFullyAddressable"),
+                );
+                let part = out.process_local();
+                let mut want = out.shape().to_vec();
+                want[0] /= dn;
+                check(
+                    part.shape() == want.as_slice() && part.is_fully_addressable(),
+                    format!("{name}: process_local shape {:?}", part.shape()),
+                );
+            } else {
+                check(
+                    out.to_host()?.data.to_bytes() == all.data.to_bytes(),
+                    format!("{name}: read here equals the gathered value"),
+                );
+            }
+        }
+    }
+    // Outputs fed on as they are: psum over "data" of the blocks, and a chained sum over "model".
+    let g =
+        shard_map(|a: &[Tensor]| vec![psum(&(&a[0] * 3.0), "data"), psum(&(&a[1] - 1.0), "model")])
+            .mesh(mesh)
+            .in_specs(&[P!["data", "model"], P!["data", None]])
+            .out_specs(&[P![None, "model"], P!["data", None]]);
+    let next = g.call(&[outs[7].clone(), outs[1].clone()])?;
+    for (name, out) in ["m_next_data", "m_next_model"].iter().zip(&next) {
+        for (d, sh) in out.shards().expect("sharded").iter().enumerate() {
+            lines.push(format!(
+                "{name} {} {:016x}",
+                offset + d,
+                fingerprint(&sh.to_host()?.data.to_bytes())
+            ));
+        }
+        let all = brigade::distributed::process_allgather(out)?.to_host()?;
+        lines.push(format!(
+            "{name}_whole * {:016x}",
+            fingerprint(&all.data.to_bytes())
+        ));
+    }
+    Ok(lines)
+}
+
+/// Bad input over a spanning mesh: typed errors naming the sizes (the spanning run only).
+fn bad_mesh_input(mesh: &Mesh, s: &NamedSharding, cols: usize) -> Result<()> {
+    let expect = |what: &str, r: std::result::Result<String, String>, words: &[&str]| match r {
+        Err(msg) if words.iter().all(|w| msg.contains(w)) => {}
+        other => fail(brigade::Error::ProcessFailure {
+            op: "mesh bad input",
+            detail: format!("{what}: want an error naming {words:?}, got {other:?}"),
+        }),
+    };
+    let global = brigade::distributed::devices()?.len();
+    let three = Mesh::new_global(&[("data", 3)])
+        .map(|m| m.to_string())
+        .map_err(|e| e.to_string());
+    expect(
+        "a mesh of 3 over the global devices",
+        three,
+        &[
+            "Mesh::from_global",
+            "multiply to 3",
+            &format!("{global} global devices"),
+        ],
+    );
+    let mut reversed = brigade::distributed::devices()?;
+    reversed.reverse();
+    let shuffled = Mesh::from_global(&reversed, &[("data", global)])
+        .map(|m| m.to_string())
+        .map_err(|e| e.to_string());
+    expect("a list not process-major", shuffled, &["process-major"]);
+    let unknown = NamedSharding::new(mesh, P!["rows", None])
+        .map(|n| n.to_string())
+        .map_err(|e| e.to_string());
+    expect(
+        "a spec naming an unknown axis",
+        unknown,
+        &["'rows'", "'data'", "'model'"],
+    );
+    let unknown_in = shard_map(|a: &[Tensor]| vec![a[0].clone()])
+        .mesh(mesh)
+        .in_specs(&[P!["batch"]])
+        .out_specs(&[P!["batch"]])
+        .call(&[Array::from_vec(data(4 * cols, 9), &[4, cols])?])
+        .map(|o| format!("{o:?}"))
+        .map_err(|e| e.to_string());
+    expect(
+        "shard_map in_specs naming an unknown axis",
+        unknown_in,
+        &["'batch'"],
+    );
+    // With several devices here, 5 columns do not split over the local "model" axis of 2 (a
+    // process of one device takes any local shape: its block is the whole part).
+    if mesh.devices().len() > 1 {
+        let odd = Array::from_vec(data(4 * 5, 8), &[4, 5])?;
+        let wrong = Array::from_process_local(&odd, s)
+            .map(|a| format!("{:?}", a.shape()))
+            .map_err(|e| e.to_string());
+        expect(
+            "local data of the wrong shape",
+            wrong,
+            &[
+                "Array::from_process_local",
+                "local data (shape [4, 5]",
+                "has 5 entries",
+                "pad it to 6",
+            ],
+        );
+    }
+    Ok(())
 }
 
 /// Report `e` for the launching test and leave at once (after a failed exchange MPI cannot
@@ -309,6 +604,8 @@ fn worker() {
             all_reduces(&devices, p * n)
         }
         "global" => global_arrays(&devices, p * n, count * n, true),
+        "mesh" => Mesh::new_global(&[("data", count), ("model", n)])
+            .and_then(|m| mesh_program(&m, p * n, true)),
         _ => collectives(&devices, p * n, count * n, wide),
     }
     .unwrap_or_else(|e| fail(e));
@@ -605,8 +902,8 @@ fn process_local_arrays_match_one_process() {
         .expect("one process")
         .into_iter()
         .collect();
-    // psum and all_gather per device, the block sum, two whole values.
-    assert_eq!(want.len(), 2 * 4 + 3, "reference lines: {want:#?}");
+    // psum, all_gather and the chained psum per device, the block sum, four whole values.
+    assert_eq!(want.len(), 3 * 4 + 5, "reference lines: {want:#?}");
     let run = run_workers(2, "cpu:2", "global", "60");
     assert!(
         run.success,
@@ -623,6 +920,59 @@ fn process_local_arrays_match_one_process() {
         "2 processes × cpu:2 vs one process on cpu:4\n{}",
         run.stdout
     );
+}
+
+/// `shard_map` over a mesh spanning `procs` processes × `layout` (`("data", procs) × ("model",
+/// devices per process)`) gives exactly the lines of one process holding every device (`one`)
+/// on the same mesh shape.
+fn check_mesh(procs: usize, layout: &str, one: &str) {
+    let rt = pollster::block_on(
+        Runtime::builder()
+            .layout_str(one)
+            .allow_cpu_fallback(false)
+            .build(),
+    )
+    .unwrap_or_else(|e| panic!("devices {one}: {e}"));
+    let devs = rt.devices().to_vec();
+    let model = devs.len() / procs;
+    let mesh = Mesh::new(&devs, &[("data", procs), ("model", model)]).expect("reference mesh");
+    let want: BTreeSet<String> = mesh_program(&mesh, 0, false)
+        .unwrap_or_else(|e| panic!("one process on {one}: {e}"))
+        .into_iter()
+        .collect();
+    // Per output: a line per device and its whole value (8 + 2 outputs).
+    assert_eq!(want.len(), 10 * (devs.len() + 1), "reference lines");
+    let run = run_workers(procs, layout, "mesh", "60");
+    assert!(
+        run.success,
+        "mpirun -n {procs} ({layout} each, spanning mesh) failed\nstdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    let got: BTreeSet<String> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("LINE ").map(|(_, r)| r.to_string()))
+        .collect();
+    let missing: Vec<&String> = want.difference(&got).collect();
+    let extra: Vec<&String> = got.difference(&want).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "spanning mesh, {procs} processes × {layout}, differs from one process on {one}:\nmissing: {missing:#?}\nextra: {extra:#?}\nstdout:\n{}",
+        run.stdout
+    );
+}
+
+/// A 2 × 2 mesh over 2 processes × 2 cpu devices: "data" crosses the processes, "model" stays
+/// within each.
+#[test]
+fn spanning_mesh_cpu_2x2() {
+    check_mesh(2, "cpu:2", "cpu:4");
+}
+
+/// A 2 × 1 mesh over 2 processes × 1 lavapipe device each.
+#[test]
+fn spanning_mesh_vulkan_2x1() {
+    check_mesh(2, "vulkan:1", "vulkan:2");
 }
 
 // ---- the example -------------------------------------------------------------------------------

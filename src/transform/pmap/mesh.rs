@@ -302,12 +302,12 @@ where
             }
             out_layouts.push(ShardLayout::Named(s));
         }
-        Ok(ParallelExe::build(
-            traced,
-            axes,
-            out_layouts,
-            &self.donated_inputs(),
-        ))
+        // A mesh spanning processes runs this process's block of grid positions; every
+        // exchange then combines over MPI (feature `mpi`).
+        Ok(
+            ParallelExe::build(traced, axes, out_layouts, &self.donated_inputs())
+                .spanning(mesh.span()),
+        )
     }
 
     /// Each device's block of every traced argument, on that device. Arguments already placed as
@@ -318,7 +318,7 @@ where
         shardings: &[NamedSharding],
     ) -> Result<Vec<Vec<Array>>> {
         let Some(first) = shardings.first() else {
-            let n = self.mesh.as_ref().map_or(0, Mesh::size);
+            let n = self.mesh.as_ref().map_or(0, |m| m.devices().len());
             return Ok(vec![Vec::new(); n]);
         };
         let devices = first.mesh().devices();

@@ -571,15 +571,19 @@ where
         for d in &devices {
             d.flush_errors().await?;
         }
+        // Across processes the outputs are global arrays: this process's shards of values laid
+        // out over every process's devices (`exe.global`'s total).
+        let total = exe.global.map_or(devices.len(), |(_, total)| total);
         Ok(exe
             .out_layouts
             .iter()
             .enumerate()
             .map(|(j, layout)| {
-                Array::from_shards(
+                Array::from_shards_of(
                     layout.clone(),
                     per_device.iter().map(|outs| outs[j].clone()).collect(),
                     devices.clone(),
+                    total,
                 )
             })
             .collect())
