@@ -624,8 +624,16 @@ impl Array {
         let host = match &self.inner.storage {
             Storage::Device { device, buffer } => {
                 let read = [(device.clone(), buffer.clone(), a.dtype, a.size())];
-                return crate::device::read_mapped(&read, |bytes| {
-                    T::read_device_bytes(out, bytes[0])
+                // Piece by piece (an array in parts has one per part): no gathered copy.
+                return crate::device::read_mapped_pieces(&read, |pieces| {
+                    let total: usize = pieces[0].iter().map(|p| p.len()).sum();
+                    let per = total / out.len().max(1);
+                    let mut at = 0;
+                    for p in &pieces[0] {
+                        let n = p.len() / per.max(1);
+                        T::read_device_bytes(&mut out[at..at + n], p);
+                        at += n;
+                    }
                 })
                 .await;
             }

@@ -174,6 +174,11 @@ fn transfers_of_arrays_in_parts() {
             assert_eq!(parts.iter().map(|p| p.size).sum::<u64>(), bytes);
             assert!(parts.iter().all(|p| p.size <= BUFFER && p.offset == 0));
         }
+        // read_into copies part by part into the caller's slice.
+        let x = rand_f32(&[300_001], 5);
+        let mut into = vec![0.0f32; 300_001];
+        x.to_device(dev).unwrap().read_into(&mut into).unwrap();
+        assert_eq!(into, x.to_vec::<f32>().unwrap(), "{}", dev.name());
         assert_eq!(dev.memory_stats().bytes_in_use, before, "{}", dev.name());
     }
 }

@@ -80,7 +80,7 @@ pub use runtime::{
     MEMORY_LIMIT_ENV, Runtime, RuntimeBuilder, init, parse_max_binding, parse_memory_limit,
 };
 pub use transfer::download_all;
-pub(crate) use transfer::{download_arrays, read_mapped};
+pub(crate) use transfer::{download_arrays, read_mapped, read_mapped_pieces};
 pub use tune::{MATMUL_CACHE_FILE, TEXTURE_ENV, TUNE_ENV, TuneStats, tune_stats};
 
 /// The limits of one device that brigade plans around (a subset of `wgpu::Limits`).

@@ -864,36 +864,43 @@ impl PendingRead {
             .collect()
     }
 
-    /// Each part's bytes inside `views` (gathered into one host copy for a buffer stored in
-    /// parts, whose pieces lie in different places).
-    fn part_bytes<'v>(&self, views: &'v [wgpu::BufferView]) -> Vec<Cow<'v, [u8]>> {
+    /// Each part's bytes inside `views`, in pieces: one, or one per part of a buffer stored in
+    /// parts (none for an empty read).
+    fn part_pieces<'v>(&self, views: &'v [wgpu::BufferView]) -> Vec<Vec<&'v [u8]>> {
         let n = self.staging.len();
         self.parts
             .iter()
             .map(|p| {
                 let bytes = p.len * p.dtype.size_bytes();
                 match &p.source {
-                    Source::Empty => Cow::Borrowed(&[][..]),
+                    Source::Empty => Vec::new(),
                     Source::Staging { group, offset } => {
                         let start = *offset as usize;
-                        Cow::Borrowed(&views[*group][start..start + bytes])
+                        vec![&views[*group][start..start + bytes]]
                     }
-                    Source::Direct { index } => Cow::Borrowed(&views[n + index][..bytes]),
-                    Source::Pieces(pieces) => {
-                        let mut all = Vec::with_capacity(bytes);
-                        for &(g, at, len) in pieces {
-                            all.extend_from_slice(&views[g][at as usize..(at + len) as usize]);
-                        }
-                        Cow::Owned(all)
-                    }
-                    Source::DirectPieces(pieces) => {
-                        let mut all = Vec::with_capacity(bytes);
-                        for &(index, len) in pieces {
-                            all.extend_from_slice(&views[n + index][..len as usize]);
-                        }
-                        Cow::Owned(all)
-                    }
+                    Source::Direct { index } => vec![&views[n + index][..bytes]],
+                    Source::Pieces(pieces) => pieces
+                        .iter()
+                        .map(|&(g, at, len)| &views[g][at as usize..(at + len) as usize])
+                        .collect(),
+                    Source::DirectPieces(pieces) => pieces
+                        .iter()
+                        .map(|&(index, len)| &views[n + index][..len as usize])
+                        .collect(),
                 }
+            })
+            .collect()
+    }
+
+    /// Each part's bytes inside `views` (gathered into one host copy for a buffer stored in
+    /// parts, whose pieces lie in different places).
+    fn part_bytes<'v>(&self, views: &'v [wgpu::BufferView]) -> Vec<Cow<'v, [u8]>> {
+        self.part_pieces(views)
+            .into_iter()
+            .map(|p| match p.as_slice() {
+                [] => Cow::Borrowed(&[][..]),
+                [one] => Cow::Borrowed(*one),
+                _ => Cow::Owned(p.concat()),
             })
             .collect()
     }
@@ -941,6 +948,27 @@ pub(crate) async fn read_mapped<R>(
     reads: &[(Device, Arc<DeviceBuffer>, DType, usize)],
     f: impl FnOnce(&[&[u8]]) -> R,
 ) -> Result<R> {
+    read_mapped_pieces(reads, |pieces| {
+        let bytes: Vec<Cow<'_, [u8]>> = pieces
+            .iter()
+            .map(|p| match p.as_slice() {
+                [] => Cow::Borrowed(&[][..]),
+                [one] => Cow::Borrowed(*one),
+                _ => Cow::Owned(p.concat()),
+            })
+            .collect();
+        let slices: Vec<&[u8]> = bytes.iter().map(|b| &**b).collect();
+        f(&slices)
+    })
+    .await
+}
+
+/// [`read_mapped`] handing `f` each read's bytes in pieces (one per part of an array stored in
+/// parts), so that a reader copying them out needs no gathered host copy first.
+pub(crate) async fn read_mapped_pieces<R>(
+    reads: &[(Device, Arc<DeviceBuffer>, DType, usize)],
+    f: impl FnOnce(&[Vec<&[u8]>]) -> R,
+) -> Result<R> {
     let mut groups: Vec<(Device, Vec<usize>)> = Vec::new();
     for (i, (dev, _, _, _)) in reads.iter().enumerate() {
         match groups.iter_mut().find(|(d, _)| d == dev) {
@@ -973,17 +1001,16 @@ pub(crate) async fn read_mapped<R>(
             .iter()
             .map(|(p, _)| p.views())
             .collect::<Result<_>>()?;
-        let mut bytes: Vec<Cow<'_, [u8]>> = vec![Cow::Borrowed(&[]); reads.len()];
+        let mut pieces: Vec<Vec<&[u8]>> = vec![Vec::new(); reads.len()];
         for ((p, idx), v) in pending.iter().zip(&views) {
-            for (b, &i) in p.part_bytes(v).into_iter().zip(idx) {
-                bytes[i] = b;
+            for (b, &i) in p.part_pieces(v).into_iter().zip(idx) {
+                pieces[i] = b;
             }
         }
-        let slices: Vec<&[u8]> = bytes.iter().map(|b| &**b).collect();
         // Work inside `f` that needs one of these buffers is refused, not left waiting.
         let keys: Vec<usize> = pending.iter().flat_map(|(p, _)| p.direct.keys()).collect();
         let _holds = ClosureHolds::enter(&keys);
-        f(&slices)
+        f(&pieces)
     };
     for (p, _) in pending {
         p.recycle();
