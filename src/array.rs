@@ -789,7 +789,6 @@ pub(crate) async fn read_all(arrays: &[Array]) -> Result<Vec<HostArray>> {
     Ok(out)
 }
 
-/// The global value from the shards' host data.
 /// The global value from the shards' host data (for a [`ShardLayout::Named`] layout: the blocks of
 /// [`NamedSharding::distinct_blocks`], in that order).
 pub(crate) fn assemble(layout: &ShardLayout, mut parts: Vec<HostArray>) -> HostArray {

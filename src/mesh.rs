@@ -339,6 +339,7 @@ impl Mesh {
 /// The extent along each axis of a block of `k` consecutive grid positions starting at a
 /// multiple of `k`, when the block is a sub-grid: walking the axes inward, each is either whole
 /// within the block or cut into equal runs (the axes outside it then fixed). `None` otherwise.
+#[cfg(any(feature = "mpi", test))]
 fn local_extent(axes: &[(&str, usize)], k: usize) -> Option<Vec<(String, usize)>> {
     let mut rem = k;
     let mut out = Vec::with_capacity(axes.len());
@@ -737,6 +738,7 @@ impl NamedSharding {
 
     /// The devices whose blocks make up the array once each (the first holder of every block), in
     /// the row-major order of the block grid.
+    #[cfg(feature = "mpi")]
     pub(crate) fn distinct_blocks(&self, rank: usize) -> Vec<usize> {
         let grid: Vec<usize> = (0..rank).map(|d| self.parts(d)).collect();
         let count: usize = grid.iter().product();
