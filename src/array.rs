@@ -102,7 +102,7 @@ impl ShardLayout {
 }
 
 /// A layout given by reference (`&ShardLayout::Stacked { axis: 0 }`), as
-/// [`Array::from_process_local`] takes it.
+/// `Array::from_process_local` (feature `mpi`) takes it.
 impl From<&ShardLayout> for ShardLayout {
     fn from(l: &ShardLayout) -> ShardLayout {
         l.clone()

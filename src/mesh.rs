@@ -249,12 +249,12 @@ impl Mesh {
         })
     }
 
-    /// Does the mesh span processes ([`Mesh::from_global`] with more than one process)?
+    /// Does the mesh span processes (`Mesh::from_global`, feature `mpi`, with more than one process)?
     pub fn is_spanning(&self) -> bool {
         self.inner.span.is_some()
     }
 
-    /// The global device ids ([`crate::distributed::devices`]) in grid order, for a mesh spanning
+    /// The global device ids (`distributed::devices()`, feature `mpi`) in grid order, for a mesh spanning
     /// processes; for a mesh within one process, the positions `0..size`.
     pub fn device_ids(&self) -> Vec<usize> {
         match &self.inner.span {
@@ -769,7 +769,7 @@ impl NamedSharding {
     }
 
     /// The same spec over this process's part of the mesh ([`Mesh::local_mesh`]): how a
-    /// process's part of a spanning array ([`crate::Array::process_local`]) is laid out.
+    /// process's part of a spanning array (`Array::process_local`, feature `mpi`) is laid out.
     pub fn local(&self) -> NamedSharding {
         NamedSharding {
             mesh: self.mesh.local_mesh(),
