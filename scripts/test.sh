@@ -75,10 +75,20 @@ run_step() {
     local dt=$(( $(date +%s) - t0 )) dc=$(( CPU_NOW - c0 ))
     if (( rc != 0 )); then
         printf '\nFAILED at step "%s" (exit %d, %ds): %s\n' "$name" "$rc" "$dt" "$*" >&2
+        disk_report >&2
         exit "$rc"
     fi
     TIMINGS+=("$(printf '%-34s %5ds  (cpu %ds)' "$name" "$dt" "$dc")")
     printf '[time] %s: %ds (cpu %ds)\n' "$name" "$dt" "$dc"
+}
+
+# The build's disk use and what is left: a failed link is often a full disk, and the linker's
+# own message can be cut from the log.
+disk_report() {
+    local target=${CARGO_TARGET_DIR:-target}
+    printf '[disk] %s: %s; free on its filesystem: %s\n' "$target" \
+        "$(du -sh "$target" 2>/dev/null | cut -f1)" \
+        "$(df -h --output=avail "$target" 2>/dev/null | tail -1 | tr -d ' ')"
 }
 
 as_root() {
@@ -401,4 +411,5 @@ printf '\n==> timings\n'
 printf '    %s\n' "${TIMINGS[@]}"
 child_cpu
 printf '    %-34s %5ds  (cpu %ds)\n' "total" "$(( $(date +%s) - T_START ))" "$CPU_NOW"
+disk_report
 log "all steps OK"
