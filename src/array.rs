@@ -81,23 +81,25 @@ impl ShardLayout {
     /// The same placement as a [`NamedSharding`] over `devices`: one-axis layouts get a mesh with
     /// one axis named `"shard"` (a stacked axis is split into blocks of one entry).
     pub fn to_named(&self, devices: &[Device], rank: usize) -> Result<NamedSharding> {
-        let one_axis = |axis: Option<usize>| -> Result<NamedSharding> {
-            let mesh = Mesh::new(devices, &[("shard", devices.len())])?;
-            let mut entries = vec![SpecEntry::Replicated; axis.map_or(0, |a| a + 1)];
-            if let Some(a) = axis {
-                entries[a] = SpecEntry::from("shard");
-            }
-            NamedSharding::new(&mesh, PartitionSpec::new(entries))
-        };
         match self {
-            ShardLayout::Stacked { axis } | ShardLayout::Blocks { axis } if *axis < rank => {
-                one_axis(Some(*axis))
-            }
-            ShardLayout::Stacked { .. } | ShardLayout::Blocks { .. } | ShardLayout::Replicated => {
-                one_axis(None)
-            }
             ShardLayout::Named(s) => Ok(s.clone()),
+            _ => self.on_shard_axis(&Mesh::new(devices, &[("shard", devices.len())])?, rank),
         }
+    }
+
+    /// A one-axis layout as a [`NamedSharding`] over `mesh`, whose one axis is `"shard"`.
+    pub(crate) fn on_shard_axis(&self, mesh: &Mesh, rank: usize) -> Result<NamedSharding> {
+        let axis = match self {
+            ShardLayout::Stacked { axis } | ShardLayout::Blocks { axis } if *axis < rank => {
+                Some(*axis)
+            }
+            _ => None,
+        };
+        let mut entries = vec![SpecEntry::Replicated; axis.map_or(0, |a| a + 1)];
+        if let Some(a) = axis {
+            entries[a] = SpecEntry::from("shard");
+        }
+        NamedSharding::new(mesh, PartitionSpec::new(entries))
     }
 }
 
@@ -256,19 +258,29 @@ impl Array {
     }
     /// How the array is placed over devices, as a [`NamedSharding`] (JAX's `Array.sharding`): for
     /// arrays placed with one or made by `shard_map` over a mesh, that sharding; for the outputs of
-    /// `pmap` and one-axis `shard_map`, the same placement over a one-axis mesh named `"shard"`.
-    /// None for host and single-device arrays.
+    /// `pmap` and one-axis `shard_map`, the same placement over a one-axis mesh named `"shard"`
+    /// (spanning every process's devices, process by process, when the array spans processes:
+    /// feature `mpi`). None for host and single-device arrays.
     pub fn sharding(&self) -> Option<NamedSharding> {
         match &self.inner.storage {
             Storage::Sharded {
                 layout, devices, ..
-            } => layout.to_named(devices, self.ndim()).ok(),
+            } => {
+                #[cfg(feature = "mpi")]
+                if !matches!(layout, ShardLayout::Named(_)) && !self.is_fully_addressable() {
+                    return crate::distributed::spanning_sharding(layout, devices, self.ndim())
+                        .ok();
+                }
+                layout.to_named(devices, self.ndim()).ok()
+            }
             _ => None,
         }
     }
     /// Place the array as `sharding` says (what [`crate::device_put`] does with a
     /// [`NamedSharding`]): each mesh device receives its block. Free when the array is already
-    /// placed that way; otherwise the value is gathered once and its blocks uploaded.
+    /// placed that way; otherwise the value is gathered once and its blocks uploaded. An array
+    /// spanning processes (feature `mpi`) is gathered over MPI first, as
+    /// `distributed::process_allgather` does: every process must then make the same call.
     pub fn to_sharding(&self, sharding: &NamedSharding) -> Result<Array> {
         sharding.shard_shape_for("device_put", self.shape(), None)?;
         if self
@@ -284,6 +296,12 @@ impl Array {
                 ));
             }
         }
+        #[cfg(feature = "mpi")]
+        let h = match self.is_fully_addressable() {
+            true => host_data(self)?,
+            false => host_data(&crate::distributed::process_allgather(self)?)?,
+        };
+        #[cfg(not(feature = "mpi"))]
         let h = host_data(self)?;
         // On a mesh spanning processes each process places its own devices' blocks.
         let offset = sharding.mesh().offset();

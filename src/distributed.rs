@@ -867,10 +867,42 @@ impl Array {
     }
 }
 
-/// `args` with every array that spans processes replaced by its [`Array::process_local`] part,
-/// for a one-axis parallel call (`pmap` when `!split`, else split `shard_map`) mapping `mapped`
-/// (`None`: a mesh call). A spanning argument must be laid out as the call maps it, on a call
-/// without a mesh; otherwise [`Error::BadParallelArg`].
+/// [`Array::sharding`] of a one-axis `layout` spanning the processes whose shards here are on
+/// `local`: the axis `"shard"` runs over every process's devices at the same local positions,
+/// process by process (as a parallel call across processes lays them out).
+pub(crate) fn spanning_sharding(
+    layout: &ShardLayout,
+    local: &[Device],
+    rank: usize,
+) -> Result<crate::NamedSharding> {
+    let op = "Array::sharding";
+    let here = local_devices()?;
+    let global = devices()?;
+    let mut list = Vec::with_capacity(local.len() * process_count());
+    for p in 0..process_count() {
+        for d in local {
+            let i = here
+                .iter()
+                .position(|h| crate::exec::same_device(h, d))
+                .ok_or_else(|| failure(op, "a shard is on a device of another runtime"))?;
+            let g = global
+                .iter()
+                .find(|g| g.process_index == p && g.local_index == i)
+                .ok_or_else(|| failure(op, format!("process {p} has no local device {i}")))?;
+            list.push(g.clone());
+        }
+    }
+    let mesh = crate::Mesh::from_global(&list, &[("shard", list.len())])?;
+    layout.on_shard_axis(&mesh, rank)
+}
+
+/// `args` with every array that spans processes replaced by its part on this process, for a
+/// one-axis parallel call (`pmap` when `!split`, else split `shard_map`) mapping `mapped`
+/// (`None`: a mesh call). An argument laid out as the call maps it gives its
+/// [`Array::process_local`] part, and a mesh call takes a [`crate::NamedSharding`] as it is
+/// (placing it anew if the call's spec differs). Any other spanning argument is resharded: it is
+/// gathered over MPI ([`process_allgather`]) and this process takes its rows of the mapped axis
+/// (the whole value when the call does not map it over the processes' devices).
 pub(crate) fn local_args(
     op: &'static str,
     args: &[Array],
@@ -890,22 +922,38 @@ pub(crate) fn local_args(
             (Some(Some(axis)), true) => Some(ShardLayout::Blocks { axis }),
             _ => None,
         };
-        let have = a.shard_layout();
-        if want.is_none() || have != want {
+        if want.is_some() && a.shard_layout() == want {
+            out.push(a.process_local());
+            continue;
+        }
+        let whole = process_allgather(a)?;
+        let axis = match want {
+            Some(ShardLayout::Stacked { axis } | ShardLayout::Blocks { axis }) => axis,
+            _ => {
+                out.push(whole);
+                continue;
+            }
+        };
+        // This process's rows: the same share of the mapped axis on every process.
+        let (size, count) = (a.shape().get(axis).copied().unwrap_or(0), process_count());
+        if size % count != 0 {
             return Err(Error::BadParallelArg {
                 op,
                 detail: format!(
-                    "argument {i} spans the processes ({:?}, shape {:?}) but this call {}: map the axis it is laid out on (pmap takes ShardLayout::Stacked, split-mode shard_map ShardLayout::Blocks, a mesh call a NamedSharding over its spanning mesh), or gather it first (distributed::process_allgather)",
-                    have.expect("a spanning array is sharded"),
+                    "argument {i} (shape {:?}, laid out as {:?}) spans the processes and is resharded for this call, which maps its axis {axis}: {size} entries do not split evenly over {count} processes; make that axis a multiple of {count}",
                     a.shape(),
-                    match want {
-                        Some(w) => format!("maps it as {w:?}"),
-                        None => "does not map it over the processes' devices".into(),
-                    }
+                    a.shard_layout().expect("a spanning array is sharded"),
                 ),
             });
         }
-        out.push(a.process_local());
+        let rows = size / count;
+        let h = crate::array::host_data(&whole)?;
+        out.push(Array::from_host(take_block(
+            &h,
+            axis,
+            process_index() * rows,
+            rows,
+        )));
     }
     Ok(out)
 }

@@ -301,6 +301,81 @@ fn global_arrays(
         "g_blocks_psum * {:016x}",
         fingerprint(&sum.data.to_bytes())
     ));
+    // Arguments laid out otherwise than the call maps them are resharded (gathered over MPI,
+    // then each process takes its part): the stacked `x` cut into blocks by a split shard_map,
+    // `xb` broadcast whole to a pmap that does not map it, `x` placed over a mesh of every
+    // device that cuts its second axis, and that array fed to a mesh call cutting the first.
+    let sum_s = s.call(std::slice::from_ref(&x))?.remove(0).to_host()?;
+    lines.push(format!(
+        "g_reshard_split * {:016x}",
+        fingerprint(&sum_s.data.to_bytes())
+    ));
+    let bcast = pmap(|a: &[Tensor]| vec![&a[0] * &a[1].sum(0i64, false)])
+        .axis_name("i")
+        .in_axes(&[Some(0), None])
+        .devices(devices)
+        .call(&[x.clone(), xb.clone()])?
+        .remove(0);
+    let mesh = match spanning {
+        true => Mesh::new_global(&[("data", total)])?,
+        false => Mesh::new(devices, &[("data", total)])?,
+    };
+    let cut = NamedSharding::new(&mesh, P![None, "data"])?;
+    let y = x.to_sharding(&cut)?;
+    for (name, a) in [("g_reshard_bcast", &bcast), ("g_reshard_mesh", &y)] {
+        for (d, s) in a.shards().expect("sharded").iter().enumerate() {
+            lines.push(format!(
+                "{name} {} {:016x}",
+                offset + d,
+                fingerprint(&s.to_host()?.data.to_bytes())
+            ));
+        }
+    }
+    let rows = shard_map(|a: &[Tensor]| vec![psum(&a[0].sum(0i64, false), "data")])
+        .mesh(&mesh)
+        .in_specs(&[P!["data"]])
+        .out_specs(&[P![]])
+        .call(std::slice::from_ref(&y))?
+        .remove(0)
+        .to_host()?;
+    lines.push(format!(
+        "g_reshard_mesh_sum * {:016x}",
+        fingerprint(&rows.data.to_bytes())
+    ));
+    if spanning {
+        let check = |ok: bool, what: String| {
+            if !ok {
+                fail(brigade::Error::ProcessFailure {
+                    op: "global_arrays test",
+                    detail: what,
+                })
+            }
+        };
+        // The sharding of a one-axis global array spans every process's devices.
+        for (name, a, block) in [
+            ("x", &x, vec![1, 4, 3]),
+            ("xb", &xb, vec![4, 3]),
+            ("pmap output", &outs[0], vec![1, 4, 3]),
+        ] {
+            let sh = a.sharding().expect("a sharded array has a sharding");
+            check(
+                sh.mesh().size() == total
+                    && sh.mesh().is_spanning()
+                    && sh.mesh().devices().len() == n
+                    && sh.shard_shape(a.shape())? == block,
+                format!(
+                    "{name}: sharding over {} devices (spanning {}), blocks {:?}",
+                    sh.mesh().size(),
+                    sh.mesh().is_spanning(),
+                    sh.shard_shape(a.shape())
+                ),
+            );
+        }
+        check(
+            y.sharding().is_some_and(|s| s == cut) && !y.is_fully_addressable(),
+            "the resharded array has the sharding it was given".into(),
+        );
+    }
     // The whole values, on every process.
     for (name, a) in [("g_whole", &x), ("g_blocks_whole", &xb)] {
         let whole = brigade::distributed::process_allgather(a)?.to_host()?;
@@ -902,8 +977,9 @@ fn process_local_arrays_match_one_process() {
         .expect("one process")
         .into_iter()
         .collect();
-    // psum, all_gather and the chained psum per device, the block sum, four whole values.
-    assert_eq!(want.len(), 3 * 4 + 5, "reference lines: {want:#?}");
+    // Per device: psum, all_gather, the chained psum and two resharded values; the block sum,
+    // two sums of resharded arguments and four whole values.
+    assert_eq!(want.len(), 5 * 4 + 7, "reference lines: {want:#?}");
     let run = run_workers(2, "cpu:2", "global", "60");
     assert!(
         run.success,

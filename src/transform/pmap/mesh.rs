@@ -331,7 +331,12 @@ where
         for (x, s) in traced.zip(shardings) {
             let in_place = x.sharding().is_some_and(|t| t.same_placement(s, x.ndim()))
                 && !matches!(x.shard_layout(), Some(ShardLayout::Stacked { .. }));
-            let placed = if x.host().is_some() || in_place {
+            // An array spanning processes is gathered over MPI by `to_sharding` itself.
+            #[cfg(feature = "mpi")]
+            let spanning = !x.is_fully_addressable();
+            #[cfg(not(feature = "mpi"))]
+            let spanning = false;
+            let placed = if x.host().is_some() || in_place || spanning {
                 x.to_sharding(s)?
             } else {
                 // Read back once (awaited, so this works in the browser too), then cut.
