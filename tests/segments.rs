@@ -436,3 +436,68 @@ fn pmap_and_psum_over_segmented_shards() {
         assert_close(&host(o), &host(w), Tol::REDUCE, &format!("output {k}"));
     }
 }
+
+/// A kernel over an array larger than one binding binds views of the array's buffer, which the
+/// read gate must see as that buffer: while `read_with` holds it mapped (lavapipe maps reads in
+/// place), the same kernel inside the closure is refused with the typed error naming
+/// `read_with`, and one from another thread waits for the read to end (wgpu rejects a submit
+/// that uses a mapped buffer) and then agrees with the host-computed values.
+#[test]
+fn segmented_kernels_wait_for_a_mapped_read_of_their_input() {
+    let dev = devices()[0].clone();
+    assert!(
+        dev.maps_reads(),
+        "{}: lavapipe maps reads in place",
+        dev.name()
+    );
+    let _g = device_guard(&dev);
+    let n = ODD[0] * ODD[1];
+    let xs = f32s(n, 71, -3.0, 3.0);
+    let x = Array::from_vec(xs.clone(), &ODD)
+        .unwrap()
+        .to_device(&dev)
+        .unwrap();
+    let f = jit(|a: &[Tensor]| vec![&a[0] * 2.0 - 1.0]).on(&dev);
+    let want: Vec<f32> = xs.iter().map(|v| v * 2.0 - 1.0).collect();
+    // Compiled before the read, so that the other thread submits while the buffer is mapped.
+    assert_eq!(
+        f.call(std::slice::from_ref(&x)).unwrap()[0]
+            .to_vec::<f32>()
+            .unwrap(),
+        want
+    );
+    let (start_tx, start_rx) = std::sync::mpsc::channel::<()>();
+    let ((inside, released), (y, done)) = std::thread::scope(|sc| {
+        let (f, x) = (&f, &x);
+        let other = sc.spawn(move || {
+            start_rx.recv().unwrap();
+            let y = f
+                .call(std::slice::from_ref(&x))
+                .and_then(|y| y[0].to_vec::<f32>());
+            (y, std::time::Instant::now())
+        });
+        let read = x
+            .read_with(|s: &[f32]| {
+                assert_eq!(s.len(), n);
+                start_tx.send(()).unwrap();
+                let inside = f
+                    .call(std::slice::from_ref(&x))
+                    .and_then(|y| y[0].to_vec::<f32>());
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                (inside, std::time::Instant::now())
+            })
+            .unwrap();
+        (read, other.join().unwrap())
+    });
+    match inside {
+        Err(Error::Transfer { detail, .. }) => assert!(detail.contains("read_with"), "{detail}"),
+        other => {
+            panic!("a segmented kernel inside read_with: want a Transfer error, got {other:?}")
+        }
+    }
+    assert_eq!(y.unwrap(), want, "the other thread's kernel");
+    assert!(
+        done >= released,
+        "the other thread's kernel finished while the read held its input"
+    );
+}

@@ -1728,15 +1728,14 @@ impl<'a> Recorder<'_, 'a> {
             record(&mut enc, dispatches, live_of, groups, pending);
             let cmd = enc.finish();
             // Not while another thread's read has one of these buffers mapped (see `transfer.rs`).
-            let uses = |k: usize| {
+            let uses = |k: &super::transfer::GateKey| {
                 pending.iter().any(|c| match c {
                     Command::Dispatch(d) => dispatches[*d]
                         .buffers
                         .iter()
-                        .any(|b| super::transfer::gate_key(b) == k),
+                        .any(|b| super::transfer::gate_uses(b, k)),
                     Command::Copy(c) => {
-                        super::transfer::gate_key(c.src) == k
-                            || super::transfer::gate_key(c.dst) == k
+                        super::transfer::gate_uses(c.src, k) || super::transfer::gate_uses(c.dst, k)
                     }
                 })
             };
@@ -1913,15 +1912,14 @@ impl Device {
             .collect();
         // Not while another thread's read has one of these buffers mapped: they are marked
         // shared, so no read maps them from now on, and none still does when this returns.
-        let uses = |k: usize| {
+        let uses = |k: &super::transfer::GateKey| {
             dispatches
                 .iter()
                 .flat_map(|d| d.buffers.iter())
-                .any(|b| super::transfer::gate_key(b) == k)
+                .any(|b| super::transfer::gate_uses(b, k))
                 || live.iter().any(|c| match c {
                     Command::Copy(c) => {
-                        super::transfer::gate_key(c.src) == k
-                            || super::transfer::gate_key(c.dst) == k
+                        super::transfer::gate_uses(c.src, k) || super::transfer::gate_uses(c.dst, k)
                     }
                     Command::Dispatch(_) => false,
                 })

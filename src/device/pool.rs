@@ -443,7 +443,7 @@ impl DeviceBuffer {
     }
 
     /// Every wgpu buffer this one uses (its parts, or the one buffer).
-    fn wgpu_buffers(&self) -> impl Iterator<Item = &wgpu::Buffer> {
+    pub(crate) fn wgpu_buffers(&self) -> impl Iterator<Item = &wgpu::Buffer> {
         let one = self.parts.is_empty().then_some(&self.buffer);
         one.into_iter().chain(self.parts.iter().map(|p| &p.buffer))
     }

@@ -66,25 +66,29 @@ struct Part {
     source: Source,
 }
 
-/// The buffer key a [`MapGate`] tracks: the address of the [`DeviceBuffer`] (stable while it is
-/// alive; a read holds its `Arc`, a submit borrows it).
-pub(crate) fn gate_key(buf: &DeviceBuffer) -> usize {
-    buf as *const DeviceBuffer as usize
+/// What a [`MapGate`] tracks: the wgpu buffers themselves (a handle compares equal to its
+/// clones), so that a view binding a range of a mapped buffer, or one part of an array stored in
+/// parts, is seen to use it.
+pub(crate) type GateKey = wgpu::Buffer;
+
+/// Does `buf` use the mapped buffer `key` (as itself, a view of it, or one of its parts)?
+pub(crate) fn gate_uses(buf: &DeviceBuffer, key: &GateKey) -> bool {
+    buf.wgpu_buffers().any(|b| b == key)
 }
 
 /// Keeps submissions off storage buffers that a mapped read has mapped (see the module docs).
 #[derive(Default)]
 pub(crate) struct MapGate {
-    /// Keys of the buffers mapped now (or about to be), one entry per holder.
-    mapped: std::sync::Mutex<Vec<usize>>,
+    /// The buffers mapped now (or about to be), one entry per holder.
+    mapped: std::sync::Mutex<Vec<GateKey>>,
     unmapped: std::sync::Condvar,
 }
 
 impl MapGate {
     fn wait<'a>(
         &self,
-        mut g: std::sync::MutexGuard<'a, Vec<usize>>,
-    ) -> std::sync::MutexGuard<'a, Vec<usize>> {
+        mut g: std::sync::MutexGuard<'a, Vec<GateKey>>,
+    ) -> std::sync::MutexGuard<'a, Vec<GateKey>> {
         g = self.unmapped.wait(g).unwrap_or_else(|e| e.into_inner());
         g
     }
@@ -96,14 +100,14 @@ impl MapGate {
     /// of those buffers mapped.
     pub(crate) fn unmapped<T>(
         &self,
-        uses: impl Fn(usize) -> bool,
+        uses: impl Fn(&GateKey) -> bool,
         f: impl FnOnce() -> T,
     ) -> std::result::Result<T, MappedHere> {
         let mut g = super::gpu::lock(&self.mapped);
-        if g.iter().any(|&k| uses(k)) && held_here(&uses) {
+        if g.iter().any(&uses) && held_here(&uses) {
             return Err(MappedHere);
         }
-        while g.iter().any(|&k| uses(k)) {
+        while g.iter().any(&uses) {
             g = self.wait(g);
         }
         let out = f();
@@ -114,9 +118,9 @@ impl MapGate {
     /// Mark `keys` mapped, waiting while another read holds any of them. All at once, so two
     /// reads of overlapping buffers never hold one each while waiting for the other. Refused
     /// when this thread's read closure holds one of them already.
-    fn hold(&self, keys: &[usize]) -> std::result::Result<(), MappedHere> {
+    fn hold(&self, keys: &[GateKey]) -> std::result::Result<(), MappedHere> {
         let mut g = super::gpu::lock(&self.mapped);
-        if held_here(|k| keys.contains(&k)) {
+        if held_here(|k| keys.contains(k)) {
             return Err(MappedHere);
         }
         while g.iter().any(|k| keys.contains(k)) {
@@ -127,7 +131,7 @@ impl MapGate {
     }
 
     /// Undo [`MapGate::hold`] (after the buffers were unmapped) and wake the waiters.
-    fn release(&self, keys: &[usize]) {
+    fn release(&self, keys: &[GateKey]) {
         let mut g = super::gpu::lock(&self.mapped);
         for k in keys {
             if let Some(i) = g.iter().position(|x| x == k) {
@@ -161,19 +165,19 @@ impl MappedHere {
 thread_local! {
     /// The buffers mapped in place for the read closure this thread is running now (a
     /// closure runs synchronously, so no other task can be on this thread meanwhile).
-    static CLOSURE_HOLDS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    static CLOSURE_HOLDS: std::cell::RefCell<Vec<GateKey>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// True when the running read closure of this thread holds a buffer for which `uses` is true.
-fn held_here(uses: impl Fn(usize) -> bool) -> bool {
-    CLOSURE_HOLDS.with(|h| h.borrow().iter().any(|&k| uses(k)))
+fn held_here(uses: impl Fn(&GateKey) -> bool) -> bool {
+    CLOSURE_HOLDS.with(|h| h.borrow().iter().any(uses))
 }
 
 /// Marks `keys` as held by this thread's read closure until dropped (also on a panic in it).
 struct ClosureHolds(usize);
 
 impl ClosureHolds {
-    fn enter(keys: &[usize]) -> ClosureHolds {
+    fn enter(keys: &[GateKey]) -> ClosureHolds {
         CLOSURE_HOLDS.with(|h| h.borrow_mut().extend_from_slice(keys));
         ClosureHolds(keys.len())
     }
@@ -201,8 +205,9 @@ struct DirectMaps {
 }
 
 impl DirectMaps {
-    fn keys(&self) -> Vec<usize> {
-        self.buffers.iter().map(|(b, _)| gate_key(b)).collect()
+    fn keys(&self) -> Vec<GateKey> {
+        // A buffer mapped in place is one wgpu buffer (an array in parts maps each part).
+        self.buffers.iter().map(|(b, _)| b.buffer.clone()).collect()
     }
 }
 
@@ -350,10 +355,9 @@ impl Device {
             false
         };
         if !staged {
-            let key = gate_key(buf);
             let (res, err) = gpu.capture(|| {
                 gpu.unmapped(
-                    |k| k == key,
+                    |k| gate_uses(buf, k),
                     || gpu.queue.write_buffer(&buf.buffer, buf.offset, bytes),
                 )
             });
@@ -439,9 +443,8 @@ impl Device {
                     });
                 enc.copy_buffer_to_buffer(&staging, 0, &buf.buffer, buf.offset, n);
                 let cmd = enc.finish();
-                let key = gate_key(buf);
                 held = gpu
-                    .unmapped(|k| k == key, || gpu.queue.submit([cmd]))
+                    .unmapped(|k| gate_uses(buf, k), || gpu.queue.submit([cmd]))
                     .is_err();
             }
             // Map again right away: it completes once the copy has run, ready for the next write.
@@ -597,7 +600,7 @@ impl Device {
         let mut groups: Vec<u64> = Vec::new();
         // (src, staging, offset, bytes); a buffer stored in parts gives one copy per part.
         let mut copies: Vec<((wgpu::Buffer, u64), usize, u64, u64)> = Vec::new();
-        let mut keys: Vec<usize> = Vec::new();
+        let mut sources: Vec<&DeviceBuffer> = Vec::new();
         for (i, (buf, dtype, len)) in reads.iter().copied().enumerate() {
             self.check_owner(buf, "download")?;
             if dtype == DType::F64 {
@@ -658,7 +661,7 @@ impl Device {
                 parts.push(Part { dtype, len, source });
                 continue;
             }
-            keys.push(gate_key(buf));
+            sources.push(buf);
             let mut pieces = Vec::new();
             for (src, at, n) in buf.pieces(0, bytes) {
                 let fits = groups.last().is_some_and(|&used| used + n <= max_staging);
@@ -734,7 +737,10 @@ impl Device {
             }
             let cmd = enc.finish();
             // A source another thread's mapped read has mapped cannot be copied until unmapped.
-            gpu.unmapped(|k| keys.contains(&k), || gpu.queue.submit([cmd]))?;
+            gpu.unmapped(
+                |k| sources.iter().any(|b| gate_uses(b, k)),
+                || gpu.queue.submit([cmd]),
+            )?;
             Ok(buffers
                 .into_iter()
                 .zip(&groups)
@@ -769,7 +775,7 @@ impl super::gpu::Gpu {
     /// buffer for which `uses` is true is mapped by a read; just `f` on devices without one.
     pub(crate) fn unmapped<T>(
         &self,
-        uses: impl Fn(usize) -> bool,
+        uses: impl Fn(&GateKey) -> bool,
         f: impl FnOnce() -> T,
     ) -> std::result::Result<T, MappedHere> {
         match &self.map_gate {
@@ -1008,7 +1014,7 @@ pub(crate) async fn read_mapped_pieces<R>(
             }
         }
         // Work inside `f` that needs one of these buffers is refused, not left waiting.
-        let keys: Vec<usize> = pending.iter().flat_map(|(p, _)| p.direct.keys()).collect();
+        let keys: Vec<GateKey> = pending.iter().flat_map(|(p, _)| p.direct.keys()).collect();
         let _holds = ClosureHolds::enter(&keys);
         f(&pieces)
     };
