@@ -472,7 +472,7 @@ fn segmented_kernels_wait_for_a_mapped_read_of_their_input() {
         let other = sc.spawn(move || {
             start_rx.recv().unwrap();
             let y = f
-                .call(std::slice::from_ref(&x))
+                .call(std::slice::from_ref(x))
                 .and_then(|y| y[0].to_vec::<f32>());
             (y, std::time::Instant::now())
         });
@@ -481,7 +481,7 @@ fn segmented_kernels_wait_for_a_mapped_read_of_their_input() {
                 assert_eq!(s.len(), n);
                 start_tx.send(()).unwrap();
                 let inside = f
-                    .call(std::slice::from_ref(&x))
+                    .call(std::slice::from_ref(x))
                     .and_then(|y| y[0].to_vec::<f32>());
                 std::thread::sleep(std::time::Duration::from_millis(300));
                 (inside, std::time::Instant::now())
