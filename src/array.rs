@@ -258,9 +258,11 @@ impl Array {
     }
     /// How the array is placed over devices, as a [`NamedSharding`] (JAX's `Array.sharding`): for
     /// arrays placed with one or made by `shard_map` over a mesh, that sharding; for the outputs of
-    /// `pmap` and one-axis `shard_map`, the same placement over a one-axis mesh named `"shard"`
-    /// (spanning every process's devices, process by process, when the array spans processes:
-    /// feature `mpi`). None for host and single-device arrays.
+    /// `pmap` and one-axis `shard_map`, the same placement over a one-axis mesh named `"shard"`.
+    /// When the array spans processes (feature `mpi`) that mesh runs over every process's devices,
+    /// process by process, taking each process's devices at the local positions this process
+    /// used (the same program runs on every process). None for host and single-device arrays
+    /// (and for shards on devices of a runtime other than the one `distributed` was started on).
     pub fn sharding(&self) -> Option<NamedSharding> {
         match &self.inner.storage {
             Storage::Sharded {

@@ -729,9 +729,10 @@ impl Array {
     ///   [`Error::UnevenShard`] naming the dimension, its size and the padding that works.
     ///
     /// Every process calls it with the same shapes. Read the result whole only when replicated
-    /// (else [`Error::NotFullyAddressable`]); its [`Array::shards`] are this process's; pass it
-    /// to a `pmap` / split `shard_map` that maps the same axis. Before [`initialize`] (one
-    /// process) it is an ordinary sharded array over [`crate::devices`].
+    /// (else [`Error::NotFullyAddressable`]); its [`Array::shards`] are this process's. A `pmap`
+    /// / split `shard_map` that maps the same axis takes this process's part as it is; any other
+    /// call reshards it (gathered over MPI, so every process makes that call). Before
+    /// [`initialize`] (one process) it is an ordinary sharded array over [`crate::devices`].
     ///
     /// ```no_run
     /// # use brigade::{Array, ShardLayout};
@@ -898,56 +899,63 @@ pub(crate) fn spanning_sharding(
 
 /// `args` with every array that spans processes replaced by its part on this process, for a
 /// one-axis parallel call (`pmap` when `!split`, else split `shard_map`) mapping `mapped`
-/// (`None`: a mesh call). An argument laid out as the call maps it gives its
-/// [`Array::process_local`] part, and a mesh call takes a [`crate::NamedSharding`] as it is
+/// (`None`: a mesh call), whose static arguments are `statics`. An argument laid out in
+/// one-axis blocks of the axis the call maps gives its [`Array::process_local`] part (this
+/// process's rows either way), and a mesh call takes a [`crate::NamedSharding`] as it is
 /// (placing it anew if the call's spec differs). Any other spanning argument is resharded: it is
 /// gathered over MPI ([`process_allgather`]) and this process takes its rows of the mapped axis
-/// (the whole value when the call does not map it over the processes' devices).
+/// (the whole value when the call does not map it over the processes' devices, or it is static).
 pub(crate) fn local_args(
     op: &'static str,
     args: &[Array],
     mapped: Option<&[Option<usize>]>,
     split: bool,
+    statics: &[usize],
 ) -> Result<Vec<Array>> {
     let mut out = Vec::with_capacity(args.len());
     for (i, a) in args.iter().enumerate() {
+        let is_static = statics.contains(&i);
         // A mesh call places blocks over a spanning mesh as they are.
         let named = matches!(a.shard_layout(), Some(ShardLayout::Named(_)));
-        if a.is_fully_addressable() || (mapped.is_none() && named) {
+        if a.is_fully_addressable() || (mapped.is_none() && named && !is_static) {
             out.push(a.clone());
             continue;
         }
-        let want = match (mapped.map(|m| m[i]), split) {
-            (Some(Some(axis)), false) => Some(ShardLayout::Stacked { axis }),
-            (Some(Some(axis)), true) => Some(ShardLayout::Blocks { axis }),
+        let axis = match mapped.map(|m| m[i]) {
+            Some(Some(axis)) if !is_static => Some(axis),
             _ => None,
         };
-        if want.is_some() && a.shard_layout() == want {
+        let Some(axis) = axis else {
+            out.push(process_allgather(a)?);
+            continue;
+        };
+        // Stacked entries and blocks alike put process p's rows at the p-th share of the axis.
+        if let Some(ShardLayout::Stacked { axis: at } | ShardLayout::Blocks { axis: at }) =
+            a.shard_layout()
+            && at == axis
+        {
             out.push(a.process_local());
             continue;
         }
-        let whole = process_allgather(a)?;
-        let axis = match want {
-            Some(ShardLayout::Stacked { axis } | ShardLayout::Blocks { axis }) => axis,
-            _ => {
-                out.push(whole);
-                continue;
-            }
-        };
         // This process's rows: the same share of the mapped axis on every process.
         let (size, count) = (a.shape().get(axis).copied().unwrap_or(0), process_count());
         if size % count != 0 {
             return Err(Error::BadParallelArg {
                 op,
                 detail: format!(
-                    "argument {i} (shape {:?}, laid out as {:?}) spans the processes and is resharded for this call, which maps its axis {axis}: {size} entries do not split evenly over {count} processes; make that axis a multiple of {count}",
+                    "argument {i} (shape {:?}, laid out as {:?}) spans the processes and is resharded for this call, which maps its axis {axis} {}: {size} entries do not split evenly over {count} processes; make that axis a multiple of {count}",
                     a.shape(),
                     a.shard_layout().expect("a spanning array is sharded"),
+                    if split {
+                        "in blocks"
+                    } else {
+                        "one entry per device"
+                    },
                 ),
             });
         }
         let rows = size / count;
-        let h = crate::array::host_data(&whole)?;
+        let h = crate::array::host_data(&process_allgather(a)?)?;
         out.push(Array::from_host(take_block(
             &h,
             axis,

@@ -92,7 +92,8 @@ impl Placement for NamedSharding {
 }
 
 /// Place `array` on a device or over a mesh (JAX's `jax.device_put`); free when it is already
-/// placed that way.
+/// placed that way. An array spanning processes (feature `mpi`) placed anew is gathered over MPI
+/// first, so every process makes the call.
 ///
 /// ```
 /// use brigade::{device_put, Array, Mesh, NamedSharding, P};

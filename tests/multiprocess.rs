@@ -342,6 +342,19 @@ fn global_arrays(
         "g_reshard_mesh_sum * {:016x}",
         fingerprint(&rows.data.to_bytes())
     ));
+    // That array (blocks over the mesh) fed to a pmap mapping its first axis.
+    let tripled = pmap(|a: &[Tensor]| vec![psum(&(&a[0] * 3.0), "i")])
+        .axis_name("i")
+        .devices(devices)
+        .call(std::slice::from_ref(&y))?
+        .remove(0);
+    for (d, s) in tripled.shards().expect("sharded").iter().enumerate() {
+        lines.push(format!(
+            "g_reshard_named {} {:016x}",
+            offset + d,
+            fingerprint(&s.to_host()?.data.to_bytes())
+        ));
+    }
     if spanning {
         let check = |ok: bool, what: String| {
             if !ok {
@@ -375,6 +388,21 @@ fn global_arrays(
             y.sharding().is_some_and(|s| s == cut) && !y.is_fully_addressable(),
             "the resharded array has the sharding it was given".into(),
         );
+        // A spanning argument whose mapped axis does not split over the processes: the typed
+        // error on every process, before any exchange.
+        let odd = Array::from_vec(data(3 * total, 400), &[3, total])?.to_sharding(&cut)?;
+        let per_device = pmap(|a: &[Tensor]| vec![&a[0] * 2.0])
+            .axis_name("i")
+            .devices(devices)
+            .call(std::slice::from_ref(&odd));
+        match per_device {
+            Err(e @ brigade::Error::BadParallelArg { .. }) => check(
+                e.to_string()
+                    .contains("3 entries do not split evenly over 2 processes"),
+                format!("the error names the sizes: {e}"),
+            ),
+            other => check(false, format!("an uneven reshard: {other:?}")),
+        }
     }
     // The whole values, on every process.
     for (name, a) in [("g_whole", &x), ("g_blocks_whole", &xb)] {
@@ -992,9 +1020,9 @@ fn process_local_arrays_match_one_process() {
         .expect("one process")
         .into_iter()
         .collect();
-    // Per device: psum, all_gather, the chained psum and two resharded values; the block sum,
+    // Per device: psum, all_gather, the chained psum and three resharded values; the block sum,
     // two sums of resharded arguments and four whole values.
-    assert_eq!(want.len(), 5 * 4 + 7, "reference lines: {want:#?}");
+    assert_eq!(want.len(), 6 * 4 + 7, "reference lines: {want:#?}");
     let run = run_workers(2, "cpu:2", "global", "60");
     assert!(
         run.success,

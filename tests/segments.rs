@@ -466,11 +466,22 @@ fn segmented_kernels_wait_for_a_mapped_read_of_their_input() {
             .unwrap(),
         want
     );
+    let program = jit(|a: &[Tensor]| vec![&a[0] * 2.0 - 1.0])
+        .program(std::slice::from_ref(&x), &dev)
+        .unwrap();
+    assert!(
+        program.launches.iter().any(|l| !l.views.is_empty()),
+        "the kernel binds views of its input's buffer"
+    );
+    // The read signals the other thread, which answers just before it calls the kernel; the
+    // read then holds the buffer mapped for 300 ms more.
     let (start_tx, start_rx) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
     let ((inside, released), (y, done)) = std::thread::scope(|sc| {
         let (f, x) = (&f, &x);
         let other = sc.spawn(move || {
             start_rx.recv().unwrap();
+            ready_tx.send(()).unwrap();
             let y = f
                 .call(std::slice::from_ref(x))
                 .and_then(|y| y[0].to_vec::<f32>());
@@ -480,6 +491,7 @@ fn segmented_kernels_wait_for_a_mapped_read_of_their_input() {
             .read_with(|s: &[f32]| {
                 assert_eq!(s.len(), n);
                 start_tx.send(()).unwrap();
+                ready_rx.recv().unwrap();
                 let inside = f
                     .call(std::slice::from_ref(x))
                     .and_then(|y| y[0].to_vec::<f32>());

@@ -20,9 +20,10 @@
 //! under way), and every submit, `write_buffer` and copy checks, under the same lock, that none
 //! of its buffers is marked, waiting until the read has unmapped them. The marks are the wgpu
 //! buffers themselves, so a kernel binding a view of a mapped buffer (one segment of an array
-//! larger than a binding) or one part of an array stored in parts waits too. A read holds its marks only
-//! from the map request to the unmap, inside one await (the map is requested when the read is
-//! awaited, not when it is issued), so the thread that reads never submits while it holds them.
+//! larger than a binding) or one part of an array stored in parts waits too. A read holds its
+//! marks only from the map request to the unmap, inside one await (the map is requested when the
+//! read is awaited, not when it is issued), so the thread that reads never submits while it
+//! holds them.
 //! Buffers an app may use in its own submissions are never mapped (they are read through a
 //! staging copy): exported ones ([`crate::Array::wgpu_buffer`]), imported ones
 //! ([`crate::Array::from_wgpu_buffer`]) and any recorded into an app's encoder (`Jit::encode`),

@@ -545,6 +545,7 @@ where
                     args,
                     mapped.as_deref(),
                     self.mode == ParallelMode::Split,
+                    &self.static_argnums,
                 )?;
                 local_parts.as_slice()
             }
