@@ -162,6 +162,18 @@ fn all_reduces(devices: &[Device], offset: usize) -> Result<Vec<String>> {
     Ok(lines)
 }
 
+/// One line per shard of `a` (global device `offset + d` for shard `d`): `name g fingerprint`.
+fn shard_lines(lines: &mut Vec<String>, name: &str, offset: usize, a: &Array) -> Result<()> {
+    for (d, s) in a.shards().expect("sharded").iter().enumerate() {
+        lines.push(format!(
+            "{name} {} {:016x}",
+            offset + d,
+            fingerprint(&s.to_host()?.data.to_bytes())
+        ));
+    }
+    Ok(())
+}
+
 /// Arrays spanning processes: this process's part of a stacked `[total, 4, 3]` array and of a
 /// `[4 * total, 3]` array in blocks, made global with `Array::from_process_local` when `spanning`
 /// (else `devices` are all the devices and the arrays are built whole, the one-process
@@ -186,17 +198,17 @@ fn global_arrays(
         Array::from_vec(blocks, &[4 * n, 3])?,
     );
     let mut lines = Vec::new();
+    let check = |ok: bool, what: String| {
+        if !ok {
+            fail(brigade::Error::ProcessFailure {
+                op: "global_arrays test",
+                detail: what,
+            })
+        }
+    };
     let (x, xb) = if spanning {
         let x = Array::from_process_local(&x, &ShardLayout::Stacked { axis: 0 })?;
         let xb = Array::from_process_local(&xb, &ShardLayout::Blocks { axis: 0 })?;
-        let check = |ok: bool, what: String| {
-            if !ok {
-                fail(brigade::Error::ProcessFailure {
-                    op: "global_arrays test",
-                    detail: what,
-                })
-            }
-        };
         check(
             x.shape() == [total, 4, 3] && xb.shape() == [4 * total, 3],
             format!("global shapes {:?} {:?}", x.shape(), xb.shape()),
@@ -232,26 +244,12 @@ fn global_arrays(
         .devices(devices);
     let outs = f.call(std::slice::from_ref(&x))?;
     for (name, out) in ["g_psum", "g_all_gather"].iter().zip(&outs) {
-        for (d, s) in out.shards().expect("sharded").iter().enumerate() {
-            lines.push(format!(
-                "{name} {} {:016x}",
-                offset + d,
-                fingerprint(&s.to_host()?.data.to_bytes())
-            ));
-        }
+        shard_lines(&mut lines, name, offset, out)?;
     }
     // pmap's outputs across processes are global arrays: every process's devices' entries,
     // this process holding its own; reading whole is the typed error; gathered whole they are
     // the one-process value; fed to the next pmap as they are.
     if spanning {
-        let check = |ok: bool, what: String| {
-            if !ok {
-                fail(brigade::Error::ProcessFailure {
-                    op: "global_arrays test",
-                    detail: what,
-                })
-            }
-        };
         let out = &outs[0];
         check(
             out.shape() == [total, 4, 3] && !out.is_fully_addressable(),
@@ -285,13 +283,7 @@ fn global_arrays(
         .devices(devices)
         .call(std::slice::from_ref(&outs[0]))?
         .remove(0);
-    for (d, s) in again.shards().expect("sharded").iter().enumerate() {
-        lines.push(format!(
-            "g_again {} {:016x}",
-            offset + d,
-            fingerprint(&s.to_host()?.data.to_bytes())
-        ));
-    }
+    shard_lines(&mut lines, "g_again", offset, &again)?;
     let s = shard_map(|a: &[Tensor]| vec![psum(&a[0].sum(0i64, false), "s")])
         .axis_name("s")
         .out_axes(&[None])
@@ -322,15 +314,8 @@ fn global_arrays(
     };
     let cut = NamedSharding::new(&mesh, P![None, "data"])?;
     let y = x.to_sharding(&cut)?;
-    for (name, a) in [("g_reshard_bcast", &bcast), ("g_reshard_mesh", &y)] {
-        for (d, s) in a.shards().expect("sharded").iter().enumerate() {
-            lines.push(format!(
-                "{name} {} {:016x}",
-                offset + d,
-                fingerprint(&s.to_host()?.data.to_bytes())
-            ));
-        }
-    }
+    shard_lines(&mut lines, "g_reshard_bcast", offset, &bcast)?;
+    shard_lines(&mut lines, "g_reshard_mesh", offset, &y)?;
     let rows = shard_map(|a: &[Tensor]| vec![psum(&a[0].sum(0i64, false), "data")])
         .mesh(&mesh)
         .in_specs(&[P!["data"]])
@@ -348,22 +333,8 @@ fn global_arrays(
         .devices(devices)
         .call(std::slice::from_ref(&y))?
         .remove(0);
-    for (d, s) in tripled.shards().expect("sharded").iter().enumerate() {
-        lines.push(format!(
-            "g_reshard_named {} {:016x}",
-            offset + d,
-            fingerprint(&s.to_host()?.data.to_bytes())
-        ));
-    }
+    shard_lines(&mut lines, "g_reshard_named", offset, &tripled)?;
     if spanning {
-        let check = |ok: bool, what: String| {
-            if !ok {
-                fail(brigade::Error::ProcessFailure {
-                    op: "global_arrays test",
-                    detail: what,
-                })
-            }
-        };
         // The sharding of a one-axis global array spans every process's devices.
         for (name, a, block) in [
             ("x", &x, vec![1, 4, 3]),
