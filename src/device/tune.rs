@@ -46,7 +46,7 @@ pub const TUNE_ENV: &str = "BRIGADE_MATMUL_TUNE";
 /// Read when a program is compiled.
 pub const TEXTURE_ENV: &str = "BRIGADE_MATMUL_TEXTURE";
 /// Bump when the kernel family or the measurement changes: older cached choices are ignored.
-const TUNE_VERSION: u32 = 1;
+const TUNE_VERSION: u32 = 2;
 /// Name of the cache file in the brigade cache directory.
 pub const MATMUL_CACHE_FILE: &str = "matmul-choices-v1.txt";
 /// Problems below this many multiply-adds (128³) are not searched.
@@ -246,13 +246,45 @@ fn device_subgroup(dev: &Device) -> Option<MatmulConfig> {
     })
 }
 
+/// Whether `dev` is a GPU that can run the workgroup-memory member `cfg` (its 256 invocations and
+/// its workgroup memory within the limits). Never on a CPU adapter: llvmpipe and lavapipe run a
+/// workgroup's invocations as loops that every barrier splits, and the search's compile of a
+/// candidate that cannot win costs them 0.1-0.3 s.
+fn shared_runs_on(dev: &Device, cfg: MatmulConfig) -> bool {
+    let Some(d) = wgpu_device(dev) else {
+        return false;
+    };
+    let l = dev.limits();
+    let wg = cfg.workgroup_size();
+    matches!(cfg, MatmulConfig::Shared { .. })
+        && d.adapter_info().device_type != wgpu::DeviceType::Cpu
+        && wg <= l.max_compute_invocations_per_workgroup
+        && wg <= l.max_compute_workgroup_size_x
+        && cfg.workgroup_bytes() <= l.max_compute_workgroup_storage_size
+}
+
+/// The workgroup-memory members to time for `p` on `dev` (none on a CPU adapter): the 128-square
+/// block, then the 64-square one (four times the workgroups, for shapes that fill a GPU
+/// otherwise), each with k steps of 8 where k allows.
+fn device_shared(dev: &Device, p: &MatmulProblem) -> Vec<MatmulConfig> {
+    let bk = if p.k.is_multiple_of(8) { 8 } else { 4 };
+    [8, 4]
+        .into_iter()
+        .map(|tm| MatmulConfig::Shared { tm, bk })
+        .filter(|&c| c.supports(p) && shared_runs_on(dev, c))
+        .collect()
+}
+
 /// The members to time for `p` on `dev`, most promising first (the budget may stop the search
-/// early): the heuristic's, the subgroup member where it runs (2-2.7x the others on lavapipe), then
-/// the other tiled members.
+/// early): the heuristic's, on a GPU the workgroup-memory members, the subgroup member where it
+/// runs (2-2.7x the others on lavapipe), then the other tiled members.
 fn device_candidates(dev: &Device, p: &MatmulProblem) -> Vec<MatmulConfig> {
     let mut out = p.candidates();
     if let Some(sg) = device_subgroup(dev).filter(|c| c.supports(p)) {
         out.insert(1.min(out.len()), sg);
+    }
+    for (i, c) in device_shared(dev, p).into_iter().enumerate() {
+        out.insert((1 + i).min(out.len()), c);
     }
     out
 }
@@ -299,6 +331,7 @@ impl MatmulChooser for DeviceChooser<'_> {
             if let Some(&(cfg, origin)) = ch.map.get(&key) {
                 let runnable = match cfg {
                     MatmulConfig::Subgroup { .. } => subgroup == Some(cfg),
+                    MatmulConfig::Shared { .. } => shared_runs_on(self.dev, cfg),
                     _ => true,
                 };
                 if cfg.supports(p) && runnable {
@@ -467,7 +500,9 @@ mod tests {
         // A damaged line is skipped, the rest kept; another version's file is ignored whole.
         let damaged = text.replace("t4x2k4", "t4x2q4");
         assert_eq!(decode(&damaged), entries[1..].to_vec());
-        assert!(decode(&text.replace("choices v1", "choices v0")).is_empty());
+        assert!(
+            decode(&text.replace(&format!("choices v{TUNE_VERSION}"), "choices v0")).is_empty()
+        );
         assert!(decode("").is_empty());
     }
 
@@ -495,6 +530,7 @@ mod tests {
         use crate::host::HostData;
         let rt = pollster::block_on(crate::device::Runtime::builder().build()).unwrap();
         let mut checked_subgroup = false;
+        let mut checked_shared = 0;
         for dev in rt.devices().iter().filter(|d| !d.is_cpu()) {
             let max_wg = dev.limits().max_compute_workgroups_per_dimension;
             for &(batch, m, k, n) in &[
@@ -565,9 +601,23 @@ mod tests {
                 for (ta, tb) in [(false, false), (false, true), (true, false)] {
                     let p = MatmulProblem { ta, tb, ..plain };
                     let mut members = device_candidates(dev, &p);
-                    // Not a candidate of the search, but it must round alike too.
+                    // Not candidates here (the texture member is never searched, the
+                    // workgroup-memory ones only on GPUs), but they must round alike too.
                     if MatmulConfig::Texture.supports(&p) {
                         members.push(MatmulConfig::Texture);
+                    }
+                    // Both block sizes and both k steps in two members, on the shapes with
+                    // partial blocks, several row blocks and a batch; on GL the batched one only
+                    // (each is a compile of 1-3 s on llvmpipe).
+                    let vulkan = dev.info().backend == "vulkan";
+                    if m == 19 || (m == 130 && vulkan) {
+                        for (tm, bk) in [(8, 8), (4, 4)] {
+                            let w = MatmulConfig::Shared { tm, bk };
+                            if w.supports(&p) && !members.contains(&w) {
+                                members.push(w);
+                                checked_shared += 1;
+                            }
+                        }
                     }
                     for cfg in members {
                         checked_subgroup |= matches!(cfg, MatmulConfig::Subgroup { .. });
@@ -589,11 +639,16 @@ mod tests {
             println!("{}: subgroup member {:?}", dev.name(), device_subgroup(dev));
         }
         println!("subgroup kernel checked: {checked_subgroup}");
+        // Vulkan: 2 shapes x 3 layouts x 2 members.
+        assert!(
+            checked_shared >= 12,
+            "{checked_shared} workgroup-memory kernels checked"
+        );
     }
 
     /// Full-size timings of every candidate and of the search, in one process (the figures of
-    /// docs/PERFORMANCE.md). `MM_SIZES=256,512 [MM_LAYOUTS=all] [MM_BACKEND=vulkan] cargo test
-    /// --lib measure_family -- --ignored --nocapture`.
+    /// docs/PERFORMANCE.md). `MM_SIZES=256,512 [MM_LAYOUTS=all] [MM_BACKEND=vulkan] [MM_SHARED=1]
+    /// cargo test --lib measure_family -- --ignored --nocapture`.
     #[test]
     #[ignore = "a benchmark: minutes on a software adapter"]
     fn measure_family() {
@@ -634,7 +689,17 @@ mod tests {
                     let b = dev.upload(&HostData::F32(v)).unwrap();
                     let c = dev.alloc((n * n * 4) as u64).unwrap();
                     let reps = if n >= 2048 { 2 } else { 4 };
-                    for &cfg in &members {
+                    // `MM_SHARED=1`: the workgroup-memory members too, where they are no candidate.
+                    let mut timed = members.clone();
+                    if std::env::var("MM_SHARED").is_ok() {
+                        for tm in [8, 4] {
+                            let w = MatmulConfig::Shared { tm, bk: 8 };
+                            if w.supports(&p) && !timed.contains(&w) {
+                                timed.push(w);
+                            }
+                        }
+                    }
+                    for &cfg in &timed {
                         let mk = crate::ops::matmul::kernel::kernel(&p, cfg, max_wg);
                         let tc = Instant::now();
                         let k = dev

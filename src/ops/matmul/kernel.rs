@@ -1,6 +1,6 @@
 //! Batched matrix multiply kernels: `C[b] = op(A[b]) @ op(B[b])`, a small family to choose from.
 //!
-//! Three WGSL templates, instantiated by textual substitution of `{{NAME}}` placeholders:
+//! WGSL templates, instantiated by textual substitution of `{{NAME}}` placeholders:
 //!
 //! * `shaders/matmul_tiled.wgsl` — the fast f32 family ([`MatmulConfig::Tiled`]). A, B and C are
 //!   bound as `array<vec4<f32>>`. Each invocation computes a `tm x 4*tc4` block of C
@@ -19,6 +19,11 @@
 //!   block of C per invocation. For SwiftShader (the browser without a GPU), where a storage load
 //!   that differs per lane is a gather per scalar and a texel fetch is one load; only the browser
 //!   takes it by default.
+//! * `shaders/matmul_shared.wgsl` — f32, `nn`/`nt`/`tn`, for GPUs ([`MatmulConfig::Shared`]): a
+//!   workgroup of 256 invocations computes a 64- or 128-square block of C from k slices of A and B
+//!   it stages in workgroup memory (`bk` steps of k per barrier), so each operand element is read
+//!   from storage once per workgroup. Only a device's chooser offers it, and only on adapters that
+//!   are not CPUs.
 //! * `shaders/matmul_generic.wgsl` — any `m, k, n >= 1`, element type `f32`, `i32` or `u32`, either
 //!   operand transposed or not (strides), bound as `array<T>`; a 4 x 4 block of C per invocation from
 //!   scalar loads.
@@ -30,9 +35,10 @@
 //! choice never changes a result; only the generic kernel (`+=` of products, integers wrap) differs,
 //! and it is never a candidate when a tiled member applies.
 //!
-//! No kernel uses workgroup memory or `workgroupBarrier` (barriers are very costly on
-//! llvmpipe/lavapipe, our CI adapter). The tiled and generic ones use 64 invocations per
-//! workgroup (within SwiftShader's 256 limit). Invocations are numbered linearly over
+//! Only the workgroup-memory member uses workgroup memory and `workgroupBarrier` (barriers are
+//! very costly on llvmpipe/lavapipe, our CI adapter, which never gets it offered; the tests run it
+//! there for its values). The tiled and generic ones use 64 invocations per workgroup (within
+//! SwiftShader's 256 limit). Invocations are numbered linearly over
 //! `(batch, column tile, row tile)` with the row tile fastest (adjacent lanes share B's columns;
 //! on llvmpipe this is ~1.4x faster than column-fastest at 2048³ and equal at 1024³); the linear
 //! workgroup index `x + GRID_X * (y + GRID_Y * z)` is folded into three dispatch dimensions so
@@ -53,9 +59,12 @@ const TILED_TEMPLATE: &str = include_str!("../../../shaders/matmul_tiled.wgsl");
 const GENERIC_TEMPLATE: &str = include_str!("../../../shaders/matmul_generic.wgsl");
 const SUBGROUP_TEMPLATE: &str = include_str!("../../../shaders/matmul_subgroup.wgsl");
 const TEXTURE_TEMPLATE: &str = include_str!("../../../shaders/matmul_texture.wgsl");
+const SHARED_TEMPLATE: &str = include_str!("../../../shaders/matmul_shared.wgsl");
 
 /// Invocations per workgroup of every kernel (`@workgroup_size(64, 1, 1)`).
 pub(crate) const MATMUL_WORKGROUP_SIZE: u32 = 64;
+/// Invocations per workgroup of the workgroup-memory member ([`MatmulConfig::Shared`], 16 x 16).
+pub(crate) const SHARED_WORKGROUP_SIZE: u32 = 256;
 /// Rows and columns of C per invocation in the generic kernel.
 const GENERIC_TILE: u64 = 4;
 /// Rows and columns of C per invocation in the texture kernel (8 x 8 invocations a workgroup).
@@ -266,6 +275,12 @@ pub(crate) enum MatmulConfig {
     /// texel fetch is one load); natively only on request ([`MatmulProblem::candidates`] never
     /// offers it).
     Texture,
+    /// `shaders/matmul_shared.wgsl`: f32, `nn`/`nt`/`tn`, for GPUs. 256 invocations a workgroup
+    /// compute a `16 tm` square block of C (`tm` 4 or 8 rows and columns each) from slices of A
+    /// and B staged in workgroup memory, `bk` (4 or 8, dividing k) steps of k per barrier. Only a
+    /// device's chooser offers it, and only on an adapter that is not a CPU
+    /// ([`MatmulProblem::candidates`] never does): on llvmpipe a barrier is costly.
+    Shared { tm: u8, bk: u8 },
 }
 
 impl MatmulConfig {
@@ -276,6 +291,12 @@ impl MatmulConfig {
             MatmulConfig::Texture => p.texture_ok(),
             MatmulConfig::Subgroup { s } => {
                 p.tiled_ok() && p.k.is_multiple_of(4) && matches!(s, 4 | 8 | 16 | 32 | 64)
+            }
+            MatmulConfig::Shared { tm, bk } => {
+                p.tiled_ok()
+                    && matches!(tm, 4 | 8)
+                    && matches!(bk, 4 | 8)
+                    && p.k.is_multiple_of(bk as usize)
             }
             MatmulConfig::Tiled { tm, tc4, ks } => {
                 let ks_ok = match p.layout() {
@@ -298,6 +319,7 @@ impl MatmulConfig {
             MatmulConfig::Tiled { tm, tc4, ks } => format!("t{tm}x{tc4}k{ks}"),
             MatmulConfig::Subgroup { s } => format!("s{s}"),
             MatmulConfig::Texture => TEXTURE_NAME.to_string(),
+            MatmulConfig::Shared { tm, bk } => format!("w{tm}k{bk}"),
         }
     }
 
@@ -308,6 +330,13 @@ impl MatmulConfig {
         }
         if s == TEXTURE_NAME {
             return Some(MatmulConfig::Texture);
+        }
+        if let Some(rest) = s.strip_prefix('w') {
+            let (tm, bk) = rest.split_once('k')?;
+            return Some(MatmulConfig::Shared {
+                tm: tm.parse().ok()?,
+                bk: bk.parse().ok()?,
+            });
         }
         if let Some(size) = s.strip_prefix('s') {
             return Some(MatmulConfig::Subgroup {
@@ -328,7 +357,16 @@ impl MatmulConfig {
     pub(crate) fn workgroup_size(&self) -> u32 {
         match *self {
             MatmulConfig::Subgroup { s } => s as u32,
+            MatmulConfig::Shared { .. } => SHARED_WORKGROUP_SIZE,
             _ => MATMUL_WORKGROUP_SIZE,
+        }
+    }
+
+    /// Bytes of workgroup memory the member declares (only [`MatmulConfig::Shared`] has any).
+    pub(crate) fn workgroup_bytes(&self) -> u32 {
+        match *self {
+            MatmulConfig::Shared { tm, bk } => 2 * bk as u32 * shared_block(tm) * 4,
+            _ => 0,
         }
     }
 
@@ -344,6 +382,10 @@ impl MatmulConfig {
             MatmulConfig::Subgroup { s } => {
                 let s = s as u64;
                 b * m.div_ceil(s) * (n / 4).div_ceil(s) * s
+            }
+            MatmulConfig::Shared { tm, .. } => {
+                let bm = shared_block(tm) as u64;
+                b * m.div_ceil(bm) * n.div_ceil(bm) * SHARED_WORKGROUP_SIZE as u64
             }
             // Whole workgroups of 8 x 8 blocks (the kernel numbers blocks per workgroup).
             MatmulConfig::Texture => {
@@ -500,6 +542,22 @@ pub(crate) fn kernel(
             ]);
             fill(SUBGROUP_TEMPLATE, &values)
         }
+        MatmulConfig::Shared { tm, bk } => {
+            let [setup, loads, body, store] = shared_parts(p.layout(), tm as usize, bk as usize);
+            let bm = shared_block(tm);
+            let mut values = common(4);
+            values.extend([
+                ("BK", bk.to_string()),
+                ("BM", bm.to_string()),
+                ("SLICE", (bk as u32 * bm / 4).to_string()),
+                ("LAYOUT", p.layout().name().to_string()),
+                ("SETUP", setup),
+                ("LOADS", loads),
+                ("BODY", body),
+                ("STORE", store),
+            ]);
+            fill(SHARED_TEMPLATE, &values)
+        }
         MatmulConfig::Texture => {
             let (setup, body, store) = texture_parts();
             let [[aw, ah], [bw, bh]] = p.texture_sizes();
@@ -617,6 +675,166 @@ fn subgroup_parts(layout: Layout, s: usize) -> [String; 5] {
         }
     }
     [setup, accs, loads, fmas, stores]
+}
+
+/// Rows (and columns) of the block of C one workgroup of [`MatmulConfig::Shared`] computes.
+fn shared_block(tm: u8) -> u32 {
+    16 * tm as u32
+}
+
+/// The generated parts of the workgroup-memory kernel: base pointers and accumulators, the copy
+/// of one k slice of op(A) and op(B) into `As`/`Bs`, its `bk` rank-1 updates, and the stores.
+/// Accumulator `acc{i}_{l}_{j}` holds row `row0 + 4 (ty + 16 i) + l`, column vec4
+/// `col0 / 4 + tx + 16 j`. A slice stored along k (A in `nn`/`nt`, B in `nt`) is copied four
+/// rows at a time and transposed in registers, so every store into workgroup memory is a whole
+/// vec4.
+fn shared_parts(layout: Layout, tm: usize, bk: usize) -> [String; 4] {
+    let [mut setup, mut loads, mut body, mut store]: [String; 4] = Default::default();
+    macro_rules! line {
+        ($dst:expr, $($arg:tt)*) => {{ let _ = writeln!($dst, $($arg)*); }};
+    }
+    let wg = SHARED_WORKGROUP_SIZE as usize;
+    let bm4 = shared_block(tm as u8) as usize / 4;
+    let q = tm / 4;
+    // `units` copies spread over the workgroup; `each` writes one (its index is `u`).
+    let spread = |loads: &mut String, units: usize, each: &dyn Fn(&mut String)| {
+        for s in 0..units.div_ceil(wg) {
+            let mut one = String::new();
+            each(&mut one);
+            let u = match s * wg {
+                0 => "lid".to_string(),
+                off => format!("(lid + {off}u)"),
+            };
+            if (s + 1) * wg > units {
+                line!(loads, "        if ({u} < {units}u) {{");
+            } else {
+                line!(loads, "        {{");
+            }
+            line!(loads, "            let u = {u};");
+            loads.push_str(&one);
+            line!(loads, "        }}");
+        }
+    };
+    // Four rows stored along k (`row(j)` the clamped row index, `base` + `row * K4`): one vec4
+    // each at k quad `kq`, transposed into four vec4s of the slice at `k = 4 kq + l`.
+    let along_k = |one: &mut String,
+                   src: &str,
+                   dst: &str,
+                   base: &str,
+                   row: &dyn Fn(usize) -> String| {
+        let kq4 = bk / 4;
+        line!(one, "            let kq = u % {kq4}u;");
+        line!(one, "            let rq = u / {kq4}u;");
+        for j in 0..4 {
+            line!(
+                one,
+                "            let x{j} = {src}[{base} + {} * K4 + k0 / 4u + kq];",
+                row(j)
+            );
+        }
+        for (l, lane) in LANES.iter().enumerate() {
+            line!(
+                one,
+                "            {dst}[(kq * 4u + {l}u) * BM4 + rq] = vec4<f32>(x0.{lane}, x1.{lane}, x2.{lane}, x3.{lane});"
+            );
+        }
+    };
+    match layout {
+        Layout::Nn | Layout::Nt => {
+            line!(setup, "    let a_base = b * (M * K4);");
+            spread(&mut loads, bm4 * (bk / 4), &|one| {
+                along_k(one, "A", "As", "a_base", &|j| {
+                    format!("min(row0 + rq * 4u + {j}u, M - 1u)")
+                })
+            });
+        }
+        Layout::Tn => {
+            line!(setup, "    let at_base = b * (K * M4);");
+            spread(&mut loads, bk * bm4, &|one| {
+                line!(
+                    one,
+                    "            As[u] = A[at_base + (k0 + u / BM4) * M4 + min(row0 / 4u + u % BM4, M4 - 1u)];"
+                );
+            });
+        }
+        Layout::Tt => unreachable!("the shared kernel has no tt layout (supports() excludes it)"),
+    }
+    match layout {
+        Layout::Nn | Layout::Tn => {
+            line!(setup, "    let b_base = b * (K * N4);");
+            spread(&mut loads, bk * bm4, &|one| {
+                line!(
+                    one,
+                    "            Bs[u] = B[b_base + (k0 + u / BM4) * N4 + min(col0 / 4u + u % BM4, N4 - 1u)];"
+                );
+            });
+        }
+        Layout::Nt => {
+            // Columns of op(B) are rows of the stored B^T.
+            line!(setup, "    let bt_base = b * (N * K4);");
+            spread(&mut loads, bm4 * (bk / 4), &|one| {
+                along_k(one, "B", "Bs", "bt_base", &|j| {
+                    format!("min(col0 + rq * 4u + {j}u, N - 1u)")
+                })
+            });
+        }
+        Layout::Tt => unreachable!(),
+    }
+    for i in 0..q {
+        for l in 0..4 {
+            for j in 0..q {
+                line!(setup, "    var acc{i}_{l}_{j} = vec4<f32>(0.0);");
+            }
+        }
+    }
+    for kk in 0..bk {
+        line!(body, "        {{");
+        for i in 0..q {
+            line!(
+                body,
+                "            let a{i} = As[{kk}u * BM4 + ty + {}u];",
+                16 * i
+            );
+        }
+        for j in 0..q {
+            line!(
+                body,
+                "            let b{j} = Bs[{kk}u * BM4 + tx + {}u];",
+                16 * j
+            );
+        }
+        for i in 0..q {
+            for (l, lane) in LANES.iter().enumerate() {
+                for j in 0..q {
+                    line!(
+                        body,
+                        "            acc{i}_{l}_{j} = fma(vec4<f32>(a{i}.{lane}), b{j}, acc{i}_{l}_{j});"
+                    );
+                }
+            }
+        }
+        line!(body, "        }}");
+    }
+    line!(store, "    let c_base = b * (M * N4);");
+    for j in 0..q {
+        line!(store, "    let c{j} = col0 / 4u + tx + {}u;", 16 * j);
+    }
+    for i in 0..q {
+        for l in 0..4 {
+            line!(
+                store,
+                "    let r{i}_{l} = row0 + (ty + {}u) * 4u + {l}u;",
+                16 * i
+            );
+            for j in 0..q {
+                line!(
+                    store,
+                    "    if (r{i}_{l} < M && c{j} < N4) {{ C[c_base + r{i}_{l} * N4 + c{j}] = acc{i}_{l}_{j}; }}"
+                );
+            }
+        }
+    }
+    [setup, loads, body, store]
 }
 
 /// The generated parts of the texture kernel (8 rows x 2 vec4s of columns per invocation):
@@ -864,7 +1082,8 @@ mod tests {
     use super::*;
     use naga::valid::{Capabilities, ValidationFlags, Validator};
 
-    fn validate(wgsl: &str, label: &str, wg: u32) {
+    /// `shared`: bytes of workgroup memory the member declares (0: none, and no barriers).
+    fn validate(wgsl: &str, label: &str, wg: u32, shared: u32) {
         let module = naga::front::wgsl::parse_str(wgsl)
             .unwrap_or_else(|e| panic!("{label}: parse error:\n{}", e.emit_to_string(wgsl)));
         Validator::new(ValidationFlags::all(), Capabilities::all())
@@ -876,9 +1095,11 @@ mod tests {
             .find(|ep| ep.name == "main")
             .expect("entry point main");
         assert_eq!(ep.workgroup_size, [wg, 1, 1], "{label}");
-        assert!(
-            !wgsl.contains("workgroupBarrier"),
-            "{label}: kernels must not use barriers"
+        // Only the workgroup-memory member (offered on GPUs alone) uses barriers.
+        assert_eq!(
+            wgsl.contains("workgroupBarrier"),
+            shared > 0,
+            "{label}: barriers"
         );
         assert!(!wgsl.contains("{{"), "{label}: placeholder left");
         // Within the smallest of the limit sets tested elsewhere (downlevel: 4 storage buffers,
@@ -889,7 +1110,12 @@ mod tests {
         assert!(textures <= limits.max_sampled_textures_per_shader_stage as usize);
         assert!(3 <= limits.max_storage_buffers_per_shader_stage, "{label}");
         assert!(wg <= limits.max_compute_invocations_per_workgroup);
-        assert!(!wgsl.contains("var<workgroup>"), "{label}");
+        assert!(wg <= limits.max_compute_workgroup_size_x);
+        assert_eq!(wgsl.contains("var<workgroup>"), shared > 0, "{label}");
+        assert!(
+            shared <= limits.max_compute_workgroup_storage_size,
+            "{label}"
+        );
     }
 
     const SHAPES: &[(usize, usize, usize, usize)] = &[
@@ -923,6 +1149,11 @@ mod tests {
             out.push(MatmulConfig::Subgroup { s });
         }
         out.push(MatmulConfig::Texture);
+        for tm in [4, 8] {
+            for bk in [4, 8] {
+                out.push(MatmulConfig::Shared { tm, bk });
+            }
+        }
         out
     }
 
@@ -1007,7 +1238,12 @@ mod tests {
                         continue;
                     }
                     let kern = kernel(&p, cfg, max);
-                    validate(&kern.wgsl, &kern.label, cfg.workgroup_size());
+                    validate(
+                        &kern.wgsl,
+                        &kern.label,
+                        cfg.workgroup_size(),
+                        cfg.workgroup_bytes(),
+                    );
                     checked += 1;
                 }
             }
@@ -1102,11 +1338,13 @@ mod tests {
         for cfg in all_configs() {
             assert_eq!(MatmulConfig::parse(&cfg.name()), Some(cfg));
         }
-        for bad in ["", "t", "t8x", "t8x1", "t8x1k", "tax1k4", "gen", "t8x1k4x"] {
+        for bad in [
+            "", "t", "t8x", "t8x1", "t8x1k", "tax1k4", "gen", "t8x1k4x", "w", "w8", "w8k", "wxk8",
+        ] {
             assert_eq!(MatmulConfig::parse(bad), None, "{bad}");
         }
         // Parsed but nonsensical members are refused by supports().
-        for odd in ["t3x1k4", "s3", "s128"] {
+        for odd in ["t3x1k4", "s3", "s128", "w3k8", "w8k2"] {
             let odd = MatmulConfig::parse(odd).unwrap();
             assert!(!odd.supports(&MatmulProblem::plain(1, 8, 8, 8, "f32")));
         }
@@ -1120,8 +1358,13 @@ mod tests {
             ..MatmulProblem::plain(1, 8, 7, 8, "f32")
         };
         assert!(tn_k7.tiled_ok() && !MatmulConfig::Subgroup { s: 8 }.supports(&tn_k7));
-        // Only a device's chooser offers it.
+        // Only a device's chooser offers these.
         assert!(!nt.candidates().contains(&MatmulConfig::Subgroup { s: 8 }));
+        let w8 = MatmulConfig::Shared { tm: 8, bk: 8 };
+        assert!(w8.supports(&nt) && !nt.candidates().contains(&w8));
+        // k must be a multiple of the k step.
+        let k12 = MatmulProblem::plain(1, 8, 12, 8, "f32");
+        assert!(!w8.supports(&k12) && MatmulConfig::Shared { tm: 8, bk: 4 }.supports(&k12));
     }
 
     /// Emulates the kernel's invocation numbering and checks that every output tile is
@@ -1250,17 +1493,17 @@ mod tests {
     fn degenerate_shapes_dispatch_nothing() {
         let kern = matmul_kernel(0, 4, 4, 4, "f32", 65_535);
         assert_eq!(kern.workgroups, [0, 0, 0]);
-        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE);
+        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE, 0);
         let kern = matmul_kernel(1, 0, 3, 5, "u32", 65_535);
         assert_eq!(kern.workgroups, [0, 0, 0]);
-        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE);
+        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE, 0);
         let p = MatmulProblem {
             ta: true,
             ..MatmulProblem::plain(1, 0, 4, 8, "f32")
         };
         let kern = kernel(&p, p.heuristic(), 65_535);
         assert_eq!(kern.workgroups, [0, 0, 0]);
-        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE);
+        validate(&kern.wgsl, &kern.label, MATMUL_WORKGROUP_SIZE, 0);
     }
 
     #[test]
