@@ -1327,6 +1327,8 @@ fn config(full: bool) -> Config {
 }
 
 fn main() -> Result<()> {
+    // `RUST_LOG=brigade::device::tune=debug` prints the matmul search's per-candidate rates.
+    let _ = env_logger::try_init();
     let full = std::env::args().any(|a| a == "--bench");
     let mut cfg = config(full);
     let rt = pollster::block_on(Runtime::new())?;
