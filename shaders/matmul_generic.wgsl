@@ -15,21 +15,14 @@
 //
 // Accumulation is in T (f32 for floats; wrapping i32/u32 for integers), k ascending -> deterministic.
 //
-// Placeholders (filled by src/wgsl/matmul.rs): {{T}} {{BATCH}} {{M}} {{K}} {{N}} {{GRID_X}} {{GRID_Y}}
+// Placeholders (filled by src/ops/matmul/kernel.rs): {{T}} {{BATCH}} {{M}} {{K}} {{N}} {{GRID_X}} {{GRID_Y}}
 // {{A_RS}} {{A_KS}} {{B_KS}} {{B_CS}}
 
-@group(0) @binding(0) var<storage, read> A: array<{{T}}>;
-@group(0) @binding(1) var<storage, read> B: array<{{T}}>;
-@group(0) @binding(2) var<storage, read_write> C: array<{{T}}>;
+{{BUFFERS}}
 
 alias T = {{T}};
 
-const BATCH: u32 = {{BATCH}}u;
-const M: u32 = {{M}}u;
-const K: u32 = {{K}}u;
-const N: u32 = {{N}}u;
-const GRID_X: u32 = {{GRID_X}}u;
-const GRID_Y: u32 = {{GRID_Y}}u;
+{{SHAPE}}
 const A_RS: u32 = {{A_RS}}u;
 const A_KS: u32 = {{A_KS}}u;
 const B_KS: u32 = {{B_KS}}u;

@@ -21,16 +21,9 @@
 // Every element of C is one fma chain over k ascending from 0, in f32, as in the other members:
 // the measured choice between them never changes a value.
 
-@group(0) @binding(0) var<storage, read> A: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> B: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> C: array<vec4<f32>>;
+{{BUFFERS}}
 
-const BATCH: u32 = {{BATCH}}u;
-const M: u32 = {{M}}u;
-const K: u32 = {{K}}u;
-const N: u32 = {{N}}u;
-const GRID_X: u32 = {{GRID_X}}u;
-const GRID_Y: u32 = {{GRID_Y}}u;
+{{SHAPE}}
 
 const BK: u32 = {{BK}}u;
 const BM: u32 = {{BM}}u;

@@ -14,22 +14,15 @@
 // S + 4 to 5 per 4·S fmas per lane. Workgroups walk down the rows of one column group first.
 // Every element of C is the same k-ascending fma chain as in the tiled family.
 //
-// Placeholders (filled by src/wgsl/matmul.rs): BATCH M K N GRID_X GRID_Y S, and the generated
+// Placeholders (filled by src/ops/matmul/kernel.rs): BATCH M K N GRID_X GRID_Y S, and the generated
 // accumulators, fmas and stores.
 
 // No `enable subgroups;`: naga 30 rejects the directive ("not yet supported") and accepts the
 // builtins when the device has the SUBGROUP feature (native only; the browser never gets here).
 
-@group(0) @binding(0) var<storage, read> A: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> B: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> C: array<vec4<f32>>;
+{{BUFFERS}}
 
-const BATCH: u32 = {{BATCH}}u;
-const M: u32 = {{M}}u;
-const K: u32 = {{K}}u;
-const N: u32 = {{N}}u;
-const GRID_X: u32 = {{GRID_X}}u;
-const GRID_Y: u32 = {{GRID_Y}}u;
+{{SHAPE}}
 
 const S: u32 = {{S}}u;
 const K4: u32 = K / 4u;

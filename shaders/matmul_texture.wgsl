@@ -22,12 +22,7 @@
 @group(0) @binding(1) var B: texture_2d<f32>;
 @group(0) @binding(2) var<storage, read_write> C: array<vec4<f32>>;
 
-const BATCH: u32 = {{BATCH}}u;
-const M: u32 = {{M}}u;
-const K: u32 = {{K}}u;
-const N: u32 = {{N}}u;
-const GRID_X: u32 = {{GRID_X}}u;
-const GRID_Y: u32 = {{GRID_Y}}u;
+{{SHAPE}}
 
 const A_TEXTURE_WIDTH: u32 = {{A_WIDTH}}u;
 const A_TEXTURE_HEIGHT: u32 = {{A_HEIGHT}}u;

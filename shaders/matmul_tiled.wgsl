@@ -1,6 +1,6 @@
 // brigade: register-tiled f32 batched matmul family, C[b] = op(A[b]) @ op(B[b]).
 //
-// One template for every tile shape and operand layout; src/wgsl/matmul.rs fills in the tile
+// One template for every tile shape and operand layout; src/ops/matmul/kernel.rs fills in the tile
 // constants and generates the unrolled setup, k loop (loads and FMAs) and stores.
 // Layouts (this instance: {{LAYOUT}}):
 //   nn: A (BATCH, M, K), B (BATCH, K, N)           needs K % 4 == 0 and N % 4 == 0
@@ -20,16 +20,9 @@
 // and layout: all members of the family give bit-identical results on one adapter, so the
 // measured choice between them never changes a value.
 
-@group(0) @binding(0) var<storage, read> A: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> B: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> C: array<vec4<f32>>;
+{{BUFFERS}}
 
-const BATCH: u32 = {{BATCH}}u;
-const M: u32 = {{M}}u;
-const K: u32 = {{K}}u;
-const N: u32 = {{N}}u;
-const GRID_X: u32 = {{GRID_X}}u;
-const GRID_Y: u32 = {{GRID_Y}}u;
+{{SHAPE}}
 
 const WG: u32 = {{WG}}u;
 const TM: u32 = {{TM}}u;

@@ -60,6 +60,10 @@ const GENERIC_TEMPLATE: &str = include_str!("../../../shaders/matmul_generic.wgs
 const SUBGROUP_TEMPLATE: &str = include_str!("../../../shaders/matmul_subgroup.wgsl");
 const TEXTURE_TEMPLATE: &str = include_str!("../../../shaders/matmul_texture.wgsl");
 const SHARED_TEMPLATE: &str = include_str!("../../../shaders/matmul_shared.wgsl");
+/// Every template's shape constants (`{{SHAPE}}`) and the buffer members' bindings (`{{BUFFERS}}`,
+/// of element `{{T}}`).
+const SHAPE_LIB: &str = include_str!("../../../shaders/lib/matmul_shape.wgsl").trim_ascii_end();
+const BUFFERS_LIB: &str = include_str!("../../../shaders/lib/matmul_buffers.wgsl").trim_ascii_end();
 
 /// Invocations per workgroup of every kernel (`@workgroup_size(64, 1, 1)`).
 pub(crate) const MATMUL_WORKGROUP_SIZE: u32 = 64;
@@ -487,16 +491,23 @@ pub(crate) fn kernel(
     // `M - 1u` and the like). A non-empty dimension keeps its size: M = 3 rounded up to 4 reads
     // and writes a row past the end, which Vulkan's robust access drops but WebGPU clamps onto
     // the last row.
-    let common = |min_mn: usize| {
+    // `buffers`: the element type of A, B and C bound as storage arrays (not the texture member).
+    let common = |min_mn: usize, buffers: Option<&str>| {
         let nonempty = |d: usize| if d == 0 { min_mn } else { d };
-        vec![
+        let mut values = Vec::new();
+        if let Some(t) = buffers {
+            values.extend([("BUFFERS", BUFFERS_LIB.to_string()), ("T", t.to_string())]);
+        }
+        values.extend([
+            ("SHAPE", SHAPE_LIB.to_string()),
             ("BATCH", p.batch.max(1).to_string()),
             ("M", nonempty(p.m).to_string()),
             ("K", p.k.to_string()),
             ("N", nonempty(p.n).to_string()),
             ("GRID_X", workgroups[0].max(1).to_string()),
             ("GRID_Y", workgroups[1].max(1).to_string()),
-        ]
+        ]);
+        values
     };
     let wgsl = match cfg {
         MatmulConfig::Generic => {
@@ -504,8 +515,7 @@ pub(crate) fn kernel(
             // Strides of element (i, k) of A and (k, j) of B in their stored layouts.
             let (a_rs, a_ks) = if p.ta { (1, m) } else { (k, 1) };
             let (b_ks, b_cs) = if p.tb { (1, k) } else { (n, 1) };
-            let mut values = common(1);
-            values.push(("T", elem.to_string()));
+            let mut values = common(1, Some(elem));
             values.push(("A_RS", a_rs.to_string()));
             values.push(("A_KS", a_ks.to_string()));
             values.push(("B_KS", b_ks.to_string()));
@@ -515,7 +525,7 @@ pub(crate) fn kernel(
         MatmulConfig::Tiled { tm, tc4, ks } => {
             let (setup, body, store) =
                 tiled_parts(p.layout(), tm as usize, tc4 as usize, ks as usize);
-            let mut values = common(4);
+            let mut values = common(4, Some("vec4<f32>"));
             values.extend([
                 ("WG", MATMUL_WORKGROUP_SIZE.to_string()),
                 ("TM", tm.to_string()),
@@ -530,7 +540,7 @@ pub(crate) fn kernel(
         }
         MatmulConfig::Subgroup { s } => {
             let [setup, accs, loads, fmas, stores] = subgroup_parts(p.layout(), s as usize);
-            let mut values = common(4);
+            let mut values = common(4, Some("vec4<f32>"));
             values.extend([
                 ("S", s.to_string()),
                 ("LAYOUT", p.layout().name().to_string()),
@@ -545,7 +555,7 @@ pub(crate) fn kernel(
         MatmulConfig::Shared { tm, bk } => {
             let [setup, loads, body, store] = shared_parts(p.layout(), tm as usize, bk as usize);
             let bm = shared_block(tm);
-            let mut values = common(4);
+            let mut values = common(4, Some("vec4<f32>"));
             values.extend([
                 ("BK", bk.to_string()),
                 ("BM", bm.to_string()),
@@ -561,7 +571,7 @@ pub(crate) fn kernel(
         MatmulConfig::Texture => {
             let (setup, body, store) = texture_parts();
             let [[aw, ah], [bw, bh]] = p.texture_sizes();
-            let mut values = common(4);
+            let mut values = common(4, None);
             values.extend([
                 ("A_WIDTH", aw.to_string()),
                 ("A_HEIGHT", ah.to_string()),
