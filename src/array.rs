@@ -299,10 +299,7 @@ impl Array {
             }
         }
         #[cfg(feature = "mpi")]
-        let h = match self.is_fully_addressable() {
-            true => host_data(self)?,
-            false => host_data(&crate::distributed::process_allgather(self)?)?,
-        };
+        let h = crate::distributed::process_allgather_host(self)?;
         #[cfg(not(feature = "mpi"))]
         let h = host_data(self)?;
         // On a mesh spanning processes each process places its own devices' blocks.

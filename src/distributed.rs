@@ -955,7 +955,7 @@ pub(crate) fn local_args(
             });
         }
         let rows = size / count;
-        let h = crate::array::host_data(&process_allgather(a)?)?;
+        let h = process_allgather_host(a)?;
         out.push(Array::from_host(take_block(
             &h,
             axis,
@@ -970,8 +970,13 @@ pub(crate) fn local_args(
 /// array spanning processes ([`Array::from_process_local`]) is gathered over MPI and assembled
 /// on the host of every process; any other array is read as it is. Every process calls it.
 pub fn process_allgather(array: &Array) -> Result<Array> {
+    Ok(Array::from_host(process_allgather_host(array)?))
+}
+
+/// [`process_allgather`] as host data (no second copy for callers that cut it up).
+pub(crate) fn process_allgather_host(array: &Array) -> Result<HostArray> {
     if array.is_fully_addressable() {
-        return Ok(Array::from_host(crate::array::host_data(array)?));
+        return crate::array::host_data(array);
     }
     let layout = array.shard_layout().expect("a spanning array is sharded");
     if let ShardLayout::Named(s) = &layout {
@@ -993,7 +998,7 @@ pub fn process_allgather(array: &Array) -> Result<Array> {
         .map(|b| HostArray::new(local.shape.clone(), HostData::from_bytes(array.dtype(), b)))
         .collect::<Result<Vec<_>>>()?;
     let refs: Vec<&HostArray> = pieces.iter().collect();
-    Ok(Array::from_host(concat_axis(&refs, axis)))
+    Ok(concat_axis(&refs, axis))
 }
 
 /// [`Array::from_process_local`] with a [`crate::NamedSharding`]: `local` is cut into this
@@ -1053,7 +1058,7 @@ fn from_process_local_named(
 
 /// [`process_allgather`] of blocks over a spanning mesh: every process's blocks (its devices', in
 /// grid order) are all-gathered and the distinct ones joined as the spec says.
-fn process_allgather_named(array: &Array, s: &crate::NamedSharding) -> Result<Array> {
+fn process_allgather_named(array: &Array, s: &crate::NamedSharding) -> Result<HostArray> {
     let shards = array.shards().unwrap_or_default();
     let local = pollster::block_on(crate::array::read_all(shards))?;
     let block = local.first().map(|b| b.shape.clone()).unwrap_or_default();
@@ -1085,5 +1090,5 @@ fn process_allgather_named(array: &Array, s: &crate::NamedSharding) -> Result<Ar
             HostArray::new(block.clone(), HostData::from_bytes(array.dtype(), raw))
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Array::from_host(s.assemble(pieces)))
+    Ok(s.assemble(pieces))
 }
