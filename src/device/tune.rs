@@ -275,11 +275,20 @@ fn shared_runs_on(dev: &Device, cfg: MatmulConfig) -> bool {
 /// block, then the 64-square one (four times the workgroups, for shapes that fill a GPU
 /// otherwise), each with k steps of 8 where k allows.
 fn device_shared(dev: &Device, p: &MatmulProblem) -> Vec<MatmulConfig> {
+    shared_members(p)
+        .into_iter()
+        .filter(|&c| shared_runs_on(dev, c))
+        .collect()
+}
+
+/// The workgroup-memory members that can run `p`, whatever the device: 128-square block first,
+/// k steps of 8 where k allows.
+fn shared_members(p: &MatmulProblem) -> Vec<MatmulConfig> {
     let bk = if p.k.is_multiple_of(8) { 8 } else { 4 };
     [8, 4]
         .into_iter()
         .map(|tm| MatmulConfig::Shared { tm, bk })
-        .filter(|&c| c.supports(p) && shared_runs_on(dev, c))
+        .filter(|c| c.supports(p))
         .collect()
 }
 
@@ -737,9 +746,8 @@ mod tests {
                     // `MM_SHARED=1`: the workgroup-memory members too, where they are no candidate.
                     let mut timed = members.clone();
                     if std::env::var("MM_SHARED").is_ok() {
-                        for tm in [8, 4] {
-                            let w = MatmulConfig::Shared { tm, bk: 8 };
-                            if w.supports(&p) && !timed.contains(&w) {
+                        for w in shared_members(&p) {
+                            if !timed.contains(&w) {
                                 timed.push(w);
                             }
                         }

@@ -708,9 +708,9 @@ fn shared_parts(layout: Layout, tm: usize, bk: usize) -> [String; 4] {
     let q = tm / 4;
     // `units` copies spread over the workgroup; `each` writes one (its index is `u`).
     let spread = |loads: &mut String, units: usize, each: &dyn Fn(&mut String)| {
+        let mut one = String::new();
+        each(&mut one);
         for s in 0..units.div_ceil(wg) {
-            let mut one = String::new();
-            each(&mut one);
             let u = match s * wg {
                 0 => "lid".to_string(),
                 off => format!("(lid + {off}u)"),
