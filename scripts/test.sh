@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # brigade's test command: installs what the tests need (idempotent; fast when
 # everything is already there), then runs fmt, clippy, the test suite (real
-# kernels on Mesa's software Vulkan and GL drivers), doc tests, and compile
-# checks for the wasm, Metal (macOS) and DX12 (Windows) targets, then builds the demo page
+# kernels on Mesa's software Vulkan and GL drivers; the page's demos natively too), doc tests,
+# and clippy for the wasm, Metal (macOS) and DX12 (Windows) targets, then builds the demo page
 # (web/) for wasm and runs its browser test in headless Chromium on WebGPU.
 #
 #   scripts/test.sh                     full run (what CI runs via .ci/run)
@@ -30,6 +30,10 @@ APT_PKGS=(mesa-vulkan-drivers libvulkan1 vulkan-tools libegl1 libegl-mesa0 libgl
 # files in /usr/share/datasets/fashion-mnist (tests/fashion_mnist.rs, examples/common/).
 DATA_APT_PKGS=(dataset-fashion-mnist)
 CROSS_TARGETS=(wasm32-unknown-unknown aarch64-apple-darwin x86_64-pc-windows-msvc)
+# The native build the tests, the tour and the window check share. `web` adds only the page's
+# module (src/web), so its unit tests (the page's demos on cpu and Vulkan devices) run with the
+# others at the cost of one more module, not a second build of the crate.
+TEST_FEATURES=(--features web)
 
 export DEBIAN_FRONTEND=noninteractive
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
@@ -351,7 +355,7 @@ window_test() {
     [[ -e /tmp/.X11-unix/X${display#:} ]] || { kill "$pid" 2>/dev/null; die "Xvfb $display did not start"; }
     mkdir -p target
     for b in vulkan gl; do
-        DISPLAY=$display cargo run --example particles -- --window --backend "$b" \
+        DISPLAY=$display cargo run --example particles "${TEST_FEATURES[@]}" -- --window --backend "$b" \
             --n 512 --frames 30 --screenshot "target/particles-window-$b.png" || rc=$?
     done
     kill "$pid" 2>/dev/null || true
@@ -383,11 +387,11 @@ run_step "verify adapters (vulkaninfo)" verify_adapters
 
 if (( ! QUICK )); then
     run_step "cargo fmt --check" cargo fmt --all -- --check
-    run_step "cargo clippy" cargo clippy --all-targets -- -D warnings
+    run_step "cargo clippy" cargo clippy --all-targets "${TEST_FEATURES[@]}" -- -D warnings
     run_step "cargo doc (warnings are errors)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
 fi
-run_step "cargo test --all-targets" cargo test --all-targets "$@"
-run_step "cargo test --doc" cargo test --doc "$@"
+run_step "cargo test --all-targets" cargo test --all-targets "${TEST_FEATURES[@]}" "$@"
+run_step "cargo test --doc" cargo test --doc "${TEST_FEATURES[@]}" "$@"
 run_step "mpi: Open MPI, libclang" setup_mpi_packages
 if (( ! QUICK )); then
     run_step "mpi: cargo clippy --features mpi" cargo clippy --features mpi --lib \
@@ -396,13 +400,19 @@ fi
 run_step "mpi: multi-process tests (mpirun)" mpi_test
 # The tour (the README's first command) on every adapter found; it exits non-zero if any
 # result differs from the CPU reference. Debug build: the test step already compiled it.
-run_step "tour (every scenario, verified)" cargo run --example tour
+run_step "tour (every scenario, verified)" cargo run --example tour "${TEST_FEATURES[@]}"
 run_step "window: xvfb, x11-apps" setup_window_tools
 run_step "window: particles under Xvfb (Vulkan, GL)" window_test
 
 if (( ! QUICK )); then
+    # Backends we cannot run here (Metal, DX12) and the browser build: type-checked and linted
+    # (clippy is `cargo check` plus lints, at the same cost). The wasm build includes the page's
+    # exports (`--features web`).
     for target in "${CROSS_TARGETS[@]}"; do
-        run_step "cargo check $target" cargo check --lib --target "$target"
+        features=()
+        [[ $target == wasm32-* ]] && features=(--features web)
+        run_step "cargo clippy $target" cargo clippy --lib --target "$target" "${features[@]}" \
+            -- -D warnings
     done
     run_web_steps
 fi

@@ -1,4 +1,8 @@
 #![doc = include_str!("../README.md")]
+// Shared state is `Arc`ed so that native builds can move it between threads. On wasm, wgpu's
+// handles are neither `Send` nor `Sync` and there is one thread, so the `Arc`s are only shared
+// ownership there; `Rc` on one target and `Arc` on the other would split every such type in two.
+#![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
 pub mod array;
 mod cache;
