@@ -201,6 +201,44 @@ fn switch_picks_by_index_and_clamps_like_jax() {
     }
 }
 
+/// `lax.switch` converts its index to i32 first (JAX 0.10.2): a u32 index from 2^31 on wraps to a
+/// negative one and takes branch 0, and a bool index is 0 or 1 whatever the number of branches
+/// (the devices used to take the last branch for `true`, the reference branch 1). Scalar indices,
+/// and a batched index under `vmap`: `jax.vmap(lambda i, x: lax.switch(i, [x+1, x*10, x-5], x))`
+/// of i = [0, 2, 7, 2^31, 2^32-1] and x = [1, 2, 3, 4, 5] is [2, -3, -2, 5, 6].
+#[test]
+fn switch_converts_u32_and_bool_indices_to_i32_like_jax() {
+    let f = |a: &[Tensor]| {
+        let b0 = |o: &[Tensor]| vec![&o[0] + 1.0];
+        let b1 = |o: &[Tensor]| vec![&o[0] * 10.0];
+        let b2 = |o: &[Tensor]| vec![&o[0] - 5.0];
+        switch(&a[1], &[&b0, &b1, &b2], &a[..1])
+    };
+    let x = || arr(vec![2.0], &[1]);
+    let cases = [
+        (Array::scalar(1u32 << 31), 3.0),
+        (Array::scalar(u32::MAX), 3.0),
+        (Array::scalar(2u32), -3.0),
+        (Array::scalar(true), 20.0),
+        (Array::scalar(false), 3.0),
+    ];
+    for (i, want) in cases {
+        let what = format!("index {i:?}");
+        let got = check_on_all(f, &[x(), i], Tol::EXACT);
+        assert_f32s(&got[0], &[want], Tol::EXACT, &what);
+    }
+    let idx = Array::from_vec(vec![0u32, 2, 7, 1 << 31, u32::MAX], &[5]).unwrap();
+    let xs = arr(vec![1.0, 2.0, 3.0, 4.0, 5.0], &[5]);
+    let batched = |a: &[Tensor]| brigade::vmap(f).apply(&[a[0].clone(), a[1].clone()]);
+    let got = check_on_all(batched, &[xs, idx], Tol::EXACT);
+    assert_f32s(
+        &got[0],
+        &[2.0, -3.0, -2.0, 5.0, 6.0],
+        Tol::EXACT,
+        "vmap over the index",
+    );
+}
+
 #[test]
 fn cond_under_vmap_with_a_shared_or_a_per_example_predicate() {
     let per_example = |a: &[Tensor]| {
@@ -313,6 +351,220 @@ fn the_untaken_branch_leaks_no_nan_into_the_gradient() {
         vals(&g[0])[0].is_nan(),
         "where_ gradient at -4: {:?}",
         vals(&g[0])
+    );
+}
+
+/// `grad(sum(vmap(f)))` on every GPU device (checked against the reference interpreter by
+/// `check_on_all`) and against gradients derived by hand. `argnums` are the arguments
+/// differentiated; `in_axes` the vmap's. The forward values of `vmap(f)` are, bit for bit on
+/// every GPU device, those of `selects`: the branches applied to the whole batch and selected
+/// per example (what the batching rule computes, the gradient stop aside).
+#[allow(clippy::too_many_arguments)]
+fn check_vmapped_grad(
+    name: &str,
+    f: fn(&[Tensor]) -> Vec<Tensor>,
+    selects: fn(&[Tensor]) -> Vec<Tensor>,
+    in_axes: &[Option<usize>],
+    args: &[Array],
+    argnums: &[usize],
+    want_value: &[f32],
+    want_grads: &[&[f32]],
+) {
+    for dev in gpu_devices() {
+        let axes = in_axes.to_vec();
+        let got = run_on(
+            &dev,
+            move |a: &[Tensor]| brigade::vmap(f).in_axes(&axes).apply(a),
+            args,
+        );
+        let want = run_on(&dev, selects, args);
+        let bits = |h: &brigade::HostArray| -> Vec<u32> {
+            h.to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        assert_eq!(
+            bits(&got[0]),
+            bits(&want[0]),
+            "{name}: forward bits on {}",
+            dev.name()
+        );
+    }
+    let in_axes = in_axes.to_vec();
+    let argnums = argnums.to_vec();
+    let loss = move |a: &[Tensor]| {
+        let y = brigade::vmap(f).in_axes(&in_axes).apply(a);
+        vec![y[0].sum_all(), y[0].clone()]
+    };
+    let got = check_on_all(
+        |a: &[Tensor]| {
+            brigade::value_and_grad(&loss)
+                .argnums(&argnums)
+                .has_aux(true)
+                .apply(a)
+        },
+        args,
+        Tol::TRANS,
+    );
+    // [sum, grads..., per-example values]
+    let n = want_grads.len();
+    assert_f32s(
+        &got[n + 1],
+        want_value,
+        Tol::TRANS,
+        &format!("{name}: values"),
+    );
+    for (k, want) in want_grads.iter().enumerate() {
+        assert_f32s(
+            &got[1 + k],
+            want,
+            Tol::TRANS,
+            &format!("{name}: gradient {k}"),
+        );
+    }
+}
+
+/// `cond(x > 0, log x, x * 0 - 7)`: the repro of the untaken branch's NaN under `vmap`.
+fn log_or_minus_seven(t: &[Tensor]) -> Vec<Tensor> {
+    cond(
+        &t[0].gt(&s(0.0)),
+        |x| vec![x[0].log()],
+        |x| vec![&(&x[0] * 0.0) - 7.0],
+        &t[..1],
+    )
+}
+
+/// `switch(i, [sqrt x, log x, x^2 + f32(k)], (x, k = i))`: an integer operand rides along.
+fn sqrt_log_square(t: &[Tensor]) -> Vec<Tensor> {
+    switch(
+        &t[1],
+        &[
+            &|o: &[Tensor]| vec![o[0].sqrt()],
+            &|o: &[Tensor]| vec![o[0].log()],
+            &|o: &[Tensor]| vec![&(&o[0] * &o[0]) + &o[1].cast(DType::F32)],
+        ],
+        &t[..2],
+    )
+}
+
+/// `cond(x > 0, log(x) * w, w^2 - x)` with two float operands.
+fn log_times_w_or_w2_minus_x(t: &[Tensor]) -> Vec<Tensor> {
+    cond(
+        &t[0].gt(&s(0.0)),
+        |o| vec![&o[0].log() * &o[1]],
+        |o| vec![&(&o[1] * &o[1]) - &o[0]],
+        &t[..2],
+    )
+}
+
+/// [`log_or_minus_seven`] on a batch, as selects of its branches.
+fn log_or_minus_seven_selects(t: &[Tensor]) -> Vec<Tensor> {
+    let x = &t[0];
+    vec![brigade::select(
+        &x.gt(&s(0.0)),
+        &x.log(),
+        &(&(x * 0.0) - 7.0),
+    )]
+}
+
+/// [`sqrt_log_square`] on a batch, as selects of its branches (the index clamped).
+fn sqrt_log_square_selects(t: &[Tensor]) -> Vec<Tensor> {
+    let (x, i) = (&t[0], &t[1]);
+    let last = &(x * x) + &i.cast(DType::F32);
+    let rest = brigade::select(&i.eq(&Tensor::scalar(1i32)), &x.log(), &last);
+    vec![brigade::select(
+        &i.le(&Tensor::scalar(0i32)),
+        &x.sqrt(),
+        &rest,
+    )]
+}
+
+/// [`log_times_w_or_w2_minus_x`] on a batch, as selects of its branches.
+fn log_times_w_or_w2_minus_x_selects(t: &[Tensor]) -> Vec<Tensor> {
+    let (x, w) = (&t[0], &t[1]);
+    let w = w.broadcast_in_dim(x.shape(), &(0..w.ndim()).collect::<Vec<_>>());
+    vec![brigade::select(
+        &x.gt(&s(0.0)),
+        &(&x.log() * &w),
+        &(&(&w * &w) - x),
+    )]
+}
+
+#[test]
+fn a_per_example_predicate_under_vmap_leaks_no_nan_into_the_gradient() {
+    // Under vmap with a per-example predicate every branch runs on the whole batch and the
+    // results are selected; as in JAX (issue #1052), each branch sees its operands with the
+    // gradient stopped in the examples that do not take it, so the cotangent that the output
+    // select hands an untaken branch (zero) never meets that branch's infinities.
+    // Values confirmed with JAX 0.10.2 (JAX_PLATFORMS=cpu), e.g. for the first case
+    //   jax.grad(lambda xs: jnp.sum(jax.vmap(lambda x: lax.cond(x > 0., jnp.log,
+    //       lambda x: x * 0. - 7., x))(xs)))(jnp.array([0., -1., 2.]))  ->  [0, 0, 0.5].
+
+    // 1. cond(x > 0, log x, x*0 - 7) at x = [0, -1, 2]: examples 0 and 1 take `x*0 - 7`
+    //    (value -7, d/dx 0), example 2 takes log (value ln 2, d/dx 1/2 = 0.5). Without the stop,
+    //    log's VJP at x = 0 turns the zero cotangent into 0/0 = NaN: [NaN, 0, 0.5].
+    check_vmapped_grad(
+        "cond(x > 0, log x, x*0 - 7)",
+        log_or_minus_seven,
+        log_or_minus_seven_selects,
+        &[Some(0)],
+        &[arr(vec![0.0, -1.0, 2.0], &[3])],
+        &[0],
+        &[-7.0, -7.0, std::f32::consts::LN_2],
+        &[&[0.0, 0.0, 0.5]],
+    );
+
+    // 2. switch(i, [sqrt x, log x, x^2 + k]) with a batched index i = [0, 2, 7, 1, -2] (clamped
+    //    to [0, 2, 2, 1, 0]) at x = [4, 0, -1, 2, 9], k = i (an i32 operand):
+    //    example 0: sqrt 4 = 2,         d/dx 1/(2 sqrt 4) = 0.25
+    //    example 1: 0^2 + 2 = 2,        d/dx 2x = 0      (untaken: sqrt' = 1/0 = inf, log' = 1/0)
+    //    example 2: (-1)^2 + 7 = 8,     d/dx 2x = -2     (untaken: sqrt(-1) = NaN)
+    //    example 3: ln 2,               d/dx 1/2 = 0.5
+    //    example 4: sqrt 9 = 3,         d/dx 1/(2*3) = 1/6
+    let idx = Array::from_vec(vec![0i32, 2, 7, 1, -2], &[5]).unwrap();
+    check_vmapped_grad(
+        "switch(i, [sqrt x, log x, x^2 + k])",
+        sqrt_log_square,
+        sqrt_log_square_selects,
+        &[Some(0), Some(0)],
+        &[arr(vec![4.0, 0.0, -1.0, 2.0, 9.0], &[5]), idx],
+        &[0],
+        &[2.0, 2.0, 8.0, std::f32::consts::LN_2, 3.0],
+        &[&[0.25, 0.0, -2.0, 0.5, 1.0 / 6.0]],
+    );
+
+    // 3. Two operands, cond(x > 0, log(x) * w, w^2 - x) at x = [0, 2, -1, 3], w = 1.5:
+    //    example 0: false: 2.25 - 0 = 2.25, d/dx -1, d/dw 2w = 3  (untaken: log' 0/0, ln 0 * 0)
+    //    example 1: true: 1.5 ln 2,         d/dx w/x = 0.75, d/dw ln 2
+    //    example 2: false: 2.25 + 1 = 3.25, d/dx -1, d/dw 3       (untaken: ln(-1) = NaN)
+    //    example 3: true: 1.5 ln 3,         d/dx 0.5, d/dw ln 3
+    //    With w shared (in_axes None) its gradient sums the examples: 6 + ln 6; batched, it is
+    //    the per-example column.
+    let x = arr(vec![0.0, 2.0, -1.0, 3.0], &[4]);
+    let (ln2, ln3) = (2f32.ln(), 3f32.ln());
+    let values = [2.25, 1.5 * ln2, 3.25, 1.5 * ln3];
+    let dx = [-1.0, 0.75, -1.0, 0.5];
+    check_vmapped_grad(
+        "cond(x > 0, log(x) w, w^2 - x), w shared",
+        log_times_w_or_w2_minus_x,
+        log_times_w_or_w2_minus_x_selects,
+        &[Some(0), None],
+        &[x.clone(), Array::scalar(1.5f32)],
+        &[0, 1],
+        &values,
+        &[&dx, &[6.0 + 6f32.ln()]],
+    );
+    check_vmapped_grad(
+        "cond(x > 0, log(x) w, w^2 - x), w per example",
+        log_times_w_or_w2_minus_x,
+        log_times_w_or_w2_minus_x_selects,
+        &[Some(0), Some(0)],
+        &[x, arr(vec![1.5; 4], &[4])],
+        &[0, 1],
+        &values,
+        &[&dx, &[3.0, ln2, 3.0, ln3]],
     );
 }
 

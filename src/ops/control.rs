@@ -14,8 +14,10 @@
 //!   submission. Under `pmap`, a scan whose body holds collectives is cut out of the stages like a
 //!   collective and driven from the host (`lower::stages::HostLoop`);
 //! - batching (`batch_cond`, `batch_scan`): an unbatched index keeps the `cond` (branches
-//!   batched); a batched index computes every branch and selects per example. A scan's carry is
-//!   batched where the body makes it so (a fixed point);
+//!   batched); a batched index computes every branch and selects per example, each branch on
+//!   operands whose gradient is stopped in the examples that do not take it (JAX's rule, so an
+//!   untaken branch's NaNs stay out of the gradient here too). A scan's carry is batched where
+//!   the body makes it so (a fixed point);
 //! - VJP (`vjp_cond`, `vjp_scan`): the cotangent of a `cond` is a `cond` over the branches'
 //!   VJPs (the untaken branch's gradient never leaks in, unlike `select`); a scan's is a scan in
 //!   the opposite direction over the forward carries (recomputed by one more forward scan).
@@ -634,16 +636,42 @@ pub(crate) fn batch_cond(
         return Ok(outs.into_iter().zip(force).collect());
     }
     // A different branch per example: compute every branch for the whole batch, then pick.
+    let idx = &index.0;
+    let n = branches.len();
+    let taken: Vec<Option<Tensor>> = (0..n).map(|j| taken_by(idx, n, j)).collect();
+    // Branch j sees each float operand as `select(taken_j, x, stop_gradient(x))` (JAX's rule,
+    // its issue #1052): the same values, but no cotangent flows back from the examples that do
+    // not take branch j. The output select hands such an example a zero cotangent, which the
+    // branch's VJP may turn into NaN (0 * inf: log at 0, sqrt below 0); it now stops at the
+    // operand's select instead of reaching the operand. An unbatched float operand gets the batch
+    // axis first (its cotangent sums the examples, each from its own branch); integer and bool
+    // operands carry no gradient and go in as they are.
     let all = vec![true; n_out];
     let results: Vec<Vec<Tensor>> = branches
         .iter()
-        .map(|b| batch_forced(b, ops.to_vec(), ctx, &all))
+        .zip(&taken)
+        .map(|(b, pick)| {
+            let ins: Vec<Batched> = match pick {
+                None => ops.to_vec(),
+                Some(pick) => ops
+                    .iter()
+                    .map(|o| {
+                        if !differentiable(&o.0) {
+                            return o.clone();
+                        }
+                        let x = with_batch(o, ctx.size);
+                        let live = pick.broadcast_in_dim(x.shape(), &[0]);
+                        let stopped = crate::ops::ad_util::stop_gradient(&x);
+                        (crate::tensor::select(&live, &x, &stopped), true)
+                    })
+                    .collect(),
+            };
+            batch_forced(b, ins, ctx, &all)
+        })
         .collect();
     if let Some(e) = results.iter().flatten().find_map(|t| t.error()) {
         return Err(e.clone());
     }
-    let idx = &index.0;
-    let n = branches.len();
     let mut outs = Vec::with_capacity(n_out);
     #[allow(clippy::needless_range_loop)] // k indexes every branch's results
     for k in 0..n_out {
@@ -651,11 +679,7 @@ pub(crate) fn batch_cond(
         for j in (0..n - 1).rev() {
             let pick = match idx.dtype() {
                 DType::Bool => idx.not(),
-                dt if j == 0 => idx.le(&Tensor::full(crate::dtype::Scalar::I32(0).cast(dt), &[])),
-                dt => idx.eq(&Tensor::full(
-                    crate::dtype::Scalar::I32(j as i32).cast(dt),
-                    &[],
-                )),
+                _ => taken[j].clone().expect("two or more branches"),
             };
             let shape = acc.shape().to_vec();
             let pick = pick.broadcast_in_dim(&shape, &[0]);
@@ -664,6 +688,25 @@ pub(crate) fn batch_cond(
         outs.push((acc, true));
     }
     Ok(outs)
+}
+
+/// Where branch `j` of `n` is taken, per example of a batched index `idx` (`None`: everywhere,
+/// the only branch). Integer indices are clamped into `0..n` as JAX does; a bool index takes
+/// branch 0 where false and the last branch where true, as the output select of `batch_cond`
+/// and `inline_conds` pick.
+fn taken_by(idx: &Tensor, n: usize, j: usize) -> Option<Tensor> {
+    if n == 1 {
+        return None;
+    }
+    let at = |i: usize| Tensor::full(crate::dtype::Scalar::I32(i as i32).cast(idx.dtype()), &[]);
+    Some(match idx.dtype() {
+        DType::Bool if j == 0 => idx.not(),
+        DType::Bool if j == n - 1 => idx.clone(),
+        DType::Bool => Tensor::full(false, idx.shape()),
+        _ if j == 0 => idx.le(&at(0)),
+        _ if j == n - 1 => idx.ge(&at(n - 1)),
+        _ => idx.eq(&at(j)),
+    })
 }
 
 /// Batching rule of `scan`.

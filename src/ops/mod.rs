@@ -5,7 +5,8 @@
 //! (dot_general), [`conv`] (conv_general_dilated), [`layout`] (transpose, reshape, broadcast_in_dim, slice, concatenate, pad),
 //! [`indexing`] (take), [`sort`] (argsort: the stable sorting permutation by one or several keys), [`window`] (reduce_window and the pooling gradients), [`random`] (threefry random bits, split, fold_in), [`control`] (cond and
 //! scan, which hold sub-programs and have several results), [`collective`] (psum, all_gather,
-//! ppermute, …, run between the stages of a parallel program) and [`debug`] (debug_print).
+//! ppermute, …, run between the stages of a parallel program), [`debug`] (debug_print) and
+//! [`ad_util`] (stop_gradient).
 //!
 //! Each family is an enum of its primitives, and implements `rules::Rules`: name and parameters,
 //! arity and result count, the shape/dtype rule, the CPU reference, how it lowers (fused body,
@@ -15,6 +16,7 @@
 //! generator all go through it. Adding a primitive touches its family module (and, for a new
 //! family, one arm of `Prim::rules`).
 
+pub mod ad_util;
 pub mod collective;
 pub mod control;
 pub mod conv;
@@ -35,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::host::HostArray;
 use crate::trace::graph::Aval;
 
+pub use ad_util::AdUtilOp;
 pub use collective::{Collective, CollectiveKind};
 pub use control::{ControlOp, ScanParams};
 pub use conv::{ConvDims, ConvOptions, ConvParams, Padding};
@@ -79,6 +82,8 @@ pub enum Prim {
     Collective(Collective),
     /// `debug_print`, a side effect. See [`debug`].
     Debug(DebugOp),
+    /// `stop_gradient`: the identity, with no cotangent flowing back. See [`ad_util`].
+    AdUtil(AdUtilOp),
 }
 
 impl Prim {
@@ -97,6 +102,7 @@ impl Prim {
             Prim::Control(p) => p,
             Prim::Collective(p) => p,
             Prim::Debug(p) => p,
+            Prim::AdUtil(p) => p,
         }
     }
 

@@ -14,6 +14,7 @@
 //! one submission, moving the carry with buffer copies; under `pmap`, a scan whose body holds
 //! collectives is driven from the host, each iteration a parallel run of the body.
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 pub use crate::ops::control::bind::Branch;
 use crate::ops::control::bind::{aval, scan_impl, switch_impl};
@@ -71,7 +72,7 @@ where
 }
 
 /// `branches[index](operands)` for a scalar integer `index`, clamped into `0..branches.len()` (JAX's
-/// `lax.switch`). Every branch must return outputs of the same shapes and dtypes.
+/// `lax.switch`, which first converts the index to i32: u32 indices from 2^31 on take branch 0). Every branch must return outputs of the same shapes and dtypes.
 ///
 /// ```
 /// use brigade::{switch, Tensor};
@@ -83,7 +84,14 @@ where
 /// # Ok::<(), brigade::Error>(())
 /// ```
 pub fn switch(index: &Tensor, branches: &[Branch<'_>], operands: &[Tensor]) -> Vec<Tensor> {
-    match switch_impl("switch", index, branches, operands) {
+    // JAX converts the index to i32 first: a u32 index of 2^31 or more wraps to a negative one
+    // (so it takes branch 0), and a bool index is 0 or 1 whatever the number of branches.
+    let index = match index.dtype() {
+        DType::U32 => index.cast(DType::I32),
+        DType::Bool if branches.len() != 2 => index.cast(DType::I32),
+        _ => index.clone(),
+    };
+    match switch_impl("switch", &index, branches, operands) {
         Ok(v) => v,
         Err(e) => failed(e, 1),
     }

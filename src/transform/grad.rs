@@ -1,4 +1,5 @@
-//! Reverse-mode differentiation: [`grad`], [`value_and_grad`] and [`vjp`] (JAX's).
+//! Reverse-mode differentiation: [`grad`], [`value_and_grad`] and [`vjp`] (JAX's), and
+//! [`stop_gradient`].
 //!
 //! The function is traced on its arguments' shapes, then evaluated forward by re-emitting every
 //! equation through ordinary tensor operations (keeping each intermediate value), and the
@@ -202,6 +203,26 @@ where
         }
         result.extend(outs.into_iter().skip(1));
         Ok(result)
+    }
+}
+
+/// `x`, as a constant to differentiation (JAX's `jax.lax.stop_gradient`): the value passes
+/// unchanged (bit for bit), but no cotangent flows back through it, so `grad` treats it as a
+/// constant. Integer and bool tensors carry no gradient anyway and are returned as they are.
+///
+/// ```
+/// use brigade::{grad, stop_gradient, Array, Tensor};
+/// // d/dx sum(x * stop_gradient(x)) = stop_gradient(x) = x, where sum(x * x) would give 2x.
+/// let df = grad(|a: &[Tensor]| vec![(&a[0] * &stop_gradient(&a[0])).sum_all()]);
+/// let x = Array::from_vec(vec![1.0f32, -2.0, 0.5], &[3])?;
+/// assert_eq!(df.call(&[x])?[0].to_vec::<f32>()?, vec![1.0, -2.0, 0.5]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn stop_gradient(x: &Tensor) -> Tensor {
+    if x.dtype().is_float() {
+        crate::ops::ad_util::stop_gradient(x)
+    } else {
+        x.clone()
     }
 }
 
