@@ -254,8 +254,9 @@ pub fn cumprod(x: &Tensor, axis: impl Into<Option<i64>>) -> Tensor {
 /// [`TakeMode::Fill`] (NaN for floats, `i32::MIN`, `u32::MAX`, `true`).
 ///
 /// Built from `iota`, arithmetic and a flat [`Tensor::take`], so its gradient (a scatter-add into
-/// `x`) and batching come from those. [`take_along_axis_mode`] offers JAX's other modes and a
-/// fill value.
+/// `x`; nothing for an index that gives the fill value) and batching come from those. An empty
+/// `axis` with no indices gives an empty result of that shape (`jnp.sort` of a `(2, 0)` array
+/// along axis 1 is `(2, 0)`). [`take_along_axis_mode`] offers JAX's other modes and a fill value.
 ///
 /// ```
 /// use brigade::{Tensor, numpy as jnp};
@@ -348,7 +349,11 @@ pub fn take_along_axis_mode(
     };
     out[a] = indices.shape()[a];
     if n == 0 {
-        // Nothing to take from: the primitive's own error (or an empty result when no index).
+        // Nothing to take from. No index (the result is empty, as sorting along an empty axis
+        // gives): an empty array of the result's shape. Otherwise `take`'s own error.
+        if out.contains(&0) {
+            return Tensor::zeros(&out, x.dtype());
+        }
         return x.take(indices, axis);
     }
     let mut xfull = out.clone();

@@ -34,8 +34,8 @@ mod common;
 
 use brigade::ops::DotDims;
 use brigade::{
-    Array, DType, Device, Error, HostArray, Tensor, all_gather, all_to_all, grad, jit, pmap, pmax,
-    pmean, ppermute, psum, psum_scatter, select, value_and_grad, vjp, vmap,
+    Array, DType, Device, Error, HostArray, TakeMode, Tensor, all_gather, all_to_all, grad, jit,
+    pmap, pmax, pmean, ppermute, psum, psum_scatter, select, value_and_grad, vjp, vmap,
 };
 use common::fd::{EPS, assert_fd, central_diff, vals64, widen};
 use common::*;
@@ -643,6 +643,178 @@ fn take_and_one_hot_rules_match_finite_differences() {
     check_fd("one_hot(argmax x) * x", &loss, &[xd], &[0]);
 }
 
+/// The reference device and every GPU device (Vulkan lavapipe, GL llvmpipe).
+fn all_devices() -> Vec<Device> {
+    let mut d = gpu_devices();
+    d.push(cpu());
+    d
+}
+
+/// `take`'s gradient is JAX's for `x[i]`: a gather in `PROMISE_IN_BOUNDS` mode, whose forward
+/// clamps an out-of-range index but whose transpose (a scatter-add) drops its update. Expected
+/// values derived by hand, and printed by JAX 0.10.2 (`jax.grad(lambda x: jnp.sum(x[i] * w))`):
+///
+/// - x = [1, 2, 3, 4] (n = 4), i = [0, 0, 2, -1, 7, -9], w = [1, 2, 3, 4, 5, 6]. The forward reads
+///   [x0, x0, x2, x3, x3 (7 clamped), x0 (-9 -> -5, clamped)] = [1, 1, 3, 4, 4, 1], so the loss is
+///   1 + 2 + 9 + 16 + 20 + 6 = 54. The gradient keeps the indices in [-4, 4): 0 (w 1), 0 (w 2),
+///   2 (w 3), -1 -> 3 (w 4); 7 and -9 drop. dx = [1 + 2, 0, 3, 4] = [3, 0, 3, 4] (the old rule
+///   scattered the clamped ones too: [9, 0, 3, 9]).
+/// - u32 i = [1, u32::MAX, 9], w = [1, 2, 3]: only 1 is below n = 4: dx = [0, 1, 0, 0].
+/// - Axis 1 of X = 1..=12 as [3, 4], I = [[3, -5], [4, -4]], W[r, a, b] = 4 r + 2 a + b + 1: in row
+///   r, I[0,0] = 3 (w 4r + 1) goes to column 3, I[1,1] = -4 -> 0 (w 4r + 4) to column 0, -5 and 4
+///   drop: dX[r] = [4r + 4, 0, 0, 4r + 1] = [[4, 0, 0, 1], [8, 0, 0, 5], [12, 0, 0, 9]].
+/// - `take_mode` keeps `jnp.take(mode=...)`'s gradients: Clip reads [0, 0, 2, 0, 3, 0] ->
+///   [1 + 2 + 4 + 6, 0, 3, 5] = [13, 0, 3, 5]; Wrap reads [0, 0, 2, 3, 3, 3] -> [3, 0, 3, 15]; Fill
+///   masks 7 and -9 -> [3, 0, 3, 4].
+#[test]
+fn take_gradient_drops_out_of_range_indices_like_jax() {
+    let devs = all_devices();
+    let x = arr(vec![1.0, 2.0, 3.0, 4.0], &[4]);
+    let i = iarr(vec![0, 0, 2, -1, 7, -9], &[6]);
+    let w = arr(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[6]);
+    let got = check_on(
+        &devs,
+        |a: &[Tensor]| {
+            let loss = |m: Option<TakeMode>| {
+                move |t: &[Tensor]| {
+                    let y = match m {
+                        None => t[0].take(&t[1], 0),
+                        Some(m) => t[0].take_mode(&t[1], 0, m),
+                    };
+                    vec![(&y * &t[2]).sum_all()]
+                }
+            };
+            let mut out = value_and_grad(loss(None)).apply(a);
+            for m in [TakeMode::Clip, TakeMode::Wrap, TakeMode::Fill] {
+                out.extend(grad(loss(Some(m))).apply(a));
+            }
+            out
+        },
+        &[x.clone(), i, w],
+        Tol::EXACT,
+    );
+    assert_eq!(hvals(&got[0]), vec![54.0], "x[i] . w");
+    assert_eq!(hvals(&got[1]), vec![3.0, 0.0, 3.0, 4.0], "grad x[i]");
+    assert_eq!(hvals(&got[2]), vec![13.0, 0.0, 3.0, 5.0], "grad take clip");
+    assert_eq!(hvals(&got[3]), vec![3.0, 0.0, 3.0, 15.0], "grad take wrap");
+    assert_eq!(hvals(&got[4]), vec![3.0, 0.0, 3.0, 4.0], "grad take fill");
+
+    let iu = Array::from_vec(vec![1u32, u32::MAX, 9], &[3]).unwrap();
+    let wu = arr(vec![1.0, 2.0, 3.0], &[3]);
+    let got = check_on(
+        &devs,
+        |a: &[Tensor]| grad(|t: &[Tensor]| vec![(&t[0].take(&t[1], 0) * &t[2]).sum_all()]).apply(a),
+        &[x, iu, wu],
+        Tol::EXACT,
+    );
+    assert_eq!(hvals(&got[0]), vec![0.0, 1.0, 0.0, 0.0], "grad x[u32 i]");
+
+    let x2 = arr((1..=12).map(|v| v as f32).collect(), &[3, 4]);
+    let i2 = iarr(vec![3, -5, 4, -4], &[2, 2]);
+    let w2 = arr((1..=12).map(|v| v as f32).collect(), &[3, 2, 2]);
+    let got = check_on(
+        &devs,
+        |a: &[Tensor]| grad(|t: &[Tensor]| vec![(&t[0].take(&t[1], 1) * &t[2]).sum_all()]).apply(a),
+        &[x2, i2, w2],
+        Tol::EXACT,
+    );
+    assert_eq!(
+        hvals(&got[0]),
+        vec![4.0, 0.0, 0.0, 1.0, 8.0, 0.0, 0.0, 5.0, 12.0, 0.0, 0.0, 9.0],
+        "grad X[:, I]"
+    );
+}
+
+/// The same rule under `vmap(grad)` and `grad(vmap)`, with `x`, the indices or both batched
+/// (JAX 0.10.2 gives the same numbers for both orders). Examples X = [[1, 2, 3, 4], [5, 6, 7, 8]],
+/// I = [[0, 4, -1], [-5, 3, 9]], W = [[1, 2, 3], [4, 5, 6]]:
+/// - both batched: example 0 keeps 0 (w 1) and -1 -> 3 (w 3), drops 4: [1, 0, 0, 3]; example 1
+///   keeps 3 (w 5), drops -5 (< -4) and 9: [0, 0, 0, 5]. The forward clamps within each
+///   example: [[x0, x3, x3], [x4, x7, x7]] = [[1, 4, 4], [5, 8, 8]], loss 1 + 8 + 12 + 20 + 40 + 48.
+/// - shared x, batched I: the two examples' gradients add up: [1, 0, 0, 8].
+/// - batched X, shared i = [0, 0, 2, -1, 7, -9] with W2 = [[1..=6], [7..=12]]: [3, 0, 3, 4] as in
+///   the unbatched test, and [7 + 8, 0, 9, 10] = [15, 0, 9, 10].
+/// - both batched, u32 I = [[1, u32::MAX, 9], [3, 4, 0]]: [0, 1, 0, 0] and [6, 0, 0, 4] (4 drops).
+#[test]
+fn take_gradient_drops_out_of_range_indices_under_vmap() {
+    let devs = all_devices();
+    let xb = arr(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[2, 4]);
+    let ib = iarr(vec![0, 4, -1, -5, 3, 9], &[2, 3]);
+    let wb = arr(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    let x1 = arr(vec![1.0, 2.0, 3.0, 4.0], &[4]);
+    let i1 = iarr(vec![0, 0, 2, -1, 7, -9], &[6]);
+    let w2 = arr((1..=12).map(|v| v as f32).collect(), &[2, 6]);
+    let iu = Array::from_vec(vec![1u32, u32::MAX, 9, 3, 4, 0], &[2, 3]).unwrap();
+    fn dot(t: &[Tensor]) -> Vec<Tensor> {
+        vec![(&t[0].take(&t[1], 0) * &t[2]).sum_all()]
+    }
+    fn taken(t: &[Tensor]) -> Vec<Tensor> {
+        vec![t[0].take(&t[1], 0)]
+    }
+    const B: Option<usize> = Some(0);
+    let got = check_on(
+        &devs,
+        |a: &[Tensor]| {
+            let (xb, ib, wb, x1, i1, w2, iu) = (&a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6]);
+            let per_example = |axes: &'static [Option<usize>], t: Vec<Tensor>| {
+                vmap(|u: &[Tensor]| grad(dot).apply(u))
+                    .in_axes(axes)
+                    .apply(&t)
+                    .remove(0)
+            };
+            let of_vmap = |axes: &'static [Option<usize>], t: Vec<Tensor>| {
+                grad(move |u: &[Tensor]| {
+                    let y = vmap(taken).in_axes(&axes[..2]).apply(&u[..2]).remove(0);
+                    vec![(&y * &u[2]).sum_all()]
+                })
+                .apply(&t)
+                .remove(0)
+            };
+            let both = vec![xb.clone(), ib.clone(), wb.clone()];
+            let idx = vec![x1.clone(), ib.clone(), wb.clone()];
+            let xs = vec![xb.clone(), i1.clone(), w2.clone()];
+            let both_u = vec![xb.clone(), iu.clone(), wb.clone()];
+            vec![
+                per_example(&[B, B, B], both.clone()),
+                of_vmap(&[B, B], both.clone()),
+                vmap(taken).apply(&both[..2]).remove(0),
+                per_example(&[None, B, B], idx.clone()).sum(0i64, false),
+                of_vmap(&[None, B], idx),
+                per_example(&[B, None, B], xs.clone()),
+                of_vmap(&[B, None], xs),
+                per_example(&[B, B, B], both_u.clone()),
+                of_vmap(&[B, B], both_u),
+            ]
+        },
+        &[xb, ib, wb, x1, i1, w2, iu],
+        Tol::EXACT,
+    );
+    let both = vec![1.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 5.0];
+    assert_eq!(hvals(&got[0]), both, "vmap(grad), both batched");
+    assert_eq!(hvals(&got[1]), both, "grad(vmap), both batched");
+    assert_eq!(
+        hvals(&got[2]),
+        vec![1.0, 4.0, 4.0, 5.0, 8.0, 8.0],
+        "vmap forward"
+    );
+    assert_eq!(
+        hvals(&got[3]),
+        vec![1.0, 0.0, 0.0, 8.0],
+        "vmap(grad), indices batched"
+    );
+    assert_eq!(
+        hvals(&got[4]),
+        vec![1.0, 0.0, 0.0, 8.0],
+        "grad(vmap), indices batched"
+    );
+    let xs = vec![3.0, 0.0, 3.0, 4.0, 15.0, 0.0, 9.0, 10.0];
+    assert_eq!(hvals(&got[5]), xs, "vmap(grad), x batched");
+    assert_eq!(hvals(&got[6]), xs, "grad(vmap), x batched");
+    let u = vec![0.0, 1.0, 0.0, 0.0, 6.0, 0.0, 0.0, 4.0];
+    assert_eq!(hvals(&got[7]), u, "vmap(grad), both batched, u32");
+    assert_eq!(hvals(&got[8]), u, "grad(vmap), both batched, u32");
+}
+
 #[test]
 fn softmax_family_rules_match_finite_differences() {
     let x = arr(f32s(24, 120, -2.0, 2.0), &[2, 3, 4]);
@@ -904,6 +1076,95 @@ fn argnums_give_one_gradient_per_argument_in_order() {
     let g = grad(f).on(&vulkan()).call(&args).unwrap();
     assert_eq!(g.len(), 1);
     assert_f32s(&host(&g[0]), &ga, Tol::ARITH, "default argnums");
+}
+
+/// `stop_gradient` (JAX's `lax.stop_gradient`): the value unchanged, no gradient.
+#[test]
+fn stop_gradient_passes_values_and_blocks_gradients() {
+    use brigade::stop_gradient;
+    // Forward: the operand's bits, stored (an alias of the input) or fused into a kernel.
+    let special = [
+        1.5f32,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -2.25,
+    ];
+    let x = arr(special.to_vec(), &[6]);
+    let got = check_on_all(
+        |a: &[Tensor]| vec![stop_gradient(&a[0]), &stop_gradient(&(&a[0] * 2.0)) - 1.0],
+        std::slice::from_ref(&x),
+        Tol::EXACT,
+    );
+    for (g, w) in hvals(&got[0]).iter().zip(special) {
+        assert!(
+            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+            "stop_gradient({w}) = {g}"
+        );
+    }
+    // Gradients, on every GPU and the reference device, derived by hand at x = [1, -2, 0.5]:
+    // d/dx sum(x * sg(x)) = sg(x) = x (2x without the stop); d/dx sum(sg(x)^2 + 3x) = 3;
+    // under vmap the same per example.
+    let x = arr(vec![1.0, -2.0, 0.5], &[3]);
+    let product = |a: &[Tensor]| vec![(&a[0] * &stop_gradient(&a[0])).sum_all()];
+    let square = |a: &[Tensor]| {
+        let s = stop_gradient(&a[0]);
+        vec![(&(&s * &s) + &(&a[0] * 3.0)).sum_all()]
+    };
+    let vmapped = |a: &[Tensor]| {
+        let y = vmap(|t: &[Tensor]| vec![&t[0] * &stop_gradient(&t[0])]).apply(a);
+        vec![y[0].sum_all()]
+    };
+    for dev in all_devices() {
+        let _guard = device_guard(&dev);
+        let g = grad(product)
+            .on(&dev)
+            .call(std::slice::from_ref(&x))
+            .unwrap();
+        assert_f32s(
+            &host(&g[0]),
+            &[1.0, -2.0, 0.5],
+            Tol::EXACT,
+            &format!("x sg(x) on {}", dev.name()),
+        );
+        let g = grad(square)
+            .on(&dev)
+            .call(std::slice::from_ref(&x))
+            .unwrap();
+        assert_f32s(
+            &host(&g[0]),
+            &[3.0; 3],
+            Tol::EXACT,
+            &format!("sg(x)^2 + 3x on {}", dev.name()),
+        );
+        let g = grad(vmapped)
+            .on(&dev)
+            .call(std::slice::from_ref(&x))
+            .unwrap();
+        assert_f32s(
+            &host(&g[0]),
+            &[1.0, -2.0, 0.5],
+            Tol::EXACT,
+            &format!("vmap on {}", dev.name()),
+        );
+    }
+    // Second order: d/dx of grad(x^2 sg(x)) = d/dx (2x sg(x)) = 2 sg(x) = 2x.
+    let inner = |a: &[Tensor]| {
+        grad(|t: &[Tensor]| vec![(&(&t[0] * &t[0]) * &stop_gradient(&t[0])).sum_all()]).apply(a)
+    };
+    let g = grad(move |a: &[Tensor]| vec![inner(a)[0].sum_all()])
+        .on(&vulkan())
+        .call(std::slice::from_ref(&x))
+        .unwrap();
+    assert_f32s(&host(&g[0]), &[2.0, -4.0, 1.0], Tol::EXACT, "grad of grad");
+    // Integers carry no gradient: returned as they are, nothing recorded.
+    let f = |a: &[Tensor]| vec![stop_gradient(&a[1]), stop_gradient(&a[0])];
+    let args = [x, iarr(vec![3, -1], &[2])];
+    let graph = jit(f).graph(&args).unwrap().to_string();
+    assert_eq!(graph.matches("stop_gradient").count(), 1, "{graph}");
+    let got = check_on_all(f, &args, Tol::EXACT);
+    assert_eq!(got[0].dtype(), DType::I32);
 }
 
 #[test]

@@ -361,6 +361,77 @@ fn grad_through_sort_matches_finite_differences() {
     }
 }
 
+/// Sorting along an empty axis keeps the operand's shape, as in JAX 0.10.2 (`jnp.sort`,
+/// `lax.sort`, `jnp.take_along_axis` of a `(2, 0)` array along axis 1 are all `(2, 0)`): `sort`
+/// gathers with `take_along_axis`, whose result has the broadcast shape of the array and the
+/// indices on the other axes and the indices' length on `axis`, here `[2, 0]`, not `take`'s
+/// `[2] ++ [2, 0] ++ []`. The broadcasting forms follow the same rule: `(1, 0)` with indices
+/// `(3, 0)` is `(3, 0)`, `(3, 0, 2)` with `(1, 0, 1)` is `(3, 0, 2)` (JAX prints these shapes too),
+/// in every mode. The gradient of a sum of the sorted values has the operand's shape.
+#[test]
+fn sorting_along_an_empty_axis_keeps_the_shape() {
+    let mut devs = gpu_devices();
+    devs.extend(devices_with("cpu:1"));
+    let e = |shape: &[usize]| Array::from_vec(Vec::<f32>::new(), shape).unwrap();
+    let ei = |shape: &[usize]| Array::from_vec(Vec::<i32>::new(), shape).unwrap();
+    let got = check_on(
+        &devs,
+        |t: &[Tensor]| {
+            let x = &t[0];
+            let mut out = vec![
+                x.sort(1),
+                x.sort(0),
+                x.argsort(1),
+                jnp::sort(x, Some(1), false),
+                jnp::sort(x, Some(-1), true),
+                jnp::argsort(x, Some(1), true),
+                jnp::take_along_axis(x, &t[1], 1),
+                jnp::take_along_axis(&t[2], &t[3], 1),
+                jnp::take_along_axis(&t[4], &t[5], 1),
+                jnp::take_along_axis_mode(&t[4], &t[5], 1, brigade::TakeMode::Clip, None),
+                jnp::take_along_axis(&t[1], &t[1], 1),
+                grad(|u: &[Tensor]| vec![u[0].sort(1).sum_all()]).apply(&t[..1])[0].clone(),
+            ];
+            out.extend(lax::sort(&[x.clone(), x.clone()], 1, 1));
+            out
+        },
+        &[
+            e(&[2, 0]),
+            ei(&[2, 0]),
+            e(&[1, 0]),
+            ei(&[3, 0]),
+            e(&[3, 0, 2]),
+            ei(&[1, 0, 1]),
+        ],
+        Tol::EXACT,
+    );
+    let want: [&[usize]; 14] = [
+        &[2, 0],
+        &[2, 0],
+        &[2, 0],
+        &[2, 0],
+        &[2, 0],
+        &[2, 0],
+        &[2, 0],
+        &[3, 0],
+        &[3, 0, 2],
+        &[3, 0, 2],
+        &[2, 0],
+        &[2, 0],
+        &[2, 0],
+        &[2, 0],
+    ];
+    assert_eq!(got.len(), want.len());
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.shape, w, "output {k}");
+    }
+    assert_eq!(
+        got[10].dtype(),
+        brigade::DType::I32,
+        "take_along_axis of i32"
+    );
+}
+
 #[test]
 fn errors_are_typed_and_name_the_sizes() {
     let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);

@@ -22,7 +22,7 @@ mod common;
 use brigade::ops::DotDims;
 use brigade::{
     Array, DType, Device, Error, HostArray, HostData, Tensor, all_gather, all_to_all, axis_index,
-    axis_size, counters, jit, pmap, pmax, pmean, pmin, ppermute, psum, psum_scatter, select,
+    axis_size, counters, grad, jit, pmap, pmax, pmean, pmin, ppermute, psum, psum_scatter, select,
     shard_map, vmap,
 };
 use common::batching::{batch_size, check_vmap, expected};
@@ -2098,4 +2098,40 @@ fn vmap_of_pmap_collectives_over_both_axis_names() {
         want_b,
         "psum over b"
     );
+}
+
+/// `take` with both operands batched is `take_batched` (each example takes from its own slice);
+/// under a second vmap that batches `x`, the indices or both, every example must still read
+/// `x[outer][inner][norm(idx[outer][inner][..])]`, and the gradient (which drops out-of-range
+/// indices) must batch the same way. Indices fall outside `[-n, n)` on both sides.
+#[test]
+fn take_batched_under_another_vmap() {
+    let x4 = rand_f32(&[2, 3, 5, 4], 76);
+    let x3 = rand_f32(&[3, 5, 4], 77);
+    let i3 = i32_array(vec![0, -1, 5, -6, 9, 2, -5, 4, 3, -2, 1, 7], &[2, 3, 2]);
+    let i2 = i32_array(vec![4, -9, -1, 0, 6, 2], &[3, 2]);
+    fn inner(a: &[Tensor]) -> Vec<Tensor> {
+        let taken = |u: &[Tensor]| vec![u[0].take(&u[1], 0), u[0].take(&u[1], 1)];
+        let mut out = vmap(taken).apply(a);
+        let loss = move |u: &[Tensor]| {
+            let y = vmap(taken).apply(u);
+            vec![y[0].square().sum_all() + y[1].sin().sum_all()]
+        };
+        out.extend(grad(loss).apply(a));
+        out
+    }
+    for (what, axes, args) in [
+        ("x batched", [Some(0), None], [x4.clone(), i2.clone()]),
+        ("indices batched", [None, Some(0)], [x3.clone(), i3.clone()]),
+        ("both batched", [Some(0), Some(0)], [x4.clone(), i3.clone()]),
+    ] {
+        check_vmap(
+            &format!("vmap of take_batched, {what}"),
+            inner,
+            &axes,
+            &[Some(0), Some(0), Some(0)],
+            &args,
+            Tol::REDUCE,
+        );
+    }
 }

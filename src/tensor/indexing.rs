@@ -6,9 +6,25 @@ use crate::ops::{IndexOp, Prim};
 use crate::tensor::{TakeMode, Tensor, norm_axis};
 
 impl Tensor {
-    /// Gather slices along `axis` by integer `indices` (like `jnp.take`): the result has shape
-    /// `shape[..axis] + indices.shape + shape[axis+1..]`. Negative indices count from the end; indices
-    /// still out of range are clamped.
+    /// Gather slices along `axis` by integer `indices` (like `x[indices]` in JAX): the result has
+    /// shape `shape[..axis] + indices.shape + shape[axis+1..]`. Negative indices count from the end
+    /// once; indices still out of range are clamped.
+    ///
+    /// The gradient is JAX's for `x[indices]` (a gather in `PROMISE_IN_BOUNDS` mode): each taken
+    /// slice's cotangent adds into the slice it came from, and an index outside `[-n, n)` (`[0, n)`
+    /// for u32) adds nothing, though the forward clamped it. The same holds under `vmap`.
+    /// [`Tensor::take_mode`]'s gradients are those of `jnp.take(mode=...)`.
+    ///
+    /// ```
+    /// use brigade::{Tensor, grad};
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4]);
+    /// let i = Tensor::from_vec(vec![0i32, 7, -1, -9], &[4]);
+    /// assert_eq!(x.take(&i, 0).to_vec::<f32>()?, vec![1.0, 4.0, 4.0, 1.0]);
+    /// let dx = grad(|t: &[Tensor]| vec![t[0].take(&t[1], 0).sum_all()]).apply(&[x, i]);
+    /// // 7 and -9 are outside [-4, 4): no gradient; -1 is element 3.
+    /// assert_eq!(dx[0].to_vec::<f32>()?, vec![1.0, 0.0, 0.0, 1.0]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
     pub fn take(&self, indices: &Tensor, axis: i64) -> Tensor {
         if let Some(e) = self.error() {
             return Tensor::failed(e.clone());
@@ -23,7 +39,11 @@ impl Tensor {
     /// `[-n, n)` (NaN for f32/f64, `i32::MIN`, `u32::MAX`, `true` for bool; negative indices in
     /// range count from the end), [`TakeMode::Clip`] clamps every index into `[0, n)` (a negative
     /// one gives element 0), [`TakeMode::Wrap`] takes it modulo `n`. Plain `take` is `x[idx]`
-    /// indexing: negatives count from the end once, then the index is clamped.
+    /// indexing: negatives count from the end once, then the index is clamped (and, unlike `Clip`,
+    /// a clamped index gets no gradient).
+    ///
+    /// Gradients are those of `jnp.take(mode=...)`: under `Clip` and `Wrap` the cotangent goes to
+    /// the element that was read; under `Fill` an index outside `[-n, n)` gets none.
     ///
     /// ```
     /// use brigade::{Tensor, TakeMode};
