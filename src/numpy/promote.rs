@@ -227,7 +227,8 @@ impl Operand<'_> {
             Operand::Int(v) => {
                 let fits = match dt {
                     DType::I32 => i32::try_from(v).is_ok(),
-                    DType::U32 => u32::try_from(v).is_ok(),
+                    // JAX wraps a negative Python int for a uint32 array (`u - 1`).
+                    DType::U32 => (-(1i64 << 31)..1i64 << 32).contains(&v),
                     DType::Bool | DType::F32 | DType::F64 => true,
                 };
                 if !fits {

@@ -287,7 +287,8 @@ unary_ops! {
                 DType::U32 => x.to_string(),
                 _ => format!("abs({x})"),
             },
-            vjp: { ct * &x.sign() },
+            // JAX's rule: +ct where x >= 0 (so at ±0), -ct elsewhere (NaN included).
+            vjp: { x.ge(&zero(x)).where_(ct, &-ct) },
         }
         Exp = "exp", Float {
             float: { x.exp() }, i32: _, u32: _, bool: _, pred: _,
@@ -296,11 +297,11 @@ unary_ops! {
         }
         Log = "log", Float {
             float: { x.ln() }, i32: _, u32: _, bool: _, pred: _,
-            // llvmpipe's log has no range reduction for subnormals (log(1e-40) gives -88.0, not
-            // -92.1): scale them by 2^64 first and subtract 64 ln 2.
-            wgsl: format!(
-                "(log(select({x}, {x} * 18446744073709551616.0, abs({x}) < 1.17549435e-38)) - select(0.0, 44.361419555836500, abs({x}) < 1.17549435e-38))"
-            ),
+            // Mesa's log is off near 1 and for subnormals (shaders/lib/log.wgsl).
+            wgsl: {
+                helpers.push(LOG_F32);
+                format!("blog({x})")
+            },
             vjp: { ct / x },
         }
         Sqrt = "sqrt", Float {
@@ -340,11 +341,14 @@ unary_ops! {
             vjp: { ct * &(out * &(1.0 - out)) },
         }
         Relu = "relu", Numeric {
-            // max(NaN, 0) is NaN, as jax.nn.relu.
-            float: { if x.is_nan() { x } else { x.max(0.0) } },
+            // max(NaN, 0) is NaN and relu(-0.0) is +0.0, as jax.nn.relu.
+            float: { nan_max(x, 0.0) },
             i32: { x.max(0) }, u32: x, bool: _, pred: _,
             wgsl: match dt {
-                DType::F32 => format!("select(max({x}, 0.0), {x}, {})", isnan_wgsl(x)),
+                DType::F32 => format!(
+                    "select(select(max({x}, 0.0), 0.0, {x} == 0.0), {x}, {})",
+                    isnan_wgsl(x)
+                ),
                 DType::I32 => format!("max({x}, 0i)"),
                 _ => x.to_string(),
             },
@@ -361,7 +365,8 @@ unary_ops! {
             i32: { x.signum() }, u32: { (x > 0) as u32 }, bool: _, pred: _,
             wgsl: match dt {
                 DType::U32 => format!("select(0u, 1u, {x} > 0u)"),
-                DType::F32 => format!("select(sign({x}), {x}, {})", isnan_wgsl(x)),
+                // WGSL's sign gives +0.0 for -0.0 (Mesa); NaN and both zeros are their own sign.
+                DType::F32 => format!("select(sign({x}), {x}, {} || {x} == 0.0)", isnan_wgsl(x)),
                 _ => format!("sign({x})"),
             },
             vjp: { zeros_like(x) },
@@ -710,10 +715,16 @@ pub(crate) fn isnan_wgsl(x: &str) -> String {
 /// `max`/`min` that propagate NaN like `jnp.maximum`/`lax.max` (WGSL's built-ins return the other
 /// operand, or anything, for a NaN one).
 pub(crate) fn max_min_wgsl(op: BinaryOp, dt: DType, a: &str, b: &str) -> String {
-    let f = if op == BinaryOp::Max { "max" } else { "min" };
+    let (f, bits) = if op == BinaryOp::Max {
+        ("max", "&")
+    } else {
+        ("min", "|")
+    };
     if dt == DType::F32 {
+        // Equal operands (±0 included) combine their bits: max(-0, +0) = +0 and min = -0 in either
+        // order, as XLA (WGSL leaves the zero's sign open; Mesa's depends on the order).
         format!(
-            "select(select({f}({a}, {b}), {b}, {}), {a}, {})",
+            "select(select(select({f}({a}, {b}), bitcast<f32>(bitcast<u32>({a}) {bits} bitcast<u32>({b})), {a} == {b}), {b}, {}), {a}, {})",
             isnan_wgsl(b),
             isnan_wgsl(a)
         )
@@ -757,11 +768,13 @@ pub(crate) mod num_like {
                 fn is_nan_(self) -> bool {
                     self.is_nan()
                 }
+                // A tie of zeros is +0.0 for max and -0.0 for min, in either order (XLA's rule):
+                // equal values combine their bits.
                 fn max_(self, o: Self) -> Self {
-                    self.max(o)
+                    if self == o { <$t>::from_bits(self.to_bits() & o.to_bits()) } else { self.max(o) }
                 }
                 fn min_(self, o: Self) -> Self {
-                    self.min(o)
+                    if self == o { <$t>::from_bits(self.to_bits() | o.to_bits()) } else { self.min(o) }
                 }
             }
         )*};
@@ -834,6 +847,7 @@ const FMOD_F32: &str = include_str!("../../shaders/lib/fmod.wgsl").trim_ascii_en
 const POW_F32: &str = include_str!("../../shaders/lib/pow.wgsl").trim_ascii_end();
 // tanh with one exp and no clamp (see the file).
 const TANH_F32: &str = include_str!("../../shaders/lib/tanh.wgsl").trim_ascii_end();
+const LOG_F32: &str = include_str!("../../shaders/lib/log.wgsl").trim_ascii_end();
 
 // ---- fused multiply-add and erf_inv --------------------------------------------------------------
 
@@ -1182,6 +1196,11 @@ pub fn cast_wgsl(from: DType, to: DType, x: &str) -> String {
             "select(select(u32({x}), 4294967295u, {x} >= 4294967296.0), 0u, {x} <= 0.0 || {})",
             isnan_wgsl(x)
         ),
+        // Through the run-time zero: llvmpipe GL folds `i32(f32(x))` to `x`, skipping the
+        // rounding to f32 (16777217 must come back as 16777216, as in JAX).
+        (DType::I32 | DType::U32, DType::F32) => {
+            format!("bitcast<f32>(bitcast<u32>(f32({x})) | bzero)")
+        }
         (_, t) => format!("{}({x})", t.wgsl()),
     }
 }
@@ -1503,6 +1522,7 @@ mod table_tests {
         check("fmod", &[FMOD_F32]);
         check("pow", &[POW_F32]);
         check("tanh", &[TANH_F32]);
+        check("log", &[LOG_F32]);
         check("erf_inv", &[FMA_F32, DIV_SQRT_F32, ERF_INV_WGSL.as_str()]);
     }
 

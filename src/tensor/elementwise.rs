@@ -190,7 +190,15 @@ impl Tensor {
         } else {
             self.clone()
         };
-        let s = Tensor::scalar(Scalar::F32(0.0).cast(x.dtype()).with_f64(lit.as_f64()));
+        let Some(v) = Scalar::F32(0.0).cast(x.dtype()).with_f64(lit.as_f64()) else {
+            return x.fail_with(Error::BadDType {
+                op: "binary op with a literal",
+                dtype: x.dtype(),
+                hint: "the integer literal does not fit this dtype (JAX raises OverflowError); use a Tensor of another dtype or a float literal",
+                shapes: vec![x.shape().to_vec()],
+            });
+        };
+        let s = Tensor::scalar(v);
         let this = &x;
         if scalar_on_left {
             s.binary(op, this)
@@ -323,14 +331,20 @@ impl Tensor {
 
 impl Scalar {
     /// A scalar of the same dtype holding `v` (converted).
-    pub(crate) fn with_f64(self, v: f64) -> Scalar {
-        match self {
+    /// `v` (an integer value when `self` is an integer) as a scalar of `self`'s dtype, the way
+    /// JAX converts a Python int for an array of that dtype: u32 takes [-2^31, 2^32) and wraps
+    /// (`u - 1` subtracts one), i32 takes i32's range; `None` outside (JAX's `OverflowError`).
+    pub(crate) fn with_f64(self, v: f64) -> Option<Scalar> {
+        Some(match self {
             Scalar::F32(_) => Scalar::F32(v as f32),
-            Scalar::I32(_) => Scalar::I32(v as i32),
-            Scalar::U32(_) => Scalar::U32(v as u32),
+            Scalar::I32(_) if (-2f64.powi(31)..2f64.powi(31)).contains(&v) => Scalar::I32(v as i32),
+            Scalar::U32(_) if (-2f64.powi(31)..2f64.powi(32)).contains(&v) => {
+                Scalar::U32(v as i64 as u32)
+            }
+            Scalar::I32(_) | Scalar::U32(_) => return None,
             Scalar::Bool(_) => Scalar::Bool(v != 0.0),
             Scalar::F64(_) => Scalar::F64(v),
-        }
+        })
     }
 }
 

@@ -1,6 +1,7 @@
 //! Contractions: `dot_general`, convolutions and NumPy's `matmul` (1-D promotion, broadcast batch
 //! axes).
 
+use crate::dtype::DType;
 use crate::error::Error;
 use crate::ops::{DotDims, Prim};
 use crate::tensor::{Tensor, broadcast_shapes};
@@ -36,6 +37,12 @@ impl Tensor {
     pub fn matmul(&self, rhs: &Tensor) -> Tensor {
         if let Some(e) = self.error().or(rhs.error()) {
             return Tensor::failed(e.clone());
+        }
+        // Bool operands: an OR of ANDs with a bool result, as jnp.matmul (counted in i32; a count
+        // cannot wrap to 0 within the 2^32-element limit).
+        if self.dtype() == DType::Bool && rhs.dtype() == DType::Bool {
+            let r = self.cast(DType::I32).matmul(&rhs.cast(DType::I32));
+            return r.ne(&Tensor::scalar(0i32));
         }
         if self.dtype() != rhs.dtype() {
             let [a, b] = Tensor::promote_floats([self, rhs]);

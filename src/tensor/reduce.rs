@@ -26,11 +26,19 @@ impl Tensor {
             }
             Err(e) => return self.fail_with(e),
         };
-        // Sums of bools count them, like jnp.
-        let x = if self.dtype() == DType::Bool && matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
-            self.cast(DType::I32)
-        } else {
-            self.clone()
+        // Sums of bools count them, like jnp; max and min of bools are `any` and `all` (bool
+        // results), computed on 0/1.
+        let is_bool = self.dtype() == DType::Bool;
+        let x = match op {
+            ReduceOp::Sum | ReduceOp::Prod if is_bool => self.cast(DType::I32),
+            ReduceOp::Max | ReduceOp::Min if is_bool => {
+                let axes = Axes::Some(axes.iter().map(|&a| a as i64).collect());
+                return self
+                    .cast(DType::U32)
+                    .reduce(op, axes, keepdims)
+                    .cast(DType::Bool);
+            }
+            _ => self.clone(),
         };
         let r = Tensor::apply(
             Prim::Reduction(ReductionOp::Reduce {
@@ -161,9 +169,15 @@ impl Tensor {
             Ok(a) => a,
             Err(e) => return self.fail_with(e),
         };
+        // Bools as 0/1 (jnp.argmax of a bool array is the first true's index).
+        let x = if self.dtype() == DType::Bool {
+            self.cast(DType::U32)
+        } else {
+            self.clone()
+        };
         let r = Tensor::apply(
             Prim::Reduction(ReductionOp::ArgReduce { op, axis: ax }),
-            &[self],
+            &[&x],
         );
         if keepdims {
             r.keep_dims(self.shape(), &[ax])
@@ -196,7 +210,10 @@ impl Tensor {
         let finite = m
             .abs()
             .lt(&Tensor::scalar(Scalar::F32(f32::INFINITY).cast(m.dtype())));
-        let m = finite.where_(&m, &Tensor::scalar(Scalar::F32(0.0).cast(m.dtype())));
+        // The shift cancels in the result: no gradient through it (as jax.nn.logsumexp).
+        let m = crate::stop_gradient(
+            &finite.where_(&m, &Tensor::scalar(Scalar::F32(0.0).cast(m.dtype()))),
+        );
         let s = (self - &m).exp().sum(axes.clone(), true).log() + &m;
         if keepdims {
             s
@@ -210,15 +227,21 @@ impl Tensor {
     /// `exp(x - max) / sum(exp(x - max))` along `axis`.
     pub fn softmax(&self, axis: i64) -> Tensor {
         // initial=-inf as jax.nn.softmax, so an empty axis gives an empty result, not an error.
-        let e = (self - &self.max_initial(axis, true, f32::NEG_INFINITY)).exp();
+        // The shift cancels in the result: no gradient through it (as jax.nn.softmax).
+        let m = crate::stop_gradient(&self.max_initial(axis, true, f32::NEG_INFINITY));
+        let e = (self - &m).exp();
         &e / &e.sum(axis, true)
     }
-    /// `x - logsumexp(x)` along `axis`.
+    /// `x - logsumexp(x)` along `axis`, computed as `jax.nn.log_softmax` does: `s - log(sum(exp(s)))`
+    /// with `s = x - max(x)`, so that values far from 0 keep their precision (`[1e30, 1e30, -1e30]`
+    /// gives `[-ln 2, -ln 2, -2e30]`) and a row holding +inf is NaN throughout.
     pub fn log_softmax(&self, axis: i64) -> Tensor {
         if !self.dtype().is_float() && self.error().is_none() {
             return self.cast(DType::F32).log_softmax(axis);
         }
-        self - &self.logsumexp(axis, true)
+        let shifted =
+            self - &crate::stop_gradient(&self.max_initial(axis, true, f32::NEG_INFINITY));
+        &shifted - &shifted.exp().sum(axis, true).log()
     }
 
     // ---- windows ----------------------------------------------------------------------------------

@@ -138,3 +138,59 @@ pub const TAKE_GETITEM: &[u32] = &[
 ];
 pub const NAN_TO_NUM_IN: &[u32] = &[0x7fc00000, 0x7f800000, 0xff800000, 0x3fc00000, 0x80000000];
 pub const NAN_TO_NUM: &[u32] = &[0x00000000, 0x7f7fffff, 0xff7fffff, 0x3fc00000, 0x80000000];
+pub const ZERO_IN: &[u32] = &[
+    0x80000000, 0x00000000, 0x7fc00000, 0x3fc00000, 0xc0000000, 0x0da24260, 0x8da24260,
+];
+pub const ZERO_SIGN: &[u32] = &[
+    0x80000000, 0x00000000, 0x7fc00000, 0x3f800000, 0xbf800000, 0x3f800000, 0xbf800000,
+];
+pub const ZERO_TANH: &[u32] = &[
+    0x80000000, 0x00000000, 0x7fc00000, 0x3f67b7cb, 0xbf76ca83, 0x0da24260, 0x8da24260,
+];
+pub const ZERO_GRAD_ABS: &[u32] = &[
+    0x3f800000, 0x3f800000, 0xbf800000, 0x3f800000, 0xbf800000, 0x3f800000, 0xbf800000,
+];
+pub const ZRED_IN: &[u32] = &[
+    0x80000000, 0x00000000, 0x80000000, 0x00000000, 0x80000000, 0x00000000, 0x80000000, 0x80000000,
+    0x80000000, 0x00000000, 0x00000000, 0x00000000,
+];
+pub const ZRED_MAX: &[u32] = &[0x00000000, 0x00000000, 0x80000000, 0x00000000];
+pub const ZRED_MIN: &[u32] = &[0x80000000, 0x80000000, 0x80000000, 0x00000000];
+pub const CHAIN_I32_IN: &[i32] = &[16777217, 123456789, -2147483647, 2147483647, -16777217, 7];
+pub const CHAIN_I32: &[i32] = &[16777216, 123456792, -2147483648, 2147483647, -16777216, 7];
+pub const CHAIN_U32_IN: &[u32] = &[16777217, 4294967295, 4294967040, 123456789, 7];
+pub const CHAIN_U32: &[u32] = &[16777216, 4294967295, 4294967040, 123456792, 7];
+pub const ULIT_IN: &[u32] = &[5, 0, 4294967295];
+pub const ULIT_ADD_M1: &[u32] = &[4, 4294967295, 4294967294];
+pub const ULIT_MUL_M1: &[u32] = &[4294967291, 0, 1];
+pub const ULIT_SUB_M1: &[u32] = &[6, 1, 0];
+pub const ULIT_ADD_MIN: &[u32] = &[2147483653, 2147483648, 2147483647];
+pub const LSM_IN: &[u32] = &[
+    0x7149f2ca, 0x7149f2ca, 0xf149f2ca, 0x7f800000, 0x3f800000, 0x40000000, 0x7f800000, 0x7f800000,
+    0x00000000, 0x7f800000, 0xff800000, 0x00000000, 0xff800000, 0xff800000, 0xff800000, 0x3f800000,
+    0x40000000, 0x40400000, 0xf149f2ca, 0x40a00000, 0xff800000,
+];
+pub const LSM: &[u32] = &[
+    0xbf317218, 0xbf317218, 0xf1c9f2ca, 0xffc00000, 0xffffffff, 0xffffffff, 0xffc00000, 0xffc00000,
+    0xffffffff, 0xffc00000, 0xffffffff, 0xffffffff, 0xffc00000, 0xffc00000, 0xffc00000, 0xc01a1637,
+    0xbfb42c6e, 0xbed0b1ba, 0xf149f2ca, 0x00000000, 0xff800000,
+];
+pub const LOG_IN: &[u32] = &[
+    0x3f7fffff, 0x3f7fffef, 0x3f7fbe77, 0x3f7d70a4, 0x3f400000, 0x3f800001, 0x3f800054, 0x3fc00000,
+    0x3f000000, 0x40000000, 0x41200000, 0x0da24260, 0x0082ab1e, 0x7f61b1e6, 0x3f800000, 0x00000000,
+    0x80000000, 0xbf800000, 0x7f800000, 0xff800000, 0x7fc00000, 0x3f3504f3, 0x3fb504f3,
+];
+pub const LOG: &[u32] = &[
+    0xb3800000, 0xb5880005, 0xba8322ca, 0xbc24aa20, 0xbe934b11, 0x33ffffff, 0x3727ffc9, 0x3ecf991f,
+    0xbf317218, 0x3f317218, 0x40135d8e, 0xc28a27b5, 0xc2aea1bf, 0x42b13196, 0x00000000, 0xff800000,
+    0xff800000, 0xffffffff, 0x7f800000, 0xffffffff, 0xffffffff, 0xbeb17219, 0x3eb17217,
+];
+pub const BOOL_IN: &[bool] = &[
+    true, false, true, false, false, false, true, true, true, false, true, false,
+];
+pub const BOOL_RHS: &[bool] = &[true, false, false, false, true, true];
+pub const BOOL_MAX: &[bool] = &[true, false, true, true];
+pub const BOOL_MIN: &[bool] = &[false, false, true, false];
+pub const BOOL_ARGMAX: &[i32] = &[0, 0, 0, 1];
+pub const BOOL_ARGMIN: &[i32] = &[1, 0, 0, 0];
+pub const BOOL_MATMUL: &[bool] = &[true, true, false, false, true, true, false, false];
