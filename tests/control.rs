@@ -239,6 +239,33 @@ fn switch_converts_u32_and_bool_indices_to_i32_like_jax() {
     );
 }
 
+/// `lax.cond` takes an integer predicate as `pred != 0` (JAX 0.10.2: `lax.cond(jnp.int32(3), ..)`
+/// takes the true branch, `jnp.uint32(0)` the false one), also per example under `vmap`.
+#[test]
+fn cond_takes_an_integer_predicate_as_nonzero_like_jax() {
+    let f = |a: &[Tensor]| cond(&a[1], |o| vec![&o[0] * 10.0], |o| vec![o[0].neg()], &a[..1]);
+    let x = || arr(vec![2.0, -1.5], &[2]);
+    for (p, want) in [
+        (Array::scalar(3i32), [20.0, -15.0]),
+        (Array::scalar(-1i32), [20.0, -15.0]),
+        (Array::scalar(0i32), [-2.0, 1.5]),
+        (Array::scalar(0u32), [-2.0, 1.5]),
+        (Array::scalar(u32::MAX), [20.0, -15.0]),
+    ] {
+        let got = check_on_all(f, &[x(), p.clone()], Tol::EXACT);
+        assert_f32s(&got[0], &want, Tol::EXACT, &format!("predicate {p:?}"));
+    }
+    let preds = Array::from_vec(vec![0i32, 7], &[2]).unwrap();
+    let batched = |a: &[Tensor]| brigade::vmap(f).apply(&[a[0].clone(), a[1].clone()]);
+    let got = check_on_all(batched, &[x(), preds], Tol::EXACT);
+    assert_f32s(
+        &got[0],
+        &[-2.0, -15.0],
+        Tol::EXACT,
+        "vmap over the predicate",
+    );
+}
+
 #[test]
 fn cond_under_vmap_with_a_shared_or_a_per_example_predicate() {
     let per_example = |a: &[Tensor]| {

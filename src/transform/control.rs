@@ -29,8 +29,8 @@ fn failed(e: Error, n: usize) -> Vec<Tensor> {
 }
 
 /// `on_true(operands)` where the scalar bool `pred` is true, else `on_false(operands)` (JAX's
-/// `lax.cond`). Both branches take the same operands and must return outputs of the same shapes
-/// and dtypes ([`Error::BranchMismatch`] otherwise). They may use any value of the enclosing
+/// `lax.cond`; an integer `pred` counts as true where it is not 0, as there). Both branches take
+/// the same operands and must return outputs of the same shapes and dtypes ([`Error::BranchMismatch`] otherwise). They may use any value of the enclosing
 /// function, not only the operands.
 ///
 /// ```
@@ -54,18 +54,27 @@ where
     if let Some(e) = pred.error() {
         return failed(e.clone(), 1);
     }
-    if pred.dtype() != crate::DType::Bool && pred.shape().is_empty() {
+    // An integer predicate is true where it is not 0, as in `lax.cond`; a float one is refused
+    // there too.
+    let pred = match pred.dtype() {
+        DType::I32 | DType::U32 => pred.ne(&Tensor::full(
+            crate::dtype::Scalar::I32(0).cast(pred.dtype()),
+            &[],
+        )),
+        _ => pred.clone(),
+    };
+    if pred.dtype() != DType::Bool && pred.shape().is_empty() {
         let e = Error::BadDType {
             op: "cond",
             dtype: pred.dtype(),
-            hint: "the predicate of cond must be bool: compare first (e.g. `x.gt(&Tensor::scalar(0.0f32))`), or use `switch` with an integer index",
+            hint: "the predicate of cond must be bool or an integer: compare first (e.g. `x.gt(&Tensor::scalar(0.0f32))`), or use `switch` with an integer index",
             shapes: vec![pred.shape().to_vec()],
         };
         return failed(e, 1);
     }
     // Branch 0 is taken for false, branch 1 for true (lax.cond's order).
     let branches: [Branch<'_>; 2] = [&on_false, &on_true];
-    match switch_impl("cond", pred, &branches, operands) {
+    match switch_impl("cond", &pred, &branches, operands) {
         Ok(v) => v,
         Err(e) => failed(e, 1),
     }
