@@ -97,6 +97,21 @@ emit("K42_PERMUTATION_10", "random.permutation(PRNGKey(42), 10)", random.permuta
 emit("K0_PERMUTATION_1700", "random.permutation(PRNGKey(0), 1700) (two sorting rounds)",
      random.permutation(k0, 1700), "i32")
 
+# Gumbel noise and categorical draws (the Gumbel-max trick). Gumbel goes through two logs, so
+# devices agree with it to a few ULP rather than bit for bit; the logits are spread so that no
+# draw is a near-tie.
+emit("K42_GUMBEL_3X4", "random.gumbel(PRNGKey(42), (3, 4)), f32 bits", random.gumbel(k42, (3, 4)), "u32")
+cat_logits = np.log(np.linspace(0.05, 1.0, 6 * 8, dtype=np.float32)).reshape(6, 8)
+cat_logits[1, :3] = -np.inf
+emit("CAT_LOGITS_6X8", "logits of the categorical draws, f32 bits", cat_logits.astype(np.float32), "u32")
+emit("K0_CATEGORICAL_6X8", "random.categorical(PRNGKey(0), CAT_LOGITS_6X8)",
+     random.categorical(k0, jnp.asarray(cat_logits)), "i32")
+emit("K42_CATEGORICAL_6X8_AXIS0", "random.categorical(PRNGKey(42), CAT_LOGITS_6X8, axis=0)",
+     random.categorical(k42, jnp.asarray(cat_logits), axis=0), "i32")
+many = np.tile(np.log(np.array([0.1, 0.2, 0.3, 0.4], np.float32)), (4000, 1))
+emit("K42_CATEGORICAL_4000_COUNTS", "class counts of random.categorical(PRNGKey(42), log([.1,.2,.3,.4]) x 4000 rows)",
+     np.bincount(np.asarray(random.categorical(k42, jnp.asarray(many))), minlength=4), "i32")
+
 # Large draws, compared by an order-sensitive checksum of their bits.
 N = 1 << 20
 sums = {

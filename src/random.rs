@@ -30,6 +30,8 @@
 //!   values `normal` can produce) and on lavapipe and llvmpipe GL. Devices compute its fused
 //!   multiply-adds, divisions and square roots with integer arithmetic (WGSL lets hardware round
 //!   those loosely), so other GPUs give the same bits too.
+//! - [`gumbel`] (`-log(-log(u))` of the uniform bits) within a few ULP of JAX on every device (two
+//!   logs), and [`categorical`] draws JAX's classes.
 //!
 //! Each function's output is exact; float arithmetic you fuse after it follows the device's usual
 //! rules (compilers may, for example, reassociate products with constants).
@@ -255,6 +257,50 @@ pub fn normal(key: &Tensor, shape: &[usize]) -> Tensor {
             &Tensor::full(-0.0f32, shape),
         ],
     )
+}
+
+/// Standard Gumbel `f32` values, like `jax.random.gumbel(key, shape)` (its default "low" mode):
+/// `-log(-log(u))` for `u` uniform in `[tiny, 1)`, `tiny` the smallest normal f32.
+///
+/// ```
+/// use brigade::random;
+/// let g = random::gumbel(&random::key(2), &[20_000]).to_vec::<f32>()?;
+/// // The mean of a standard Gumbel is the Euler-Mascheroni constant, 0.5772...
+/// let mean = g.iter().sum::<f32>() / g.len() as f32;
+/// assert!((mean - 0.5772).abs() < 0.05);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn gumbel(key: &Tensor, shape: &[usize]) -> Tensor {
+    if let Some(bad) = check_key("random::gumbel", key) {
+        return bad;
+    }
+    -(-uniform(key, shape, f32::MIN_POSITIVE, 1.0).log()).log()
+}
+
+/// Draws from the categorical distributions whose unnormalized log-probabilities lie along `axis`
+/// of `logits`, like `jax.random.categorical(key, logits, axis)` (with replacement, one draw per
+/// distribution): the Gumbel-max trick, `argmax(gumbel(key, logits.shape) + logits, axis)`. The
+/// result (i32) has `logits`' shape without `axis`; a logit of -inf is never drawn.
+///
+/// ```
+/// use brigade::{random, Tensor};
+/// // Two distributions over three classes; the second can only give class 2.
+/// let logits = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0], &[2, 3]);
+/// let c = random::categorical(&random::key(0), &logits, -1).to_vec::<i32>()?;
+/// assert_eq!(c.len(), 2);
+/// assert!((0..3).contains(&c[0]) && c[1] == 2);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn categorical(key: &Tensor, logits: &Tensor, axis: i64) -> Tensor {
+    if let Some(bad) = check_key("random::categorical", key) {
+        return bad;
+    }
+    let logits = if logits.dtype() == DType::F32 {
+        logits.clone()
+    } else {
+        logits.cast(DType::F32)
+    };
+    (&gumbel(key, logits.shape()) + &logits).argmax(axis, false)
 }
 
 /// Bernoulli draws (`bool`) with probability `p` of `true`, like `jax.random.bernoulli(key, p,

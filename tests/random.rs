@@ -704,3 +704,77 @@ fn fma_is_one_rounding_on_every_device() {
         );
     }
 }
+
+/// `gumbel` is `-log(-log(u))` of JAX's uniform bits: the same to a few ULP on every device (two
+/// logs, each within 2 ULP of JAX's), and `categorical`'s Gumbel-max draws are JAX's draws, class
+/// for class, along either axis, with -inf logits never drawn. Over 4000 rows the class counts
+/// are JAX's up to 2 (a draw whose two best noisy logits are within a few ULP may flip).
+#[test]
+fn gumbel_and_categorical_match_jax_on_every_device() {
+    let logits = Array::from_vec(
+        jv::CAT_LOGITS_6X8
+            .iter()
+            .map(|&b| f32::from_bits(b))
+            .collect(),
+        &[6, 8],
+    )
+    .unwrap();
+    let many = Array::from_vec(
+        [0.1f32, 0.2, 0.3, 0.4]
+            .iter()
+            .map(|p| p.ln())
+            .cycle()
+            .take(16_000)
+            .collect(),
+        &[4000, 4],
+    )
+    .unwrap();
+    let f = |a: &[Tensor]| {
+        vec![
+            random::gumbel(&a[0], &[3, 4]),
+            random::categorical(&a[1], &a[2], -1),
+            random::categorical(&a[0], &a[2], 0),
+            random::categorical(&a[0], &a[3], 1),
+        ]
+    };
+    let args = [
+        key_arr(&jv::KEYS[2..4]),
+        key_arr(&jv::KEYS[0..2]),
+        logits,
+        many,
+    ];
+    for dev in all_devices() {
+        let o = run_on(&dev, f, &args);
+        let g = o[0].to_vec::<f32>().unwrap();
+        for (k, (&got, &want)) in g.iter().zip(&jv::K42_GUMBEL_3X4).enumerate() {
+            let d = ulps(got, f32::from_bits(want));
+            assert!(
+                d <= 8,
+                "gumbel[{k}] on {}: {got} is {d} ULP from JAX",
+                dev.name()
+            );
+        }
+        assert_eq!(
+            o[1].to_vec::<i32>().unwrap(),
+            jv::K0_CATEGORICAL_6X8,
+            "on {}",
+            dev.name()
+        );
+        assert_eq!(
+            o[2].to_vec::<i32>().unwrap(),
+            jv::K42_CATEGORICAL_6X8_AXIS0,
+            "axis 0 on {}",
+            dev.name()
+        );
+        let draws = o[3].to_vec::<i32>().unwrap();
+        assert!(draws.iter().all(|c| (0..4).contains(c)));
+        for (c, &want) in jv::K42_CATEGORICAL_4000_COUNTS.iter().enumerate() {
+            let n = draws.iter().filter(|&&d| d == c as i32).count() as i32;
+            assert!(
+                (n - want).abs() <= 2,
+                "class {c} on {}: {n} draws, JAX {want}",
+                dev.name()
+            );
+        }
+    }
+}

@@ -193,6 +193,31 @@ pub const K0_PERMUTATION_1700: [i32; 1700] = [
     693, 1325, 103,
 ];
 
+/// random.gumbel(PRNGKey(42), (3, 4)), f32 bits (shape [3, 4])
+pub const K42_GUMBEL_3X4: [u32; 12] = [
+    0x3eab0e4a, 0x3f73b78c, 0x3f39bc5f, 0x3f0c54f8, 0x3e683f8f, 0x3f204922, 0xbf73e6f3, 0x3faf0d2e,
+    0x3f836d1e, 0x3fcdeea3, 0xbd43bfa5, 0x3fff5935,
+];
+
+/// logits of the categorical draws, f32 bits (shape [6, 8])
+pub const CAT_LOGITS_6X8: [u32; 48] = [
+    0xc03fba14, 0xc029ff98, 0xc019ce80, 0xc00ce532, 0xc0022811, 0xbff1ed40, 0xbfe1da55, 0xbfd392fb,
+    0xff800000, 0xff800000, 0xff800000, 0xbfa67d6b, 0xbf9d5370, 0xbf94c640, 0xbf8cc234, 0xbf853721,
+    0xbf7c2f18, 0xbf6eb040, 0xbf61de73, 0xbf55a92e, 0xbf4a0230, 0xbf3edd15, 0xbf342f05, 0xbf29ee78,
+    0xbf2012fd, 0xbf169515, 0xbf0d6e0f, 0xbf0497eb, 0xbef81a88, 0xbee79271, 0xbed78ebb, 0xbec80761,
+    0xbeb8f50e, 0xbeaa5112, 0xbe9c1547, 0xbe8e3c0f, 0xbe80c034, 0xbe6739dc, 0xbe4d9b99, 0xbe349d70,
+    0xbe1c37b4, 0xbe046352, 0xbdda335b, 0xbdaca935, 0xbd801cac, 0xbd2905df, 0xbca74784, 0x00000000,
+];
+
+/// random.categorical(PRNGKey(0), CAT_LOGITS_6X8) (shape [6])
+pub const K0_CATEGORICAL_6X8: [i32; 6] = [1, 7, 5, 2, 4, 3];
+
+/// random.categorical(PRNGKey(42), CAT_LOGITS_6X8, axis=0) (shape [8])
+pub const K42_CATEGORICAL_6X8_AXIS0: [i32; 8] = [2, 3, 4, 1, 1, 3, 5, 5];
+
+/// class counts of random.categorical(PRNGKey(42), log([.1,.2,.3,.4]) x 4000 rows) (shape [4])
+pub const K42_CATEGORICAL_4000_COUNTS: [i32; 4] = [345, 781, 1223, 1651];
+
 /// checksum(bits of random.bits(PRNGKey(0), (2**20,))): sum of (i + 1) * word_i mod 2^64
 pub const K0_BITS_1M_SUM: u64 = 0x0af98827899dfea5;
 
