@@ -20,6 +20,8 @@ fn blog(x: f32) -> f32 {
     let hfsq = 0.5 * f * f;
     let y = e * 0.693145751953125 + ((f - hfsq) + (s * (hfsq + r) + e * 1.4286068e-06));
     let ub = bitcast<u32>(x);
-    let special = select(select(x, bitcast<f32>(0xff800000u), (ub & 0x7fffffffu) == 0u), bitcast<f32>(0x7fc00000u), ub > 0x7f800000u && ub != 0x80000000u);
+    // -inf and NaN built from x's bits (browsers reject inf and NaN constants): ±0 | 0xff800000
+    // is -inf; x | 0x7fc00000 is a NaN for a negative x or a NaN.
+    let special = select(select(x, bitcast<f32>(ub | 0xff800000u), (ub & 0x7fffffffu) == 0u), bitcast<f32>(ub | 0x7fc00000u), ub > 0x7f800000u && ub != 0x80000000u);
     return select(y, special, ub >= 0x7f800000u || (ub & 0x7fffffffu) == 0u);
 }

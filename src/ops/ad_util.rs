@@ -3,8 +3,8 @@
 //! a per-example index uses it to keep an untaken branch's gradient out (JAX issue #1052).
 //!
 //! Rules: shape rule `infer` (the operand's aval); CPU reference: the operand; lowering: an
-//! alias of the operand's buffer, or its value read at the same index inside a fused kernel (as
-//! an identity transpose), so the forward values are the operand's bits; batching: the op on the
+//! elementwise identity (the operand's value at the same index inside a fused kernel), so the
+//! forward values are the operand's bits; batching: the op on the
 //! batched operand; VJP: no cotangent flows to the operand.
 
 use std::fmt;
@@ -67,11 +67,10 @@ impl Rules for AdUtilOp {
 
     fn lowering(&self) -> Lowering<'_> {
         match self {
-            // The operand itself: its stored buffer, or its value at the same index.
-            AdUtilOp::StopGradient => Lowering::Remap {
-                cheap: true,
-                alias: true,
-            },
+            // The operand's value at the same index: lowered as an elementwise op, so a small
+            // tree under it is still recomputed by each consumer instead of stored (logsumexp's
+            // shift stays inside its sum's loop).
+            AdUtilOp::StopGradient => Lowering::Elementwise,
         }
     }
 
