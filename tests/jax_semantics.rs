@@ -11,7 +11,7 @@ mod common;
 #[path = "data/jax_semantics.rs"]
 mod jax;
 
-use brigade::{Array, DType, HostArray, TakeMode, Tensor, jit};
+use brigade::{Array, DType, HostArray, TakeMode, Tensor, WindowOp, jit};
 use common::*;
 
 fn f32s(bits: &[u32]) -> Vec<f32> {
@@ -396,5 +396,60 @@ fn bool_max_min_argmax_and_matmul_are_jnps() {
             "{name}: matmul"
         );
         assert_eq!(got[4].shape, vec![4, 2], "{name}: matmul shape");
+    }
+}
+
+#[test]
+fn gradients_of_max_and_min_around_nan_are_jaxs() {
+    // maximum/minimum: where a NaN is involved neither operand gets the cotangent (brigade gave
+    // it all to the second operand).
+    let args = [arr_f32(jax::PAIR_A), arr_f32(jax::PAIR_B)];
+    let g = |t: &[Tensor]| {
+        let max =
+            brigade::grad(|t: &[Tensor]| vec![t[0].maximum(&t[1]).sum_all()]).argnums(&[0, 1]);
+        let min =
+            brigade::grad(|t: &[Tensor]| vec![t[0].minimum(&t[1]).sum_all()]).argnums(&[0, 1]);
+        [max.apply(t), min.apply(t)].concat()
+    };
+    for (name, got) in on_every_device(g, &args, Tol::EXACT) {
+        assert_f32_like_jax(
+            &got[0],
+            jax::GRAD_MAXIMUM_A,
+            &format!("{name}: d maximum / da"),
+        );
+        assert_f32_like_jax(
+            &got[1],
+            jax::GRAD_MAXIMUM_B,
+            &format!("{name}: d maximum / db"),
+        );
+        assert_f32_like_jax(
+            &got[2],
+            jax::GRAD_MINIMUM_A,
+            &format!("{name}: d minimum / da"),
+        );
+        assert_f32_like_jax(
+            &got[3],
+            jax::GRAD_MINIMUM_B,
+            &format!("{name}: d minimum / db"),
+        );
+    }
+    // Window max/min (max pooling): XLA's select replaces the pick with a NaN and a NaN with the
+    // next cell; llvmpipe GL compiled the test so that a NaN stayed picked.
+    let w = |op: WindowOp| {
+        move |t: &[Tensor]| {
+            brigade::grad(move |t: &[Tensor]| {
+                vec![t[0].reduce_window(op, &[3], &[1], &[(0, 0)]).sum_all()]
+            })
+            .apply(t)
+        }
+    };
+    let x = [arr_f32(jax::WIN_IN)];
+    for (op, want, what) in [
+        (WindowOp::Max, jax::WIN_GRAD_MAX, "window max"),
+        (WindowOp::Min, jax::WIN_GRAD_MIN, "window min"),
+    ] {
+        for (name, got) in on_every_device(w(op), &x, Tol::EXACT) {
+            assert_f32_like_jax(&got[0], want, &format!("{name}: grad of {what}"));
+        }
     }
 }

@@ -492,12 +492,12 @@ binary_ops! {
         Max = "max", Numeric {
             float: { nan_max(a, b) }, i32: { a.max(b) }, u32: { a.max(b) }, bool: _, cmp: _,
             wgsl: max_min_wgsl(BinaryOp::Max, dt, a, b),
-            vjp: { max_min_vjp(&a.gt(b), a, b, ct) },
+            vjp: { max_min_vjp(&a.gt(b), &a.lt(b), a, b, ct) },
         }
         Min = "min", Numeric {
             float: { nan_min(a, b) }, i32: { a.min(b) }, u32: { a.min(b) }, bool: _, cmp: _,
             wgsl: max_min_wgsl(BinaryOp::Min, dt, a, b),
-            vjp: { max_min_vjp(&a.lt(b), a, b, ct) },
+            vjp: { max_min_vjp(&a.lt(b), &a.gt(b), a, b, ct) },
         }
         /// Remainder with the sign of the dividend (C `fmod`, `lax.rem`). Integer x % 0 gives x and
         /// `i32::MIN % -1` gives 0, as XLA defines them.
@@ -1225,13 +1225,22 @@ fn zero(t: &Tensor) -> Tensor {
     Tensor::zeros(t.shape(), t.dtype())
 }
 
-/// The cotangents of `max`/`min`: the winner (`wins`: where `a` wins) takes the gradient; ties
+/// The cotangents of `max`/`min`: the winner (`a_wins`, `b_wins`) takes the gradient; ties
 /// split it evenly (JAX's balanced rule).
-fn max_min_vjp(wins: &Tensor, a: &Tensor, b: &Tensor, ct: &Tensor) -> (Tensor, Tensor) {
+fn max_min_vjp(
+    a_wins: &Tensor,
+    b_wins: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    ct: &Tensor,
+) -> (Tensor, Tensor) {
     let half = Tensor::full(Scalar::F32(0.5).cast(a.dtype()), a.shape());
     let ones = Tensor::ones(a.shape(), a.dtype());
-    let share = wins.where_(&ones, &a.eq(b).where_(&half, &zero(a)));
-    (ct * &share, ct * &(1.0 - &share))
+    let tie = a.eq(b).where_(&half, &zero(a));
+    // Each operand gets its own share (JAX's rule): where a NaN is involved neither operand wins
+    // nor ties, and both get 0.
+    let share = |wins: &Tensor| wins.where_(&ones, &tie);
+    (ct * &share(a_wins), ct * &share(b_wins))
 }
 
 /// Derivatives of the elementwise primitives (float operands, f32 or f64; integer and bool ones get

@@ -18,12 +18,20 @@ const REDUCE_WINDOW: &str = include_str!("../../../shaders/reduce_window.wgsl");
 const SELECT_SCATTER: &str = include_str!("../../../shaders/select_scatter.wgsl");
 const SELECT_GATHER: &str = include_str!("../../../shaders/select_gather.wgsl");
 
-/// WGSL: does candidate `x` replace the selected `best`? (XLA's select keeps `best` while
-/// `best >= x`, `<=` for min: the first max/min wins ties.)
-fn replaces(op: WindowOp) -> &'static str {
-    match op {
-        WindowOp::Min => "!(best <= x)",
-        WindowOp::Max | WindowOp::Sum => "!(best >= x)",
+/// WGSL: does candidate `x` of dtype `dt` replace the selected `best`? XLA's select keeps `best`
+/// while `best >= x` (`<=` for min): the first max/min wins ties, and a NaN on either side
+/// replaces. For f32 the NaN cases are tested by their bits: llvmpipe GL compiles `!(best >= x)`
+/// as `best < x`, which is false for a NaN.
+fn replaces(op: WindowOp, dt: DType) -> String {
+    let order = match op {
+        WindowOp::Min => "best > x",
+        WindowOp::Max | WindowOp::Sum => "best < x",
+    };
+    if dt == DType::F32 {
+        use crate::ops::elementwise::isnan_wgsl;
+        format!("({} || {} || {order})", isnan_wgsl("best"), isnan_wgsl("x"))
+    } else {
+        order.to_string()
     }
 }
 
@@ -248,7 +256,7 @@ fn select_scatter_kernel(
             ("WINDOW", &win),
             ("CELL", cell.trim_end()),
             ("BODY", body.trim_end()),
-            ("REPLACES", replaces(op)),
+            ("REPLACES", &replaces(op, dt)),
             ("SOURCE", src.trim_end()),
         ],
     )
@@ -283,7 +291,7 @@ fn select_gather_kernel(
             ("ZERO", &zero(dt)),
             ("CELL", cell.trim_end()),
             ("BODY", body.trim_end()),
-            ("REPLACES", replaces(op)),
+            ("REPLACES", &replaces(op, dt)),
             ("SELECTED", sel.trim_end()),
         ],
     )
