@@ -152,6 +152,11 @@ emit("BOOL_MIN", "bool", jnp.min(jnp.array(bm), axis=1))
 emit("BOOL_ARGMAX", "i32", jnp.argmax(jnp.array(bm), axis=1))
 emit("BOOL_ARGMIN", "i32", jnp.argmin(jnp.array(bm), axis=1))
 emit("BOOL_MATMUL", "bool", jnp.matmul(jnp.array(bm), jnp.array(bb)))
+# Elementwise maximum/minimum of bools are or/and.
+bm2 = [[True, True, False], [False, True, False], [False, True, True], [False, False, False]]
+emit("BOOL_IN2", "bool", bm2)
+emit("BOOL_MAXIMUM", "bool", jnp.maximum(jnp.array(bm), jnp.array(bm2)))
+emit("BOOL_MINIMUM", "bool", jnp.minimum(jnp.array(bm), jnp.array(bm2)))
 
 # Gradients where a NaN meets max/min: maximum/minimum give neither operand the cotangent, and
 # the window max/min (max pooling) sends it to the cell XLA's select picks (a NaN replaces and is

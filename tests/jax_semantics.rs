@@ -357,7 +357,7 @@ fn log_is_accurate_near_one_as_jax() {
 }
 
 #[test]
-fn bool_max_min_argmax_and_matmul_are_jnps() {
+fn bool_max_min_argmax_matmul_maximum_and_minimum_are_jnps() {
     let a = Array::from_vec(jax::BOOL_IN.to_vec(), &[4, 3]).unwrap();
     let b = Array::from_vec(jax::BOOL_RHS.to_vec(), &[3, 2]).unwrap();
     let f = |t: &[Tensor]| {
@@ -367,9 +367,12 @@ fn bool_max_min_argmax_and_matmul_are_jnps() {
             t[0].argmax(1, false),
             t[0].argmin(1, false),
             t[0].matmul(&t[1]),
+            t[0].maximum(&t[2]),
+            t[0].minimum(&t[2]),
         ]
     };
-    for (name, got) in on_every_device(f, &[a, b], Tol::EXACT) {
+    let c = Array::from_vec(jax::BOOL_IN2.to_vec(), &[4, 3]).unwrap();
+    for (name, got) in on_every_device(f, &[a, b, c], Tol::EXACT) {
         assert_eq!(
             got[0].to_vec::<bool>().unwrap(),
             jax::BOOL_MAX,
@@ -396,6 +399,16 @@ fn bool_max_min_argmax_and_matmul_are_jnps() {
             "{name}: matmul"
         );
         assert_eq!(got[4].shape, vec![4, 2], "{name}: matmul shape");
+        assert_eq!(
+            got[5].to_vec::<bool>().unwrap(),
+            jax::BOOL_MAXIMUM,
+            "{name}: maximum"
+        );
+        assert_eq!(
+            got[6].to_vec::<bool>().unwrap(),
+            jax::BOOL_MINIMUM,
+            "{name}: minimum"
+        );
     }
 }
 

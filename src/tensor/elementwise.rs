@@ -134,6 +134,12 @@ impl Tensor {
             Ok(s) => s,
             Err(e) => return self.fail_with(e),
         };
+        // jnp.maximum/minimum of bools are or/and (True > False).
+        let op = match (op, self.dtype(), other.dtype()) {
+            (BinaryOp::Max, DType::Bool, DType::Bool) => BinaryOp::Or,
+            (BinaryOp::Min, DType::Bool, DType::Bool) => BinaryOp::And,
+            _ => op,
+        };
         let [a, b] = Tensor::promote_floats([self, other]);
         let [a, b] = Tensor::align([&a, &b]);
         let (a, b) = (a.broadcast_to(&shape), b.broadcast_to(&shape));
@@ -233,11 +239,11 @@ impl Tensor {
     pub fn powf(&self, v: f32) -> Tensor {
         self.binary_scalar(BinaryOp::Pow, v as f64, false)
     }
-    /// Elementwise maximum; NaN propagates (`jnp.maximum`: a NaN operand gives NaN).
+    /// Elementwise maximum; NaN propagates (`jnp.maximum`: a NaN operand gives NaN). Bools: or.
     pub fn maximum(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Max, o)
     }
-    /// Elementwise minimum; NaN propagates (`jnp.minimum`).
+    /// Elementwise minimum; NaN propagates (`jnp.minimum`). Bools: and.
     pub fn minimum(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Min, o)
     }

@@ -194,6 +194,15 @@ pub const BOOL_MIN: &[bool] = &[false, false, true, false];
 pub const BOOL_ARGMAX: &[i32] = &[0, 0, 0, 1];
 pub const BOOL_ARGMIN: &[i32] = &[1, 0, 0, 0];
 pub const BOOL_MATMUL: &[bool] = &[true, true, false, false, true, true, false, false];
+pub const BOOL_IN2: &[bool] = &[
+    true, true, false, false, true, false, false, true, true, false, false, false,
+];
+pub const BOOL_MAXIMUM: &[bool] = &[
+    true, true, true, false, true, false, true, true, true, false, true, false,
+];
+pub const BOOL_MINIMUM: &[bool] = &[
+    true, false, false, false, false, false, false, true, true, false, false, false,
+];
 pub const GRAD_MAXIMUM_A: &[u32] = &[
     0x00000000, 0x00000000, 0x00000000, 0x3f000000, 0x3f000000, 0x00000000, 0x00000000, 0x3f000000,
 ];
