@@ -304,10 +304,10 @@ fn elementwise_dtype_errors() {
             ["bool"]
         ),
         case!(
-            "max of bools",
+            "sub of bools",
             [b(&[2]), b(&[2])],
-            |a| vec![a[0].maximum(&a[1])],
-            Error::BadDType { op: "max", .. },
+            |a| vec![a[0].sub(&a[1])],
+            Error::BadDType { op: "sub", .. },
             ["bool"]
         ),
         case!(

@@ -339,7 +339,7 @@ async fn barrier_inner(rows: usize, dim: usize, uneven: bool) -> Result<String> 
 /// 进阶: `pmean` as a barrier. Runs `h = tanh(x W); y = h - pmean(mean(h))` as a pmap (timed,
 /// checked), then the same two stages by hand on every device with each device's arrival at the
 /// barrier, the host's read, average and write, and stage 2, timed (`timeline`, ms). With
-/// `uneven`, the last device does stage 1 [`UNEVEN`] times over: the others' wait (`wait_ms`)
+/// `uneven`, the last device does stage 1 `UNEVEN` (4) times over: the others' wait (`wait_ms`)
 /// shows that a barrier waits for the slowest.
 #[wasm_bindgen]
 pub async fn barrier(
