@@ -44,7 +44,9 @@ use std::time::{Duration, Instant};
 use common::{Measured, data, mib};
 
 use brigade::device::Dispatch;
-use brigade::{Array, DType, Device, HostData, Jit, Result, Runtime, Tensor, fori_loop, jit};
+use brigade::{
+    Array, DType, Device, HostData, Jit, Result, Runtime, Tensor, fori_loop, jit, while_loop,
+};
 
 /// Row groups `BRIGADE_BENCH` may name.
 const GROUPS: [&str; 13] = [
@@ -883,6 +885,34 @@ fn bench_loop(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
     let what = format!("fori_loop, {iters} steps (one program)");
     let m = t_loop.per(iters);
     t.row("loop_fori", &what, &size, &m, Rate::Time, Note::Text(&note));
+    // The same steps as a while_loop: a counter in the carry, the predicate read back per step.
+    let limit = iters as i32;
+    let whiled = jit(|a: &[Tensor]| {
+        let out = while_loop(
+            |c: &[Tensor]| c[1].lt(&Tensor::scalar(limit)),
+            |c: &[Tensor]| vec![step(&c[0]), &c[1] + &Tensor::scalar(1i32)],
+            &[a[0].clone(), Tensor::scalar(0i32)],
+        );
+        vec![out[0].clone()]
+    })
+    .on(dev);
+    let (t_while, _) = time_call(cfg, dev, &whiled, std::slice::from_ref(&x))?;
+    let same = whiled.call(std::slice::from_ref(&x))?[0].to_vec::<f32>()?
+        == looped.call(std::slice::from_ref(&x))?[0].to_vec::<f32>()?;
+    check(same, "while_loop = fori_loop", String::new);
+    let note = format!(
+        "per step, predicate read back each step ({:.1}× the fori_loop's step)",
+        t_while.median.as_secs_f64() / t_loop.median.as_secs_f64()
+    );
+    let what = format!("while_loop, {iters} steps");
+    t.row(
+        "loop_while",
+        &what,
+        &size,
+        &t_while.per(iters),
+        Rate::Time,
+        Note::Text(&note),
+    );
     let long = s.long_loop_iters;
     let looped = jit(|a: &[Tensor]| fori_loop(0, long as i32, |_, v| vec![step(&v[0])], a)).on(dev);
     drop(looped.call(std::slice::from_ref(&x))?);

@@ -33,6 +33,9 @@ pub struct Counters {
     /// handle, a call with borrowed arguments): the output got a fresh buffer, filled with a copy
     /// of the argument, and the argument kept its values.
     pub donations_copied: u64,
+    /// Predicates of a `while_loop` read back to decide whether to run another iteration (one
+    /// per iteration, plus the last, false one).
+    pub loop_predicate_reads: u64,
 }
 
 impl Counters {
@@ -56,6 +59,9 @@ impl Counters {
             donations_reused: self
                 .donations_reused
                 .saturating_sub(earlier.donations_reused),
+            loop_predicate_reads: self
+                .loop_predicate_reads
+                .saturating_sub(earlier.loop_predicate_reads),
             donations_copied: self
                 .donations_copied
                 .saturating_sub(earlier.donations_copied),
@@ -67,6 +73,7 @@ thread_local! {
     static COUNTERS: Cell<Counters> = const { Cell::new(Counters {
         traces: 0, pipelines_created: 0, dispatches: 0, submits: 0, bytes_uploaded: 0, bytes_downloaded: 0,
         kernels_evicted: 0, programs_evicted: 0, donations_reused: 0, donations_copied: 0,
+        loop_predicate_reads: 0,
     }) };
 }
 

@@ -51,7 +51,9 @@ pub use ops::{Window, WindowOp};
 pub use plan::{MemoryAnalysis, Plan, plan};
 pub use tensor::{Axes, TakeMode, Tensor, select};
 pub use trace::graph::{Aval, Graph, Var};
-pub use transform::control::{Branch, ScanOptions, cond, fori_loop, scan, scan_with, switch};
+pub use transform::control::{
+    Branch, ScanOptions, cond, fori_loop, scan, scan_with, switch, while_loop,
+};
 pub use transform::grad::{Grad, Vjp, grad, stop_gradient, value_and_grad, vjp};
 pub use transform::jit::{Jit, jit};
 pub use transform::pmap::{Parallel, ParallelMode, pmap, shard_map};

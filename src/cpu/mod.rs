@@ -211,6 +211,7 @@ fn eval_eqn(prim: &Prim, ins: &[&HostArray], avals: &[Aval]) -> Result<Vec<HostA
             crate::ops::control::eval_cond_with(branches, ins, &body)
         }
         Prim::Control(ControlOp::Scan(p)) => crate::ops::control::eval_scan_with(p, ins, &body),
+        Prim::Control(ControlOp::While(p)) => crate::ops::control::eval_while_with(p, ins, &body),
         _ => match fast(prim, ins, &avals[0])? {
             Some(out) => Ok(vec![out]),
             None => prim.eval_cpu_multi(ins, avals),

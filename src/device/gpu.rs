@@ -1702,6 +1702,11 @@ impl<'a> Recorder<'_, 'a> {
         self.flush()
     }
 
+    /// Submit what is queued and keep recording (before a read of what it computes).
+    pub(crate) fn submit(&mut self) -> Result<()> {
+        self.flush()
+    }
+
     fn flush(&mut self) -> Result<()> {
         if self.pending.is_empty() {
             return Ok(());

@@ -71,7 +71,7 @@ pub use caches::{
 };
 pub use disk_cache::CACHE_DIR_ENV;
 pub use gpu::{BufferCopy, Command, Device, Dispatch};
-pub(crate) use gpu::{CHUNK_COMMANDS, check_output_usages};
+pub(crate) use gpu::{CHUNK_COMMANDS, Recorder, check_output_usages};
 pub use kernel::{DUMP_WGSL_ENV, Kernel, KernelBinding, SKIP_WORKGROUP_ZERO_INIT, validate_wgsl};
 pub use layout::{BackendKind, DeviceLayout};
 pub use pool::{DeviceBuffer, MemoryStats, PoolStats, bucket_size};

@@ -474,7 +474,16 @@ impl Executable {
                 for c in firsts {
                     rec.push(c)?;
                 }
-                walk(&p.schedule, 0, &buf, &mut |c| rec.push(c))?;
+                walk(
+                    &p.schedule,
+                    0,
+                    &buf,
+                    &mut Submitting {
+                        rec: &mut rec,
+                        dev,
+                        slots: &slots,
+                    },
+                )?;
                 for c in finals {
                     rec.push(c)?;
                 }
@@ -485,9 +494,7 @@ impl Executable {
                 for c in firsts {
                     push_encoded(&mut commands, c)?;
                 }
-                walk(&p.schedule, 0, &buf, &mut |c| {
-                    push_encoded(&mut commands, c)
-                })?;
+                walk(&p.schedule, 0, &buf, &mut Encoding(&mut commands))?;
                 for c in finals {
                     push_encoded(&mut commands, c)?;
                 }
@@ -688,16 +695,75 @@ fn check_into(
     Ok(bufs)
 }
 
+/// Where [`walk`] sends a schedule's commands.
+trait Sink<'a> {
+    fn command(&mut self, c: Command<'a>) -> Result<()>;
+    /// Run everything queued so far and read back the bool in slot `slot` (a `while_loop`'s
+    /// predicate).
+    fn predicate(&mut self, slot: usize) -> Result<bool>;
+}
+
+/// `call`: commands recorded and submitted in chunks; a predicate submits and waits.
+struct Submitting<'r, 's, 'a> {
+    rec: &'r mut crate::device::Recorder<'s, 'a>,
+    dev: &'s Device,
+    slots: &'s [Option<Arc<DeviceBuffer>>],
+}
+
+impl<'a> Sink<'a> for Submitting<'_, '_, 'a> {
+    fn command(&mut self, c: Command<'a>) -> Result<()> {
+        self.rec.push(c)
+    }
+    fn predicate(&mut self, slot: usize) -> Result<bool> {
+        self.rec.submit()?;
+        let buf = self.slots[slot].as_ref().expect("every slot is filled");
+        crate::counters::bump(|c| c.loop_predicate_reads += 1);
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let data = pollster::block_on(self.dev.read_array(buf, crate::DType::Bool, 1))?;
+            Ok(data.get_f64(0) != 0.0)
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let _ = (buf, self.dev);
+            Err(Error::Unsupported {
+                op: "while_loop",
+                detail: "in the browser: each iteration waits for the device to hand its predicate back, \
+                         which a page's thread cannot block on; use fori_loop or scan with a bound"
+                    .into(),
+            })
+        }
+    }
+}
+
+/// `Jit::encode`: commands queued for the app's encoder, which cannot wait for a predicate.
+struct Encoding<'c, 'a>(&'c mut Vec<Command<'a>>);
+
+impl<'a> Sink<'a> for Encoding<'_, 'a> {
+    fn command(&mut self, c: Command<'a>) -> Result<()> {
+        push_encoded(self.0, c)
+    }
+    fn predicate(&mut self, _slot: usize) -> Result<bool> {
+        Err(Error::Unsupported {
+            op: "Jit::encode",
+            detail: "of a program holding a while_loop: its iterations depend on a predicate the host reads back \
+                     after each one, and nothing runs until you submit your encoder; use `call`, or fori_loop / \
+                     scan with a bound"
+                .into(),
+        })
+    }
+}
+
 /// Emit the device commands of a schedule, loops unrolled (`i`: the enclosing loop's iteration).
 fn walk<'a>(
     ops: &[Op],
     i: usize,
     buf: &dyn Fn(usize) -> &'a DeviceBuffer,
-    out: &mut dyn FnMut(Command<'a>) -> Result<()>,
+    out: &mut dyn Sink<'a>,
 ) -> Result<()> {
     for op in ops {
         match op {
-            Op::Launch(l) => out(Command::Dispatch(*l))?,
+            Op::Launch(l) => out.command(Command::Dispatch(*l))?,
             Op::Copy {
                 src,
                 src_at,
@@ -706,7 +772,7 @@ fn walk<'a>(
                 bytes,
             } => {
                 if *bytes > 0 {
-                    out(Command::Copy(BufferCopy {
+                    out.command(Command::Copy(BufferCopy {
                         src: buf(*src),
                         src_offset: src_at.at(i),
                         dst: buf(*dst),
@@ -730,6 +796,13 @@ fn walk<'a>(
                     walk(ops, it, buf, out)?;
                 }
             }
+            Op::While { cond, pred, body } => loop {
+                walk(cond, i, buf, out)?;
+                if !out.predicate(*pred)? {
+                    break;
+                }
+                walk(body, i, buf, out)?;
+            },
         }
     }
     Ok(())

@@ -79,6 +79,13 @@ pub enum Op {
         body: Vec<Op>,
         odd: Option<Vec<Op>>,
     },
+    /// Run `cond`, read the bool in slot `pred` back to the host, and while it is true run `body`
+    /// and `cond` again (a `while_loop`: the iteration count is data).
+    While {
+        cond: Vec<Op>,
+        pred: usize,
+        body: Vec<Op>,
+    },
 }
 
 /// A graph compiled for one device: kernels over numbered buffer slots, run in the order of the
@@ -1059,26 +1066,24 @@ pub(crate) fn lower_donating(
             Step::Alias { .. } => {}
             Step::Scan { eqn } => {
                 let e = &g.eqns[*eqn];
-                let Prim::Control(ControlOp::Scan(p)) = &e.prim else {
-                    unreachable!("scan steps come from scan equations")
-                };
                 let ins: Vec<usize> = e.inputs.iter().map(|v| slot_of_var(*v)).collect();
                 let outs: Vec<usize> = e.outs().map(slot_of_var).collect();
                 let in_avals: Vec<&Aval> = e.inputs.iter().map(|v| g.aval(*v)).collect();
-                lower_scan(
-                    p,
-                    &ins,
-                    &outs,
-                    &in_avals,
-                    limits,
-                    chooser,
-                    &mut Embed {
-                        launches: &mut launches,
-                        slot_bytes: &mut slot_bytes,
-                        const_slots: &mut const_slots,
-                        schedule: &mut schedule,
-                    },
-                )?;
+                let mut to = Embed {
+                    launches: &mut launches,
+                    slot_bytes: &mut slot_bytes,
+                    const_slots: &mut const_slots,
+                    schedule: &mut schedule,
+                };
+                match &e.prim {
+                    Prim::Control(ControlOp::Scan(p)) => {
+                        lower_scan(p, &ins, &outs, &in_avals, limits, chooser, &mut to)?
+                    }
+                    Prim::Control(ControlOp::While(p)) => {
+                        lower_while(p, &ins, &outs, &in_avals, limits, chooser, &mut to)?
+                    }
+                    _ => unreachable!("loop steps come from scan and while equations"),
+                }
             }
         }
         // Release slots whose every holder is dead after this step (never inputs, consts or outputs).
@@ -1320,7 +1325,7 @@ fn embed_block(
                     bytes,
                 });
             }
-            Op::Loop { .. } => {
+            Op::Loop { .. } | Op::While { .. } => {
                 return Err(Error::Unsupported {
                     op: "segments",
                     detail: "a block program with loops (internal)".into(),
@@ -1357,23 +1362,7 @@ fn lower_scan(
     let (nc, nk) = (p.n_consts, p.n_carry);
     let body = lower_with(&fresh_outputs(&p.body), limits, chooser)?;
     // Renumber the body's slots: constants alias the parent's operands, the rest are new.
-    let mut map = vec![usize::MAX; body.slot_bytes.len()];
-    for (k, &s) in body.input_slots[..nc].iter().enumerate() {
-        map[s] = ins[k];
-    }
-    for (s, m) in map.iter_mut().enumerate() {
-        if *m == usize::MAX {
-            to.slot_bytes.push(body.slot_bytes[s]);
-            *m = to.slot_bytes.len() - 1;
-        }
-    }
-    let base = to.launches.len();
-    to.launches.extend(body.launches.iter().map(|l| Launch {
-        slots: l.slots.iter().map(|&s| map[s]).collect(),
-        ..l.clone()
-    }));
-    to.const_slots
-        .extend(body.const_slots.iter().map(|(s, h)| (map[*s], h.clone())));
+    let (map, base) = embed(&body, &|k| (k < nc).then(|| ins[k]), to);
     let copy = |src: usize, src_at: At, dst: usize, dst_at: At, bytes: u64| Op::Copy {
         src,
         src_at,
@@ -1492,6 +1481,97 @@ fn lower_scan(
     Ok(())
 }
 
+/// Append program `sub` to `to`: its launches after the parent's, its slots renumbered (the
+/// inputs `alias` gives a parent slot for read that slot, the others get new slots), its
+/// constants bound. Returns the renumbering and the index of its first launch.
+fn embed(
+    sub: &Program,
+    alias: &dyn Fn(usize) -> Option<usize>,
+    to: &mut Embed<'_>,
+) -> (Vec<usize>, usize) {
+    let mut map = vec![usize::MAX; sub.slot_bytes.len()];
+    for (k, &s) in sub.input_slots.iter().enumerate() {
+        if let Some(parent) = alias(k) {
+            map[s] = parent;
+        }
+    }
+    for (s, m) in map.iter_mut().enumerate() {
+        if *m == usize::MAX {
+            to.slot_bytes.push(sub.slot_bytes[s]);
+            *m = to.slot_bytes.len() - 1;
+        }
+    }
+    let base = to.launches.len();
+    to.launches.extend(sub.launches.iter().map(|l| Launch {
+        slots: l.slots.iter().map(|&s| map[s]).collect(),
+        ..l.clone()
+    }));
+    to.const_slots
+        .extend(sub.const_slots.iter().map(|(s, h)| (map[*s], h.clone())));
+    (map, base)
+}
+
+/// Lower a `while` whose operands live in slots `ins` and results go to slots `outs`: `body` and
+/// `cond` are lowered on their own and appended (constants read from the operands' slots, `cond`
+/// reading the body's carry slots), then scheduled as: copy the initial carry in; while `cond`'s
+/// predicate (read back by the executor) holds, run the body and copy the new carry over the
+/// old; copy the carry out. (No ping-pong: the parity of an unknown count is not known here.)
+fn lower_while(
+    p: &crate::ops::control::WhileParams,
+    ins: &[usize],
+    outs: &[usize],
+    in_avals: &[&Aval],
+    limits: &DeviceLimits,
+    chooser: &dyn MatmulChooser,
+    to: &mut Embed<'_>,
+) -> Result<()> {
+    let (ncc, nbc, nk) = (p.n_cond_consts, p.n_body_consts, p.n_carry());
+    let body = lower_with(&fresh_outputs(&p.body), limits, chooser)?;
+    let cond = lower_with(&fresh_outputs(&p.cond), limits, chooser)?;
+    let (bmap, bbase) = embed(&body, &|k| (k < nbc).then(|| ins[ncc + k]), to);
+    let body_in: Vec<usize> = body.input_slots.iter().map(|&s| bmap[s]).collect();
+    let body_out: Vec<usize> = body.output_slots.iter().map(|&s| bmap[s]).collect();
+    let (cmap, cbase) = embed(
+        &cond,
+        &|k| {
+            Some(if k < ncc {
+                ins[k]
+            } else {
+                body_in[nbc + k - ncc]
+            })
+        },
+        to,
+    );
+    let copy = |src: usize, dst: usize, bytes: u64| Op::Copy {
+        src,
+        src_at: At::ZERO,
+        dst,
+        dst_at: At::ZERO,
+        bytes,
+    };
+    let carry_bytes: Vec<u64> = (0..nk)
+        .map(|k| in_avals[ncc + nbc + k].size_bytes() as u64)
+        .collect();
+    for k in 0..nk {
+        to.schedule
+            .push(copy(ins[ncc + nbc + k], body_in[nbc + k], carry_bytes[k]));
+    }
+    let mut step = remap_schedule(&body.schedule, bbase, &bmap);
+    for k in 0..nk {
+        step.push(copy(body_out[k], body_in[nbc + k], carry_bytes[k]));
+    }
+    to.schedule.push(Op::While {
+        cond: remap_schedule(&cond.schedule, cbase, &cmap),
+        pred: cmap[cond.output_slots[0]],
+        body: step,
+    });
+    for k in 0..nk {
+        to.schedule
+            .push(copy(body_in[nbc + k], outs[k], carry_bytes[k]));
+    }
+    Ok(())
+}
+
 /// A body's schedule with launches offset by `base` and slots renumbered by `map`.
 fn remap_schedule(ops: &[Op], base: usize, map: &[usize]) -> Vec<Op> {
     ops.iter()
@@ -1520,6 +1600,11 @@ fn remap_schedule(ops: &[Op], base: usize, map: &[usize]) -> Vec<Op> {
                 reverse: *reverse,
                 body: remap_schedule(body, base, map),
                 odd: odd.as_ref().map(|o| remap_schedule(o, base, map)),
+            },
+            Op::While { cond, pred, body } => Op::While {
+                cond: remap_schedule(cond, base, map),
+                pred: map[*pred],
+                body: remap_schedule(body, base, map),
             },
         })
         .collect()
@@ -1706,12 +1791,10 @@ fn refuse_f64(g: &Graph) -> Result<()> {
         ));
     }
     for e in &g.eqns {
-        match &e.prim {
-            Prim::Control(ControlOp::Cond { branches }) => {
-                branches.iter().try_for_each(|b| refuse_f64(b))?
-            }
-            Prim::Control(ControlOp::Scan(p)) => refuse_f64(&p.body)?,
-            _ => {}
+        if let Prim::Control(c) = &e.prim {
+            c.subgraphs()
+                .into_iter()
+                .try_for_each(|(_, b)| refuse_f64(b))?
         }
     }
     Ok(())
@@ -1745,6 +1828,23 @@ pub(crate) fn refuse_collectives(g: &Graph) -> Result<()> {
                     });
                 }
             }
+            Prim::Control(w @ ControlOp::While(_)) => {
+                if let Some(c) = w
+                    .subgraphs()
+                    .into_iter()
+                    .find_map(|(_, b)| first_collective(b))
+                {
+                    return Err(Error::Unsupported {
+                        op: c.name(),
+                        detail: format!(
+                            "a collective over axis '{}' inside a while_loop's cond_fun or body_fun: not supported yet \
+                             (on one device collectives need pmap/shard_map, and there a while_loop runs on each device on \
+                             its own); use fori_loop or scan with a bound, which pmap drives from the host",
+                            c.axis_name
+                        ),
+                    });
+                }
+            }
             _ => {}
         }
     }
@@ -1755,10 +1855,10 @@ pub(crate) fn refuse_collectives(g: &Graph) -> Result<()> {
 pub(crate) fn first_collective(g: &Graph) -> Option<&crate::ops::Collective> {
     g.eqns.iter().find_map(|e| match &e.prim {
         Prim::Collective(c) => Some(c),
-        Prim::Control(ControlOp::Cond { branches }) => {
-            branches.iter().find_map(|b| first_collective(b))
-        }
-        Prim::Control(ControlOp::Scan(p)) => first_collective(&p.body),
+        Prim::Control(c) => c
+            .subgraphs()
+            .into_iter()
+            .find_map(|(_, b)| first_collective(b)),
         _ => None,
     })
 }

@@ -70,6 +70,28 @@ impl ScanParams {
     }
 }
 
+/// Parameters of a `while`: operands are `cond_consts ++ body_consts ++ init`, results the final
+/// carry. `cond` takes `cond_consts ++ carry` and returns one bool scalar; `body` takes
+/// `body_consts ++ carry` and returns the next carry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WhileParams {
+    pub cond: Arc<Graph>,
+    pub body: Arc<Graph>,
+    pub n_cond_consts: usize,
+    pub n_body_consts: usize,
+}
+
+impl WhileParams {
+    /// Number of carried values.
+    pub fn n_carry(&self) -> usize {
+        self.body.outputs.len()
+    }
+    /// Number of operands (`cond_consts ++ body_consts ++ init`).
+    pub fn n_operands(&self) -> usize {
+        self.n_cond_consts + self.n_body_consts + self.n_carry()
+    }
+}
+
 /// The control-flow primitives: they hold sub-programs and have several results.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ControlOp {
@@ -78,6 +100,27 @@ pub enum ControlOp {
     Cond { branches: Vec<Arc<Graph>> },
     /// A loop over the leading axis of its per-iteration operands, threading a carry.
     Scan(ScanParams),
+    /// A loop that runs `body` while `cond` holds (`lax.while_loop`): the number of iterations
+    /// is data, read back from the device each iteration.
+    While(WhileParams),
+}
+
+impl ControlOp {
+    /// The sub-programs, named as a printed graph names them.
+    pub fn subgraphs(&self) -> Vec<(String, &Graph)> {
+        match self {
+            ControlOp::Cond { branches } => branches
+                .iter()
+                .enumerate()
+                .map(|(j, b)| (format!("branch {j}"), &**b))
+                .collect(),
+            ControlOp::Scan(p) => vec![("body".to_string(), &*p.body)],
+            ControlOp::While(p) => vec![
+                ("cond".to_string(), &*p.cond),
+                ("body".to_string(), &*p.body),
+            ],
+        }
+    }
 }
 
 impl Rules for ControlOp {
@@ -85,6 +128,7 @@ impl Rules for ControlOp {
         match self {
             ControlOp::Cond { .. } => "cond",
             ControlOp::Scan(_) => "scan",
+            ControlOp::While(_) => "while",
         }
     }
 
@@ -100,12 +144,21 @@ impl Rules for ControlOp {
                 p.n_carry,
                 p.body.eqns.len()
             ),
+            ControlOp::While(p) => write!(
+                f,
+                "[cond_consts={} body_consts={} carry={} cond={} eqns body={} eqns]",
+                p.n_cond_consts,
+                p.n_body_consts,
+                p.n_carry(),
+                p.cond.eqns.len(),
+                p.body.eqns.len()
+            ),
         }
     }
 
     fn arity(&self) -> Option<usize> {
         match self {
-            ControlOp::Cond { .. } | ControlOp::Scan(_) => None,
+            ControlOp::Cond { .. } | ControlOp::Scan(_) | ControlOp::While(_) => None,
         }
     }
 
@@ -113,6 +166,7 @@ impl Rules for ControlOp {
         match self {
             ControlOp::Cond { branches } => branches.first().map_or(0, |b| b.outputs.len()),
             ControlOp::Scan(p) => p.body.outputs.len(),
+            ControlOp::While(p) => p.n_carry(),
         }
     }
 
@@ -120,6 +174,7 @@ impl Rules for ControlOp {
         match self {
             ControlOp::Cond { branches } => infer_cond(branches, ins),
             ControlOp::Scan(p) => infer_scan(p, ins),
+            ControlOp::While(p) => infer_while(p, ins),
         }
     }
 
@@ -127,13 +182,14 @@ impl Rules for ControlOp {
         match self {
             ControlOp::Cond { branches } => eval_cond(branches, ins),
             ControlOp::Scan(p) => eval_scan(p, ins),
+            ControlOp::While(p) => eval_while(p, ins),
         }
     }
 
     fn lowering(&self) -> Lowering<'_> {
         match self {
             ControlOp::Cond { .. } => Lowering::Inline,
-            ControlOp::Scan(_) => Lowering::Loop,
+            ControlOp::Scan(_) | ControlOp::While(_) => Lowering::Loop,
         }
     }
 
@@ -145,6 +201,7 @@ impl Rules for ControlOp {
         match self {
             ControlOp::Cond { branches } => batch_cond(branches, ins, ctx),
             ControlOp::Scan(p) => batch_scan(p, ins, ctx),
+            ControlOp::While(p) => batch_while(p, ins, ctx),
         }
     }
 
@@ -152,6 +209,7 @@ impl Rules for ControlOp {
         match self {
             ControlOp::Cond { branches } => vjp_cond(branches, ins, outs, cts),
             ControlOp::Scan(p) => vjp_scan(p, ins, outs, cts),
+            ControlOp::While(_) => Err(while_vjp_error()),
         }
     }
 
@@ -159,6 +217,7 @@ impl Rules for ControlOp {
         match self {
             ControlOp::Cond { branches } => branches.iter().any(|b| !b.effects.is_empty()),
             ControlOp::Scan(p) => !p.body.effects.is_empty(),
+            ControlOp::While(p) => !p.body.effects.is_empty() || !p.cond.effects.is_empty(),
         }
     }
 }
@@ -396,6 +455,100 @@ pub(crate) fn eval_scan_with(
         });
     }
     Ok(result)
+}
+
+/// Shape rule of `while`: see [`WhileParams`]. `cond` gives one bool scalar; `body` keeps the
+/// carry's shapes and dtypes.
+pub(crate) fn infer_while(p: &WhileParams, ins: &[&Aval]) -> Result<Vec<Aval>> {
+    let (ncc, nbc, nk) = (p.n_cond_consts, p.n_body_consts, p.n_carry());
+    let internal = |detail: String| Error::BadShapeArg {
+        op: "while_loop",
+        shape: vec![],
+        detail,
+    };
+    if p.cond.inputs.len() != ncc + nk || p.body.inputs.len() != nbc + nk {
+        return Err(internal(format!(
+            "cond takes {} inputs and body {}, not {ncc} + {nk} and {nbc} + {nk} (internal)",
+            p.cond.inputs.len(),
+            p.body.inputs.len()
+        )));
+    }
+    if ins.len() != p.n_operands() {
+        return Err(Error::Arity {
+            what: "while_loop operands".into(),
+            expected: p.n_operands(),
+            got: ins.len(),
+        });
+    }
+    let cond_out = avals_of(&p.cond, &p.cond.outputs);
+    if cond_out.len() != 1 || !cond_out[0].shape.is_empty() || cond_out[0].dtype != DType::Bool {
+        return Err(Error::BadShapeArg {
+            op: "while_loop",
+            shape: cond_out
+                .first()
+                .map(|a| a.shape.clone())
+                .unwrap_or_default(),
+            detail: format!(
+                "cond_fun must return one bool scalar, but it returns {}: compare (`x.lt(..)`) and reduce (`any`/`all`) first",
+                describe(&cond_out)
+            ),
+        });
+    }
+    let carry_in = avals_of(&p.body, &p.body.inputs[nbc..]);
+    let carry_out = avals_of(&p.body, &p.body.outputs);
+    if carry_in != carry_out {
+        return Err(Error::CarryMismatch {
+            op: "while_loop",
+            want: describe(&carry_in),
+            got: describe(&carry_out),
+        });
+    }
+    let mut want = avals_of(&p.cond, &p.cond.inputs[..ncc]);
+    want.extend(avals_of(&p.body, &p.body.inputs[..nbc]));
+    want.extend(carry_in.iter().cloned());
+    for (i, (a, w)) in ins.iter().zip(&want).enumerate() {
+        if **a != *w {
+            return Err(Error::BadShapeArg {
+                op: "while_loop",
+                shape: a.shape.clone(),
+                detail: format!("operand {i} is {a} but the loop expects {w}"),
+            });
+        }
+    }
+    if avals_of(&p.cond, &p.cond.inputs[ncc..]) != carry_in {
+        return Err(internal(
+            "cond and body take different carries (internal)".into(),
+        ));
+    }
+    Ok(carry_in)
+}
+
+/// CPU reference of `while`: `cond`, then `body` while it holds.
+pub(crate) fn eval_while(p: &WhileParams, ins: &[&HostArray]) -> Result<Vec<HostArray>> {
+    eval_while_with(p, ins, &crate::reference::eval_graph)
+}
+
+/// `while` with `cond` and `body` evaluated by `eval`.
+pub(crate) fn eval_while_with(
+    p: &WhileParams,
+    ins: &[&HostArray],
+    eval: EvalGraph<'_>,
+) -> Result<Vec<HostArray>> {
+    let (ncc, nbc) = (p.n_cond_consts, p.n_body_consts);
+    let cond_consts: Vec<HostArray> = ins[..ncc].iter().map(|h| (*h).clone()).collect();
+    let body_consts: Vec<HostArray> = ins[ncc..ncc + nbc].iter().map(|h| (*h).clone()).collect();
+    let mut carry: Vec<HostArray> = ins[ncc + nbc..].iter().map(|h| (*h).clone()).collect();
+    loop {
+        let mut args = cond_consts.clone();
+        args.extend(carry.iter().cloned());
+        let pred = eval(&p.cond, &args)?;
+        if pred[0].data.get_f64(0) == 0.0 {
+            return Ok(carry);
+        }
+        let mut args = body_consts.clone();
+        args.extend(carry);
+        carry = eval(&p.body, &args)?;
+    }
 }
 
 // ---- lowering ---------------------------------------------------------------------------------
@@ -794,6 +947,119 @@ pub(crate) fn batch_scan(
         }
     }));
     Ok(result)
+}
+
+/// Batching rule of `while` (JAX's): a carry is batched where its start or the body makes it so
+/// (a fixed point). With an unbatched predicate the loop stays one loop of batched bodies. With a
+/// batched one (each example stops at its own iteration) every carry is batched, the loop runs
+/// while any example's predicate holds, and an example whose predicate is false keeps its carry
+/// (`select`), so each ends with the value its own loop would give.
+pub(crate) fn batch_while(
+    p: &WhileParams,
+    ins: &[Batched],
+    ctx: &BatchCtx<'_>,
+) -> Result<Vec<Batched>> {
+    let (ncc, nbc, nk) = (p.n_cond_consts, p.n_body_consts, p.n_carry());
+    let cond_consts = &ins[..ncc];
+    let body_consts = &ins[ncc..ncc + nbc];
+    let init = &ins[ncc + nbc..];
+    let mut carry_flags: Vec<bool> = init.iter().map(|(_, b)| *b).collect();
+    let probe = |consts: &[Batched], flags: &[bool]| -> Vec<(Aval, bool)> {
+        let mut v: Vec<(Aval, bool)> = consts.iter().map(|(t, b)| (aval_of(t), *b)).collect();
+        v.extend(init.iter().zip(flags).map(|((c, b), &f)| {
+            let mut a = aval_of(c);
+            if f && !*b {
+                a.shape.insert(0, ctx.size);
+            }
+            (a, f)
+        }));
+        v
+    };
+    let pred_batched = loop {
+        let pred_batched = batched_outputs(&p.cond, &probe(cond_consts, &carry_flags), ctx)?[0];
+        let out = batched_outputs(&p.body, &probe(body_consts, &carry_flags), ctx)?;
+        let mut changed = false;
+        for (f, &o) in carry_flags.iter_mut().zip(&out) {
+            if (o || pred_batched) && !*f {
+                *f = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break pred_batched;
+        }
+    };
+    let tensors = |xs: &[Batched]| -> Vec<Tensor> { xs.iter().map(|(t, _)| t.clone()).collect() };
+    let flags = |xs: &[Batched]| -> Vec<bool> { xs.iter().map(|(_, b)| *b).collect() };
+    let (cc_t, cc_f) = (tensors(cond_consts), flags(cond_consts));
+    let (bc_t, bc_f) = (tensors(body_consts), flags(body_consts));
+    let with_carry = |consts: &[Tensor], cflags: &[bool], carry: &[Tensor]| -> Vec<Batched> {
+        let mut v: Vec<Batched> = consts.iter().cloned().zip(cflags.iter().copied()).collect();
+        v.extend(carry.iter().cloned().zip(carry_flags.iter().copied()));
+        v
+    };
+    // The batched predicate of every example (batch axis in front), or the one predicate.
+    let pred_of = |carry: &[Tensor]| -> Tensor {
+        batch_forced(&p.cond, with_carry(&cc_t, &cc_f, carry), ctx, &[false])
+            .pop()
+            .unwrap_or_else(|| Tensor::failed_here(while_arity_error()))
+    };
+    let cond = |carry: &[Tensor]| -> Tensor {
+        let pred = pred_of(carry);
+        if pred_batched {
+            pred.max(0i64, false)
+        } else {
+            pred
+        }
+    };
+    let body = |carry: &[Tensor]| -> Vec<Tensor> {
+        let next = batch_forced(&p.body, with_carry(&bc_t, &bc_f, carry), ctx, &carry_flags);
+        if !pred_batched || next.len() != carry.len() {
+            return next;
+        }
+        let live = pred_of(carry);
+        next.iter()
+            .zip(carry)
+            .map(|(n, c)| {
+                let keep = live.broadcast_in_dim(n.shape(), &[0]);
+                crate::tensor::select(&keep, n, c)
+            })
+            .collect()
+    };
+    let init_t: Vec<Tensor> = init
+        .iter()
+        .zip(&carry_flags)
+        .map(|(c, &f)| {
+            if f {
+                with_batch(c, ctx.size)
+            } else {
+                c.0.clone()
+            }
+        })
+        .collect();
+    debug_assert_eq!(init_t.len(), nk);
+    let outs = bind::while_impl("while_loop", &cond, &body, &init_t)?;
+    Ok(outs.into_iter().zip(carry_flags.iter().copied()).collect())
+}
+
+fn while_arity_error() -> Error {
+    Error::Arity {
+        what: "while_loop cond_fun results".into(),
+        expected: 1,
+        got: 0,
+    }
+}
+
+/// Why `grad` of a `while_loop` is refused (as JAX refuses it).
+pub(crate) fn while_vjp_error() -> Error {
+    Error::Unsupported {
+        op: "while_loop",
+        detail: "reverse-mode differentiation (grad, vjp, value_and_grad) through a while_loop: its number of \
+                 iterations is data, so there is no fixed sequence of steps to run backwards (JAX refuses it too); \
+                 use fori_loop or scan with a bound on the iterations, and `select` to keep the carry of the \
+                 iterations past the stopping point"
+            .into(),
+    }
 }
 
 // ---- reverse mode -----------------------------------------------------------------------------

@@ -39,7 +39,7 @@ use crate::trace::graph::Aval;
 
 pub use ad_util::AdUtilOp;
 pub use collective::{Collective, CollectiveKind};
-pub use control::{ControlOp, ScanParams};
+pub use control::{ControlOp, ScanParams, WhileParams};
 pub use conv::{ConvDims, ConvOptions, ConvParams, Padding};
 pub use debug::DebugOp;
 pub use elementwise::{BinaryOp, ElementwiseOp, UnaryOp};

@@ -1,6 +1,5 @@
 //! The traced program: typed inputs, equations, outputs (a jaxpr-like IR).
 
-use crate::ops::ControlOp;
 use std::fmt;
 
 use crate::dtype::DType;
@@ -270,12 +269,7 @@ impl Graph {
                 args.join(" ")
             )?;
             let subs: Vec<(String, &Graph)> = match &e.prim {
-                Prim::Control(ControlOp::Cond { branches }) => branches
-                    .iter()
-                    .enumerate()
-                    .map(|(j, b)| (format!("branch {j}"), &**b))
-                    .collect(),
-                Prim::Control(ControlOp::Scan(p)) => vec![("body".to_string(), &*p.body)],
+                Prim::Control(c) => c.subgraphs(),
                 _ => Vec::new(),
             };
             for (label, g) in subs {

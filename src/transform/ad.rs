@@ -110,7 +110,23 @@ impl Linearized {
                 add(&mut ct[v.idx()], c.clone());
             }
         }
+        // Equations whose operands do not depend on the inputs pass no cotangent to them: they
+        // are skipped (no work for constants, and a `while_loop` over constants is no error).
+        let mut depends = vec![false; g.avals.len()];
+        for v in &g.inputs {
+            depends[v.idx()] = true;
+        }
+        for e in &g.eqns {
+            if e.inputs.iter().any(|v| depends[v.idx()]) {
+                for o in e.outs() {
+                    depends[o.idx()] = true;
+                }
+            }
+        }
         for e in g.eqns.iter().rev() {
+            if !e.inputs.iter().any(|v| depends[v.idx()]) {
+                continue;
+            }
             let cts: Vec<Option<Tensor>> = e.outs().map(|o| ct[o.idx()].clone()).collect();
             if cts.iter().all(Option::is_none) {
                 continue;

@@ -1,5 +1,6 @@
-//! Structured control flow on traced values: [`cond`], [`switch`], [`scan`], [`fori_loop`] (JAX's
-//! `lax.cond`, `lax.switch`, `lax.scan`, `lax.fori_loop`).
+//! Structured control flow on traced values: [`cond`], [`switch`], [`scan`], [`fori_loop`],
+//! [`while_loop`] (JAX's `lax.cond`, `lax.switch`, `lax.scan`, `lax.fori_loop`,
+//! `lax.while_loop`).
 //!
 //! A host `if` cannot look at a traced value (its data does not exist while tracing); these
 //! functions stage the choice or the loop into the program instead. Each branch or loop body is
@@ -12,12 +13,14 @@
 //! reference runs only the chosen branch. Branches must therefore be free of side effects — they
 //! are, since brigade programs are pure. A `scan` runs its body's kernels once per iteration in
 //! one submission, moving the carry with buffer copies; under `pmap`, a scan whose body holds
-//! collectives is driven from the host, each iteration a parallel run of the body.
+//! collectives is driven from the host, each iteration a parallel run of the body. A
+//! `while_loop`'s number of iterations is data: the device computes the predicate and the host
+//! reads it back (4 bytes) before each iteration, as XLA does on GPUs.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 pub use crate::ops::control::bind::Branch;
-use crate::ops::control::bind::{aval, scan_impl, switch_impl};
+use crate::ops::control::bind::{aval, scan_impl, switch_impl, while_impl};
 use crate::tensor::Tensor;
 use crate::trace::graph::Aval;
 use crate::trace::{TraceArg, trace_capturing};
@@ -215,4 +218,42 @@ where
     let f = |ts: &[Tensor]| body(&ts[0], &ts[1..]);
     let (g, _) = trace_capturing("fori_loop", &f, &args)?;
     Ok(g.use_counts()[g.inputs[0].idx()] > 0)
+}
+
+/// Run `body` while `cond` holds, threading a carry (JAX's `lax.while_loop`):
+/// `while cond(&carry) { carry = body(&carry) }`, returning the final carry. `cond` returns a bool
+/// scalar (reduce an array with [`crate::numpy::any`] / [`crate::numpy::all`]); `body` keeps the carry's shapes and
+/// dtypes ([`Error::CarryMismatch`] otherwise).
+///
+/// The number of iterations is data: before each iteration the device computes `cond` and the
+/// host reads the predicate back, so each iteration costs a round trip (use [`fori_loop`] or
+/// [`scan`] when the count is known). Works eagerly, under `jit`, `vmap` (a batched predicate runs
+/// the loop until every example is done, each example keeping its carry from the iteration its
+/// own predicate failed) and `pmap` (each device runs its own loop; collectives in `cond` or
+/// `body` are not supported there yet). Like JAX, reverse-mode differentiation through it is an
+/// [`Error::Unsupported`]: the number of steps to replay is unknown when tracing. A predicate that
+/// never becomes false loops forever, as in JAX. `Jit::encode` (recording into your encoder) and
+/// the browser cannot wait for the predicate, and refuse programs holding one.
+///
+/// ```
+/// use brigade::{while_loop, Tensor};
+/// // Halve x until it is below 1, counting the steps: 10 -> 5 -> 2.5 -> 1.25 -> 0.625.
+/// let out = while_loop(
+///     |c: &[Tensor]| c[0].ge(&Tensor::scalar(1.0f32)),
+///     |c: &[Tensor]| vec![&c[0] * 0.5, &c[1] + &Tensor::scalar(1i32)],
+///     &[Tensor::scalar(10.0f32), Tensor::scalar(0i32)],
+/// );
+/// assert_eq!(out[0].to_vec::<f32>()?, vec![0.625]);
+/// assert_eq!(out[1].to_vec::<i32>()?, vec![4]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn while_loop<C, B>(cond: C, body: B, init: &[Tensor]) -> Vec<Tensor>
+where
+    C: Fn(&[Tensor]) -> Tensor,
+    B: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    match while_impl("while_loop", &cond, &body, init) {
+        Ok(v) => v,
+        Err(e) => failed(e, init.len()),
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::ops::Prim;
-use crate::ops::control::{ScanParams, describe};
+use crate::ops::control::{ScanParams, WhileParams, describe};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph};
 use crate::trace::{TraceArg, trace_capturing};
@@ -219,4 +219,94 @@ pub(crate) fn scan_impl(
     let ys = res.split_off(nk);
     debug_assert_eq!(ys.len(), n_ys);
     Ok((res, ys))
+}
+
+/// A `while_loop` predicate as the internal builder takes it: carry in, bool scalar out.
+pub(crate) type Cond<'a> = &'a dyn Fn(&[Tensor]) -> Tensor;
+/// A `while_loop` body: carry in, next carry out.
+pub(crate) type Step<'a> = &'a dyn Fn(&[Tensor]) -> Vec<Tensor>;
+
+/// Trace `cond(carry)` and `body(carry)` on the carry's shapes, check them, and apply the `while`
+/// primitive to `[cond's captured values..., body's captured values..., init...]`. Returns the
+/// final carry.
+pub(crate) fn while_impl(
+    op: &'static str,
+    cond: Cond<'_>,
+    body: Step<'_>,
+    init: &[Tensor],
+) -> Result<Vec<Tensor>> {
+    if let Some(e) = init.iter().find_map(|t| t.error()) {
+        return Err(e.clone());
+    }
+    let nk = init.len();
+    let carry_avals: Vec<Aval> = init.iter().map(aval).collect();
+    let args: Vec<TraceArg> = carry_avals
+        .iter()
+        .cloned()
+        .map(TraceArg::Abstract)
+        .collect();
+    let cond_flat = |ts: &[Tensor]| vec![cond(ts)];
+    let (mut cg, cond_caps) = trace_capturing(&format!("{op} cond_fun"), &cond_flat, &args)?;
+    let pred: Vec<Aval> = cg.outputs.iter().map(|v| cg.aval(*v).clone()).collect();
+    if !pred[0].shape.is_empty() {
+        return Err(Error::BadShapeArg {
+            op,
+            shape: pred[0].shape.clone(),
+            detail: format!(
+                "cond_fun must return a bool scalar, but it returns {}: reduce over the elements first \
+                 (`jnp::any(&p, Axes::All, false)` or `jnp::all`)",
+                pred[0]
+            ),
+        });
+    }
+    if pred[0].dtype != crate::DType::Bool {
+        return Err(Error::BadDType {
+            op,
+            dtype: pred[0].dtype,
+            hint: "cond_fun must return a bool scalar (as in JAX): compare first, e.g. `x.ne(&zero)`",
+            shapes: vec![vec![]],
+        });
+    }
+    let (mut bg, body_caps) = trace_capturing(&format!("{op} body_fun"), &body, &args)?;
+    let outs: Vec<Aval> = bg.outputs.iter().map(|v| bg.aval(*v).clone()).collect();
+    if outs != carry_avals {
+        return Err(Error::CarryMismatch {
+            op,
+            want: describe(&carry_avals),
+            got: describe(&outs),
+        });
+    }
+    if !cg.effects.is_empty() || !bg.effects.is_empty() {
+        return Err(Error::Unsupported {
+            op,
+            detail: "debug_print inside a while_loop's cond_fun or body_fun: not supported yet (prints are \
+                     collected per iteration of a loop whose count is known when it is compiled); print the \
+                     loop's results, or use fori_loop / scan"
+                .into(),
+        });
+    }
+    if nk == 0 {
+        // No carry, no results: nothing to compute (JAX would spin forever on a true predicate).
+        return Ok(Vec::new());
+    }
+    // Captured values first (constants of the loop), then the carry.
+    for g in [&mut cg, &mut bg] {
+        let mut inputs = g.inputs.split_off(nk);
+        inputs.append(&mut g.inputs);
+        g.inputs = inputs;
+    }
+    let prim = Prim::Control(ControlOp::While(WhileParams {
+        cond: Arc::new(cg),
+        body: Arc::new(bg),
+        n_cond_consts: cond_caps.len(),
+        n_body_consts: body_caps.len(),
+    }));
+    let mut ins: Vec<&Tensor> = cond_caps.iter().collect();
+    ins.extend(body_caps.iter());
+    ins.extend(init);
+    let res = Tensor::apply_multi(prim, &ins);
+    if let Some(e) = res.iter().find_map(|t| t.error()) {
+        return Err(e.clone());
+    }
+    Ok(res)
 }

@@ -554,6 +554,35 @@ pub(super) fn varying(
                     }
                 }
             }
+            Prim::Control(ControlOp::While(p)) => {
+                // A carry varies when its start or the body makes it vary, and every carry may
+                // when the number of iterations does (a predicate that varies).
+                let (ncc, nbc) = (p.n_cond_consts, p.n_body_consts);
+                let ins: Vec<Option<String>> = e.inputs.iter().map(reason_of).collect();
+                let mut carry = ins[ncc + nbc..].to_vec();
+                loop {
+                    let mut body_ins = ins[ncc..ncc + nbc].to_vec();
+                    body_ins.extend(carry.iter().cloned());
+                    let w = varying(&p.body, body_ins, axis);
+                    let mut cond_ins = ins[..ncc].to_vec();
+                    cond_ins.extend(carry.iter().cloned());
+                    let pred = varying(&p.cond, cond_ins, axis)[p.cond.outputs[0].idx()]
+                        .clone()
+                        .map(|r| format!("the number of while_loop iterations varies ({r})"));
+                    let mut changed = false;
+                    for (c, o) in carry.iter_mut().zip(&p.body.outputs) {
+                        if c.is_none() {
+                            if let Some(r) = w[o.idx()].clone().or_else(|| pred.clone()) {
+                                *c = Some(r);
+                                changed = true;
+                            }
+                        }
+                    }
+                    if !changed {
+                        break carry;
+                    }
+                }
+            }
             _ => vec![e.inputs.iter().find_map(reason_of)],
         };
         for (k, o) in e.outs().enumerate() {
