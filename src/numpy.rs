@@ -12,6 +12,7 @@
 //!   [`where_`], and [`clip`]'s bounds).
 //! - [`clip`], [`any`], [`all`], [`cumsum`], [`cumprod`] (`axis = None` too),
 //!   [`take_along_axis`] and [`take_along_axis_mode`].
+//! - [`var`] and [`std`] (with `ddof`), [`linspace`], [`isclose`] and [`allclose`].
 //!
 //! ```
 //! use brigade::{Tensor, numpy as jnp};
@@ -488,4 +489,120 @@ fn reverse_axis(x: &Tensor, a: usize) -> Tensor {
     }
     let rev = &Tensor::scalar(n as i32 - 1) - &Tensor::iota(DType::I32, &[n], 0);
     x.take(&rev, a as i64)
+}
+
+/// `jnp.var(x, axes, ddof=ddof, keepdims=...)`: the mean squared deviation from the mean over
+/// `axes`, divided by `n - ddof` instead of `n` (`ddof = 1`: the unbiased estimate). Integer and
+/// bool inputs are computed in f32. Where `n - ddof <= 0` the result is NaN, as in JAX.
+///
+/// ```
+/// use brigade::{Axes, Tensor, numpy as jnp};
+/// // Rows with means 2 and 5: squared deviations sum to 2 and 26.
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 2.0, 4.0, 9.0], &[2, 3]);
+/// assert_eq!(jnp::var(&x, 1, 0, false).to_vec::<f32>()?, vec![2.0 / 3.0, 26.0 / 3.0]);
+/// assert_eq!(jnp::var(&x, 1, 1, false).to_vec::<f32>()?, vec![1.0, 13.0]);
+/// assert_eq!(jnp::std(&x, Axes::All, 1, false).shape(), &[] as &[usize]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn var(x: &Tensor, axes: impl Into<Axes>, ddof: usize, keepdims: bool) -> Tensor {
+    if let Some(f) = first_error(&[x]) {
+        return f;
+    }
+    let axes = axes.into();
+    let n: usize = match x.reduce_axes("var", axes.clone()) {
+        Ok(a) => a.iter().map(|&i| x.shape()[i]).product(),
+        Err(e) => return x.fail_with(e),
+    };
+    let x = if x.dtype().is_float() {
+        x.clone()
+    } else {
+        x.cast(DType::F32)
+    };
+    let dt = x.dtype();
+    let count = |k: usize| Tensor::full(Scalar::F64(k as f64).cast(dt), &[]);
+    // JAX's steps: the mean as a division by n, squared deviations, their sum over n - ddof.
+    let mean = x.sum(axes.clone(), true).div(&count(n));
+    let centered = x.sub(&mean);
+    let total = centered.mul(&centered).sum(axes, keepdims);
+    if n <= ddof {
+        return Tensor::full(Scalar::F64(f64::NAN).cast(dt), total.shape());
+    }
+    total.div(&count(n - ddof))
+}
+
+/// `jnp.std(x, axes, ddof=ddof, keepdims=...)`: the square root of [`var`].
+pub fn std(x: &Tensor, axes: impl Into<Axes>, ddof: usize, keepdims: bool) -> Tensor {
+    var(x, axes, ddof, keepdims).sqrt()
+}
+
+/// `jnp.linspace(start, stop, num, endpoint=...)` in f32: `num` evenly spaced values from `start`
+/// to `stop` (included with `endpoint`, else the spacing is `(stop - start) / num`). Computed on
+/// the host with JAX's formula, `start * (1 - t) + stop * t` with `t = i / div` in f32, so the
+/// endpoints are exact; XLA rounds the same formula a little differently, so values agree with
+/// JAX's within 3 ULPs of `max(|start|, |stop|)` (over 200 random ranges). `num = 1` gives
+/// `[start]`, `num = 0` an empty array.
+///
+/// ```
+/// use brigade::numpy as jnp;
+/// assert_eq!(jnp::linspace(0.0, 1.0, 5, true).to_vec::<f32>()?, vec![0.0, 0.25, 0.5, 0.75, 1.0]);
+/// assert_eq!(jnp::linspace(0.0, 1.0, 4, false).to_vec::<f32>()?, vec![0.0, 0.25, 0.5, 0.75]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn linspace(start: f32, stop: f32, num: usize, endpoint: bool) -> Tensor {
+    let div = if endpoint { num.saturating_sub(1) } else { num };
+    let values: Vec<f32> = (0..num)
+        .map(|i| {
+            if num == 1 {
+                start
+            } else if endpoint && i == num - 1 {
+                stop
+            } else {
+                let t = i as f32 / div as f32;
+                start * (1.0 - t) + stop * t
+            }
+        })
+        .collect();
+    Tensor::from_vec(values, &[num])
+}
+
+/// `jnp.isclose(a, b, rtol, atol, equal_nan)`: where `|a - b| <= atol + rtol * |b|` (with `b`
+/// finite) or `a == b` (equal infinities), elementwise after broadcasting; NaNs are close to
+/// each other only with `equal_nan`. Integer and bool operands are compared as f32. JAX's
+/// defaults are `rtol = 1e-5`, `atol = 1e-8`.
+///
+/// ```
+/// use brigade::{Tensor, numpy as jnp};
+/// let a = Tensor::from_vec(vec![1.0f32, 1.0, f32::INFINITY, f32::NAN], &[4]);
+/// let b = Tensor::from_vec(vec![1.000001f32, 1.1, f32::INFINITY, f32::NAN], &[4]);
+/// let close = jnp::isclose(&a, &b, 1e-5, 1e-8, false);
+/// assert_eq!(close.to_vec::<bool>()?, vec![true, false, true, false]);
+/// assert!(!jnp::allclose(&a, &b, 1e-5, 1e-8, true).to_vec::<bool>()?[0]);
+/// # Ok::<(), brigade::Error>(())
+/// ```
+pub fn isclose(a: &Tensor, b: &Tensor, rtol: f64, atol: f64, equal_nan: bool) -> Tensor {
+    if let Some(f) = first_error(&[a, b]) {
+        return f;
+    }
+    let float = |t: &Tensor| {
+        if t.dtype().is_float() {
+            t.clone()
+        } else {
+            t.cast(DType::F32)
+        }
+    };
+    let (a, b) = (float(a), float(b));
+    let lit = |v: f64| Tensor::full(Scalar::F64(v).cast(b.dtype()), &[]);
+    let in_range = a.sub(&b).abs().le(&lit(atol).add(&lit(rtol).mul(&b.abs())));
+    let out = a.eq(&b).or(&b.is_finite().and(&in_range));
+    if equal_nan {
+        out.or(&a.is_nan().and(&b.is_nan()))
+    } else {
+        out
+    }
+}
+
+/// `jnp.allclose(a, b, rtol, atol, equal_nan)`: whether [`isclose`] holds everywhere (a bool
+/// scalar).
+pub fn allclose(a: &Tensor, b: &Tensor, rtol: f64, atol: f64, equal_nan: bool) -> Tensor {
+    all(&isclose(a, b, rtol, atol, equal_nan), Axes::All, false)
 }

@@ -466,3 +466,104 @@ fn gradients_of_max_and_min_around_nan_are_jaxs() {
         }
     }
 }
+
+#[test]
+fn var_std_linspace_and_isclose_are_jnps() {
+    use brigade::{Axes, numpy as jnp};
+    let x = Array::from_vec(f32s(jax::VAR_IN), &[3, 4]).unwrap();
+    let xi = Array::from_vec(jax::VAR_INT_IN.to_vec(), &[2, 3]).unwrap();
+    let stats = |t: &[Tensor]| {
+        vec![
+            jnp::var(&t[0], 1, 0, false),
+            jnp::var(&t[0], 0, 1, false),
+            jnp::std(&t[0], Axes::All, 1, false),
+            jnp::var(&t[0], 1, 4, false),
+            jnp::var(&t[1], 1, 0, false),
+            jnp::var(&t[0], 1, 0, true),
+        ]
+    };
+    // Sums of a few terms in another order than XLA's: within 8 ULP of JAX.
+    for (name, got) in on_every_device(stats, &[x, xi], Tol::REDUCE) {
+        assert_f32_near_jax(&got[0], jax::VAR_AX1, 8.0, &format!("{name}: var axis 1"));
+        assert_f32_near_jax(
+            &got[1],
+            jax::VAR_AX0_DDOF1,
+            8.0,
+            &format!("{name}: var ddof 1"),
+        );
+        assert_f32_near_jax(&got[2], jax::STD_ALL_DDOF1, 8.0, &format!("{name}: std"));
+        assert_f32_near_jax(
+            &got[3],
+            jax::VAR_AX1_DDOF4,
+            0.0,
+            &format!("{name}: ddof >= n"),
+        );
+        assert_f32_near_jax(
+            &got[4],
+            jax::VAR_INT_AX1,
+            8.0,
+            &format!("{name}: var of i32"),
+        );
+        assert_eq!(got[5].shape, vec![3, 1], "{name}: keepdims");
+    }
+    // linspace: JAX's formula on the host, which XLA rounds a little differently: endpoints
+    // exact, the rest within 4 ULPs of the endpoints' magnitude (3 measured over 200 ranges).
+    let cases = [
+        (0.0f32, 1.0f32, 7usize, true, jax::LINSPACE_0),
+        (-3.3, 17.1, 11, false, jax::LINSPACE_1),
+        (1e-3, 1e4, 9, true, jax::LINSPACE_2),
+        (5.0, -2.0, 6, true, jax::LINSPACE_3),
+        (0.1, 0.7, 13, true, jax::LINSPACE_4),
+        (2.5, 9.0, 1, true, jax::LINSPACE_5),
+    ];
+    for (lo, hi, num, ep, want) in cases {
+        let got = jnp::linspace(lo, hi, num, ep).to_vec::<f32>().unwrap();
+        let want = f32s(want);
+        let what = format!("linspace({lo}, {hi}, {num}, {ep})");
+        assert_eq!(got.len(), num, "{what}");
+        assert_eq!(got[0].to_bits(), lo.to_bits(), "{what}: start");
+        if ep && num > 1 {
+            assert_eq!(got[num - 1].to_bits(), hi.to_bits(), "{what}: stop");
+        }
+        let m = lo.abs().max(hi.abs());
+        let ulp = f32::from_bits(m.to_bits() + 1) - m;
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 4.0 * ulp,
+                "{what}[{k}]: {g} against JAX's {w}"
+            );
+        }
+    }
+    assert_eq!(jnp::linspace(0.0, 1.0, 0, true).shape(), &[0]);
+    let close = |t: &[Tensor]| {
+        vec![
+            jnp::isclose(&t[0], &t[1], 1e-5, 1e-8, false),
+            jnp::isclose(&t[0], &t[1], 1e-5, 1e-8, true),
+            jnp::isclose(&t[0], &t[1], 0.2, 1e-3, false),
+            jnp::allclose(&t[0], &t[1], 0.2, 1e-3, true),
+        ]
+    };
+    let args = [arr_f32(jax::CLOSE_A), arr_f32(jax::CLOSE_B)];
+    for (name, got) in on_every_device(close, &args, Tol::EXACT) {
+        assert_eq!(got[0].to_vec::<bool>().unwrap(), jax::ISCLOSE, "{name}");
+        assert_eq!(
+            got[1].to_vec::<bool>().unwrap(),
+            jax::ISCLOSE_NAN,
+            "{name}: equal_nan"
+        );
+        assert_eq!(
+            got[2].to_vec::<bool>().unwrap(),
+            jax::ISCLOSE_LOOSE,
+            "{name}: loose"
+        );
+        let want_all = jax::ISCLOSE_LOOSE
+            .iter()
+            .zip(jax::ISCLOSE_NAN)
+            .all(|(l, n)| *l || *n);
+        assert_eq!(
+            got[3].to_vec::<bool>().unwrap(),
+            vec![want_all],
+            "{name}: allclose"
+        );
+    }
+}

@@ -8,7 +8,7 @@ use crate::ops::{ArgOp, BinaryOp, Prim, ReduceOp, ReductionOp};
 use crate::tensor::{Axes, Tensor, norm_axis};
 
 impl Tensor {
-    fn reduce_axes(&self, op: &'static str, axes: Axes) -> Result<Vec<usize>> {
+    pub(crate) fn reduce_axes(&self, op: &'static str, axes: Axes) -> Result<Vec<usize>> {
         match axes {
             Axes::All => Ok((0..self.ndim()).collect()),
             Axes::Some(v) => v.iter().map(|&a| norm_axis(op, a, self.shape())).collect(),

@@ -227,3 +227,49 @@ pub const WIN_GRAD_MIN: &[u32] = &[
     0x00000000, 0x00000000, 0x3f800000, 0x3f800000, 0x40400000, 0x00000000, 0x00000000, 0x3f800000,
     0x40400000, 0x00000000, 0x00000000, 0x3f800000, 0x3f800000,
 ];
+pub const VAR_IN: &[u32] = &[
+    0x3fc00000, 0xc0100000, 0x40400000, 0x41200000, 0x3e000000, 0x40e00000, 0xc0900000, 0x40000000,
+    0x42c80000, 0x42c70000, 0x42ca8000, 0x42c40000,
+];
+pub const VAR_AX1: &[u32] = &[0x419d9800, 0x4187d600, 0x3fad8000];
+pub const VAR_AX0_DDOF1: &[u32] = &[0x454cfdc0, 0x4545dd00, 0x4559a100, 0x45315555];
+pub const STD_ALL_DDOF1: &[u32] = &[0x4240c766];
+pub const VAR_AX1_DDOF4: &[u32] = &[0x7fc00000, 0x7fc00000, 0x7fc00000];
+pub const VAR_INT_IN: &[i32] = &[3, -8, 11, 40, 2, 7];
+pub const VAR_INT_AX1: &[u32] = &[0x4272aaab, 0x438e1c72];
+pub const LINSPACE_0: &[u32] = &[
+    0x00000000, 0x3e2aaaab, 0x3eaaaaab, 0x3f000000, 0x3f2aaaab, 0x3f555556, 0x3f800000,
+];
+pub const LINSPACE_1: &[u32] = &[
+    0xc0533333, 0xbfb904a6, 0x3ed17460, 0x4010df6c, 0x4083c826, 0x40bf2096, 0x40fa7906, 0x411ae8bb,
+    0x413894f3, 0x4156412b, 0x4173ed63,
+];
+pub const LINSPACE_2: &[u32] = &[
+    0x3a83126f, 0x449c4007, 0x451c4003, 0x456a6003, 0x459c4001, 0x45c35001, 0x45ea6001, 0x4608b800,
+    0x461c4000,
+];
+pub const LINSPACE_3: &[u32] = &[
+    0x40a00000, 0x40666667, 0x400ccccd, 0x3f4cccca, 0xbf19999b, 0xc0000000,
+];
+pub const LINSPACE_4: &[u32] = &[
+    0x3dcccccd, 0x3e19999a, 0x3e4ccccd, 0x3e800000, 0x3e99999a, 0x3eb33333, 0x3ecccccd, 0x3ee66666,
+    0x3f000000, 0x3f0ccccd, 0x3f19999a, 0x3f266666, 0x3f333333,
+];
+pub const LINSPACE_5: &[u32] = &[0x40200000];
+pub const CLOSE_A: &[u32] = &[
+    0x3f800000, 0x3f800000, 0x49742400, 0x7f800000, 0x7f800000, 0xff800000, 0x7fc00000, 0x7fc00000,
+    0x00000000, 0x3089705f, 0x40a00000, 0x3f800000,
+];
+pub const CLOSE_B: &[u32] = &[
+    0x3f800008, 0x3f8ccccd, 0x497424a0, 0x7f800000, 0xff800000, 0xff800000, 0x7fc00000, 0x3f800000,
+    0x3089705f, 0x00000000, 0x7f800000, 0x7fc00000,
+];
+pub const ISCLOSE: &[bool] = &[
+    true, false, true, true, false, true, false, false, true, true, false, false,
+];
+pub const ISCLOSE_NAN: &[bool] = &[
+    true, false, true, true, false, true, true, false, true, true, false, false,
+];
+pub const ISCLOSE_LOOSE: &[bool] = &[
+    true, true, true, true, false, true, false, false, true, true, false, false,
+];
