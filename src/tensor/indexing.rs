@@ -106,6 +106,127 @@ impl Tensor {
             }
         }
     }
+    /// `lax.dynamic_slice(x, starts, sizes)`: the block of shape `sizes` whose corner is at
+    /// `starts`, one integer scalar tensor per axis (traced values allowed: the position may be
+    /// computed on the device). As in JAX, each start is clamped into `[0, dim - size]`, so the
+    /// block always lies inside `x`. Built from `take` along each axis whose size changes, so
+    /// `grad` adds the cotangent into the block and `vmap` batches the starts too.
+    ///
+    /// ```
+    /// use brigade::Tensor;
+    /// let x = Tensor::from_vec((0..12).map(|v| v as f32).collect(), &[3, 4]);
+    /// let i = Tensor::scalar(1i32);
+    /// let got = x.dynamic_slice(&[i.clone(), Tensor::scalar(2i32)], &[2, 2]);
+    /// assert_eq!(got.to_vec::<f32>()?, vec![6.0, 7.0, 10.0, 11.0]);
+    /// // A start past the end is clamped: the last two columns.
+    /// let got = x.dynamic_slice(&[i, Tensor::scalar(9i32)], &[1, 2]);
+    /// assert_eq!(got.to_vec::<f32>()?, vec![6.0, 7.0]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn dynamic_slice(&self, starts: &[Tensor], sizes: &[usize]) -> Tensor {
+        if let Some(e) = self.error().or(starts.iter().find_map(|t| t.error())) {
+            return Tensor::failed(e.clone());
+        }
+        let shape = self.shape().to_vec();
+        if let Err(e) = check_starts("dynamic_slice", &shape, starts, sizes, "sizes") {
+            return self.fail_with(e);
+        }
+        let mut x = self.clone();
+        for (k, (&size, &dim)) in sizes.iter().zip(&shape).enumerate() {
+            if size == dim {
+                // The start clamps to 0: the whole axis.
+                continue;
+            }
+            let start = clamped_start(&starts[k], dim - size);
+            let idx = &Tensor::iota(DType::I32, &[size], 0) + &start;
+            x = x.take(&idx, k as i64);
+        }
+        x
+    }
+
+    /// `lax.dynamic_update_slice(x, update, starts)`: `x` with the block `update` written at
+    /// `starts` (one integer scalar tensor per axis, clamped into `[0, dim - update_dim]` as in
+    /// JAX). Built from `take` and `select`: the gradient of `x` is the cotangent outside the
+    /// block, that of `update` the cotangent inside it.
+    ///
+    /// ```
+    /// use brigade::Tensor;
+    /// let x = Tensor::zeros(&[2, 3], brigade::DType::F32);
+    /// let u = Tensor::from_vec(vec![5.0f32, 6.0], &[1, 2]);
+    /// let got = x.dynamic_update_slice(&u, &[Tensor::scalar(1i32), Tensor::scalar(1i32)]);
+    /// assert_eq!(got.to_vec::<f32>()?, vec![0.0, 0.0, 0.0, 0.0, 5.0, 6.0]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn dynamic_update_slice(&self, update: &Tensor, starts: &[Tensor]) -> Tensor {
+        if let Some(e) = self
+            .error()
+            .or(update.error())
+            .or(starts.iter().find_map(|t| t.error()))
+        {
+            return Tensor::failed(e.clone());
+        }
+        if update.dtype() != self.dtype() {
+            return self.fail_with(Error::DTypeMismatch {
+                op: "dynamic_update_slice",
+                lhs: self.dtype(),
+                rhs: update.dtype(),
+                shapes: vec![self.shape().to_vec(), update.shape().to_vec()],
+            });
+        }
+        let shape = self.shape().to_vec();
+        let sizes = update.shape().to_vec();
+        if sizes.len() != shape.len() {
+            return self.fail_with(Error::BadShapeArg {
+                op: "dynamic_update_slice",
+                shape: sizes.clone(),
+                detail: format!(
+                    "the update has rank {} but the operand {:?} has rank {}: give the update one axis per operand axis",
+                    sizes.len(),
+                    shape,
+                    shape.len()
+                ),
+            });
+        }
+        if let Err(e) = check_starts(
+            "dynamic_update_slice",
+            &shape,
+            starts,
+            &sizes,
+            "update shape",
+        ) {
+            return self.fail_with(e);
+        }
+        if sizes.contains(&0) {
+            // An empty update writes nothing.
+            return self.clone();
+        }
+        // Spread the update over x's shape (position p of axis k reads update element p - start,
+        // clamped) and keep it where every axis is inside the block.
+        let mut spread = update.clone();
+        let mut inside: Option<Tensor> = None;
+        for (k, (&size, &dim)) in sizes.iter().zip(&shape).enumerate() {
+            if size == dim {
+                continue;
+            }
+            let start = clamped_start(&starts[k], dim - size);
+            let p = &Tensor::iota(DType::I32, &[dim], 0) - &start;
+            let zero = Tensor::scalar(0i32);
+            let within = p.ge(&zero).and(&p.lt(&Tensor::scalar(size as i32)));
+            let read = p.maximum(&zero).minimum(&Tensor::scalar(size as i32 - 1));
+            spread = spread.take(&read, k as i64);
+            let within = within.broadcast_in_dim(&shape, &[k]);
+            inside = Some(match inside {
+                Some(m) => m.and(&within),
+                None => within,
+            });
+        }
+        match inside {
+            Some(m) => crate::tensor::select(&m, &spread, self),
+            // The update covers x.
+            None => update.clone(),
+        }
+    }
+
     /// One-hot encoding of integer class indices: adds a trailing axis of length `depth` (f32 0/1).
     pub fn one_hot(&self, depth: usize) -> Tensor {
         if let Some(e) = self.error() {
@@ -124,5 +245,71 @@ impl Tensor {
         let classes = Tensor::iota(self.dtype(), &shape, shape.len() - 1);
         let idx = self.expand_dims(-1).broadcast_to(&shape);
         idx.eq(&classes).cast(DType::F32)
+    }
+}
+
+/// Check `starts` (one integer scalar per axis) and the block's `sizes` against `shape`.
+fn check_starts(
+    op: &'static str,
+    shape: &[usize],
+    starts: &[Tensor],
+    sizes: &[usize],
+    what: &str,
+) -> crate::error::Result<()> {
+    if starts.len() != shape.len() || sizes.len() != shape.len() {
+        return Err(Error::BadShapeArg {
+            op,
+            shape: shape.to_vec(),
+            detail: format!(
+                "{} starts and {} {what} for an operand of rank {} ({shape:?}): give one of each per axis",
+                starts.len(),
+                sizes.len(),
+                shape.len()
+            ),
+        });
+    }
+    for (k, s) in starts.iter().enumerate() {
+        if !s.shape().is_empty() {
+            return Err(Error::BadShapeArg {
+                op,
+                shape: s.shape().to_vec(),
+                detail: format!(
+                    "start {k} has shape {:?}: each start is a scalar",
+                    s.shape()
+                ),
+            });
+        }
+        if !s.dtype().is_int() {
+            return Err(Error::BadDType {
+                op,
+                dtype: s.dtype(),
+                hint: "starts are integer scalars (i32 or u32)",
+                shapes: vec![vec![]],
+            });
+        }
+    }
+    if let Some(k) = (0..shape.len()).find(|&k| sizes[k] > shape[k]) {
+        return Err(Error::BadShapeArg {
+            op,
+            shape: sizes.to_vec(),
+            detail: format!(
+                "the block is {sizes:?} but the operand is {shape:?}: axis {k} is {} long, so the block's {} does not fit",
+                shape[k], sizes[k]
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A start clamped into `[0, hi]`, as i32 (a u32 start is clamped before the cast, so a huge one
+/// gives `hi` as in JAX).
+fn clamped_start(start: &Tensor, hi: usize) -> Tensor {
+    let hi = hi.min(i32::MAX as usize);
+    match start.dtype() {
+        DType::U32 => start.minimum(&Tensor::scalar(hi as u32)).cast(DType::I32),
+        _ => start
+            .cast(DType::I32)
+            .maximum(&Tensor::scalar(0i32))
+            .minimum(&Tensor::scalar(hi as i32)),
     }
 }
