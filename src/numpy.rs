@@ -12,7 +12,7 @@
 //!   [`where_`], and [`clip`]'s bounds).
 //! - [`clip`], [`any`], [`all`], [`cumsum`], [`cumprod`] (`axis = None` too),
 //!   [`take_along_axis`] and [`take_along_axis_mode`].
-//! - [`var`] and [`std`] (with `ddof`), [`linspace`], [`isclose`] and [`allclose`].
+//! - [`var`] and [`std`](fn@std) (with `ddof`), [`linspace`], [`isclose`] and [`allclose`].
 //!
 //! ```
 //! use brigade::{Tensor, numpy as jnp};
