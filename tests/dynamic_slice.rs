@@ -36,9 +36,11 @@ fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
     out
 }
 
-/// JAX's clamp of a start: into `[0, dim - size]`.
+/// JAX's rule for a start: a negative one counts from the end once, then it is clamped into
+/// `[0, dim - size]`.
 fn clamp(start: i64, dim: usize, size: usize) -> usize {
-    start.clamp(0, (dim - size) as i64) as usize
+    let s = if start < 0 { start + dim as i64 } else { start };
+    s.clamp(0, (dim - size) as i64) as usize
 }
 
 fn host_slice(x: &[f32], shape: &[usize], starts: &[i64], sizes: &[usize]) -> Vec<f32> {
@@ -75,8 +77,17 @@ fn dynamic_slice_and_update_match_host_indexing_on_every_device() {
     let x = f32s(60, 1, -5.0, 5.0);
     let sizes = [2usize, 3, 3];
     let u = f32s(18, 2, 10.0, 20.0);
-    // Inside, at the far corner, negative (clamped to 0) and past the end (clamped back).
-    for starts in [[1i64, 1, 0], [2, 2, 0], [-3, 0, -1], [7, 4, 2], [0, 9, 0]] {
+    // Inside, at the far corner, negative (from the end, then clamped), far below the start
+    // (clamped to 0) and past the end (clamped back).
+    for starts in [
+        [1i64, 1, 0],
+        [2, 2, 0],
+        [-3, 0, -1],
+        [-1, -4, -3],
+        [-50, -6, 0],
+        [7, 4, 2],
+        [0, 9, 0],
+    ] {
         let f = |t: &[Tensor]| {
             let st = starts_of(&t[2..]);
             vec![

@@ -108,8 +108,9 @@ impl Tensor {
     }
     /// `lax.dynamic_slice(x, starts, sizes)`: the block of shape `sizes` whose corner is at
     /// `starts`, one integer scalar tensor per axis (traced values allowed: the position may be
-    /// computed on the device). As in JAX, each start is clamped into `[0, dim - size]`, so the
-    /// block always lies inside `x`. Built from `take` along each axis whose size changes, so
+    /// computed on the device). As in JAX, a negative i32 start counts from the end once
+    /// (`start + dim`), then each start is clamped into `[0, dim - size]`, so the block always
+    /// lies inside `x`. Built from `take` along each axis whose size changes, so
     /// `grad` adds the cotangent into the block and `vmap` batches the starts too.
     ///
     /// ```
@@ -119,8 +120,11 @@ impl Tensor {
     /// let got = x.dynamic_slice(&[i.clone(), Tensor::scalar(2i32)], &[2, 2]);
     /// assert_eq!(got.to_vec::<f32>()?, vec![6.0, 7.0, 10.0, 11.0]);
     /// // A start past the end is clamped: the last two columns.
-    /// let got = x.dynamic_slice(&[i, Tensor::scalar(9i32)], &[1, 2]);
+    /// let got = x.dynamic_slice(&[i.clone(), Tensor::scalar(9i32)], &[1, 2]);
     /// assert_eq!(got.to_vec::<f32>()?, vec![6.0, 7.0]);
+    /// // -3 counts from the end: column 1.
+    /// let got = x.dynamic_slice(&[i, Tensor::scalar(-3i32)], &[1, 2]);
+    /// assert_eq!(got.to_vec::<f32>()?, vec![5.0, 6.0]);
     /// # Ok::<(), brigade::Error>(())
     /// ```
     pub fn dynamic_slice(&self, starts: &[Tensor], sizes: &[usize]) -> Tensor {
@@ -137,7 +141,7 @@ impl Tensor {
                 // The start clamps to 0: the whole axis.
                 continue;
             }
-            let start = clamped_start(&starts[k], dim - size);
+            let start = clamped_start(&starts[k], dim, size);
             let idx = &Tensor::iota(DType::I32, &[size], 0) + &start;
             x = x.take(&idx, k as i64);
         }
@@ -145,8 +149,8 @@ impl Tensor {
     }
 
     /// `lax.dynamic_update_slice(x, update, starts)`: `x` with the block `update` written at
-    /// `starts` (one integer scalar tensor per axis, clamped into `[0, dim - update_dim]` as in
-    /// JAX). Built from `take` and `select`: the gradient of `x` is the cotangent outside the
+    /// `starts` (one integer scalar tensor per axis; as in JAX a negative one counts from the end
+    /// once, then each is clamped into `[0, dim - update_dim]`). Built from `take` and `select`: the gradient of `x` is the cotangent outside the
     /// block, that of `update` the cotangent inside it.
     ///
     /// ```
@@ -208,7 +212,7 @@ impl Tensor {
             if size == dim {
                 continue;
             }
-            let start = clamped_start(&starts[k], dim - size);
+            let start = clamped_start(&starts[k], dim, size);
             let p = &Tensor::iota(DType::I32, &[dim], 0) - &start;
             let zero = Tensor::scalar(0i32);
             let within = p.ge(&zero).and(&p.lt(&Tensor::scalar(size as i32)));
@@ -301,15 +305,20 @@ fn check_starts(
     Ok(())
 }
 
-/// A start clamped into `[0, hi]`, as i32 (a u32 start is clamped before the cast, so a huge one
-/// gives `hi` as in JAX).
-fn clamped_start(start: &Tensor, hi: usize) -> Tensor {
-    let hi = hi.min(i32::MAX as usize);
+/// A start on an axis of length `dim` for a block of `size`, as JAX takes it: a negative i32 start
+/// counts from the end once (`start + dim`), then it is clamped into `[0, dim - size]`; a u32
+/// start is clamped before the cast to i32, so a huge one gives `dim - size`.
+fn clamped_start(start: &Tensor, dim: usize, size: usize) -> Tensor {
+    let hi = (dim - size).min(i32::MAX as usize);
     match start.dtype() {
         DType::U32 => start.minimum(&Tensor::scalar(hi as u32)).cast(DType::I32),
-        _ => start
-            .cast(DType::I32)
-            .maximum(&Tensor::scalar(0i32))
-            .minimum(&Tensor::scalar(hi as i32)),
+        _ => {
+            let s = start.cast(DType::I32);
+            let zero = Tensor::scalar(0i32);
+            let from_end = &s + &Tensor::scalar(dim.min(i32::MAX as usize) as i32);
+            crate::tensor::select(&s.lt(&zero), &from_end, &s)
+                .maximum(&zero)
+                .minimum(&Tensor::scalar(hi as i32))
+        }
     }
 }
