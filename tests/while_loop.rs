@@ -267,6 +267,49 @@ fn while_loop_inside_pmap_runs_each_devices_own_count() {
 }
 
 #[test]
+fn carries_that_swap_through_identity_layout_ops_stay_apart() {
+    // Each body returns the other carry through an identity transpose (which shares its
+    // operand's buffer): the carry copies must not overwrite a value they still read.
+    let f = |a: &[Tensor]| {
+        let w = while_loop(
+            |c: &[Tensor]| c[2].lt(&Tensor::scalar(3i32)),
+            |c: &[Tensor]| {
+                vec![
+                    c[1].transpose(&[0]),
+                    c[0].transpose(&[0]),
+                    &c[2] + &Tensor::scalar(1i32),
+                ]
+            },
+            &[a[0].clone(), a[1].clone(), Tensor::scalar(0i32)],
+        );
+        let (s, _) = scan(
+            |c: &[Tensor], _x: &[Tensor]| {
+                (vec![c[1].transpose(&[0]), c[0].transpose(&[0])], vec![])
+            },
+            &[a[0].clone(), a[1].clone()],
+            &[Tensor::zeros(&[3], DType::F32)],
+        );
+        vec![w[0].clone(), w[1].clone(), s[0].clone(), s[1].clone()]
+    };
+    let (x, y) = (vec![1.0f32, 2.0], vec![-3.0f32, 4.0]);
+    let args = [
+        Array::from_vec(x.clone(), &[2]).unwrap(),
+        Array::from_vec(y.clone(), &[2]).unwrap(),
+    ];
+    let got = check_on_all(f, &args, Tol::EXACT);
+    // Three swaps in both loops: the carries end swapped.
+    for k in [0, 2] {
+        assert_f32s(&got[k], &y, Tol::EXACT, "first carry after three swaps");
+        assert_f32s(
+            &got[k + 1],
+            &x,
+            Tol::EXACT,
+            "second carry after three swaps",
+        );
+    }
+}
+
+#[test]
 fn grad_through_a_while_loop_is_refused_as_in_jax() {
     let f = |a: &[Tensor]| {
         let out = while_loop(
@@ -300,6 +343,24 @@ fn grad_through_a_while_loop_is_refused_as_in_jax() {
     .call(&[Array::scalar(3.0f32)])
     .unwrap();
     assert_eq!(host(&g[0]).to_vec::<f32>().unwrap(), vec![12.0]);
+    // As in JAX, no gradient flows through the predicate's constants, nor through a carry
+    // started from stop_gradient: both are fine (d/dx (k(x) + x) = 1, d/dx (k(x) * x) = k).
+    let f = |a: &[Tensor]| {
+        let k = while_loop(
+            |c: &[Tensor]| c[0].lt(&a[0]),
+            |c: &[Tensor]| vec![&c[0] * 2.0f32],
+            &[Tensor::scalar(1.0f32)],
+        );
+        let m = while_loop(
+            |c: &[Tensor]| c[0].lt(&Tensor::scalar(10.0f32)),
+            |c: &[Tensor]| vec![&c[0] * 2.0f32],
+            &[brigade::stop_gradient(&a[0])],
+        );
+        vec![&(&k[0] + &a[0]) + &(&m[0] * &a[0])]
+    };
+    // x = 3: k = 4 (1 -> 2 -> 4), m = 12 (3 -> 6 -> 12): the gradient is 1 + 12.
+    let g = grad(f).call(&[Array::scalar(3.0f32)]).unwrap();
+    assert_eq!(host(&g[0]).to_vec::<f32>().unwrap(), vec![13.0]);
 }
 
 #[test]

@@ -1611,17 +1611,20 @@ fn remap_schedule(ops: &[Op], base: usize, map: &[usize]) -> Vec<Op> {
 }
 
 /// `g` with every output in a buffer of its own: an output that is an input, a constant, a
-/// repeat of an earlier output or a reshape (which shares its operand's buffer) is copied by an
-/// identity conversion. A loop body needs this: its outputs are copied over its inputs.
+/// repeat of an earlier output or the result of an op that shares its operand's buffer (a
+/// reshape, an identity transpose) is copied by an identity conversion. A loop body needs this: its outputs are copied over its inputs.
 fn fresh_outputs(g: &Graph) -> Graph {
     let mut g = g.clone();
     let producers = g.producers();
     let mut seen = Vec::new();
     for k in 0..g.outputs.len() {
         let v = g.outputs[k];
+        // An input, a constant, or an op that reuses its operand's buffer (a reshape, an
+        // identity transpose): the output would share a slot with an input or another output,
+        // and a loop's carry copies would then overwrite what they still read.
         let shared = match producers[v.idx()] {
             None => true,
-            Some(p) => matches!(g.eqns[p].prim, Prim::Layout(LayoutOp::Reshape { .. })),
+            Some(p) => is_alias_op(&g.eqns[p].prim),
         };
         if shared || seen.contains(&v) {
             let aval = g.aval(v).clone();
