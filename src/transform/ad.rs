@@ -6,6 +6,7 @@
 
 use crate::array::Array;
 use crate::error::Result;
+use crate::ops::{AdUtilOp, ControlOp, Prim};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Graph};
 use crate::trace::{TraceArg, trace_capturing};
@@ -110,21 +111,31 @@ impl Linearized {
                 add(&mut ct[v.idx()], c.clone());
             }
         }
-        // Equations whose operands do not depend on the inputs pass no cotangent to them: they
-        // are skipped (no work for constants, and a `while_loop` over constants is no error).
+        // Equations whose operands carry no gradient from the inputs pass no cotangent to them:
+        // they are skipped (no work for constants, and a `while_loop` over constants is no
+        // error, as in JAX). Gradients stop at `stop_gradient` and at integer or bool values, and
+        // a `while_loop`'s predicate constants carry none into its results.
         let mut depends = vec![false; g.avals.len()];
         for v in &g.inputs {
-            depends[v.idx()] = true;
+            depends[v.idx()] = g.aval(*v).dtype.is_float();
         }
+        let carries = |e: &crate::trace::graph::Eqn, depends: &[bool]| -> bool {
+            let ins: &[crate::trace::graph::Var] = match &e.prim {
+                Prim::AdUtil(AdUtilOp::StopGradient) => &[],
+                Prim::Control(ControlOp::While(p)) => &e.inputs[p.n_cond_consts..],
+                _ => &e.inputs,
+            };
+            ins.iter().any(|v| depends[v.idx()])
+        };
         for e in &g.eqns {
-            if e.inputs.iter().any(|v| depends[v.idx()]) {
+            if carries(e, &depends) {
                 for o in e.outs() {
-                    depends[o.idx()] = true;
+                    depends[o.idx()] = g.aval(o).dtype.is_float();
                 }
             }
         }
         for e in g.eqns.iter().rev() {
-            if !e.inputs.iter().any(|v| depends[v.idx()]) {
+            if !carries(e, &depends) {
                 continue;
             }
             let cts: Vec<Option<Tensor>> = e.outs().map(|o| ct[o.idx()].clone()).collect();
