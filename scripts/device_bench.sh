@@ -272,7 +272,7 @@ run() {
     t=$(budget 180 110)
     echo "== brigade bench on vulkan:1 (${t}s max)"
     BRIGADE_DEVICES=vulkan:1 \
-        BRIGADE_BENCH=compile,copy,memcpy,matmul,elementwise,sum,reduce,upload,readback,tiny,parts \
+        BRIGADE_BENCH=compile,copy,memcpy,matmul,elementwise,sum,reduce,upload,readback,tiny,loop,parts \
         BRIGADE_BENCH_MATMUL=$matmul BRIGADE_BENCH_ELEMS=$elems \
         BRIGADE_BENCH_OUT=$OUT/bench.tsv BRIGADE_CACHE_DIR=$cache \
         RUST_LOG=brigade::device::tune=debug \
@@ -433,7 +433,9 @@ for dev in [d for d in rows if not d.startswith("jax:")] + ([jax] if jax else []
                 jg = rows[jax][k][1]
                 jx = f"; JAX {jg:.1f} GB/s (brigade {g / jg:.2f}x)"
             print(f"{what}: {g:.1f} {unit} ({ms:.3f} ms){vs}{jx}")
-    for k, what in (("tiny_readback", "tiny call + readback"), ("tiny_sync", "tiny op + wait")):
+    for k, what in (("tiny_readback", "tiny call + readback"), ("tiny_sync", "tiny op + wait"),
+                    ("loop_fori", "fori_loop step"), ("loop_while", "while_loop step"),
+                    ("loop_long", "fori_loop step (the long loop)")):
         if k in r:
             print(f"{what}: {r[k][1]:.1f} µs")
     for k in ("compile_elementwise", "compile_sum", "compile_matmul"):
