@@ -13,6 +13,10 @@ fn main() -> brigade::Result<()> {
     // RUST_LOG=brigade=debug shows each kernel's compile time.
     let _ = env_logger::try_init();
     let rt = pollster::block_on(Runtime::new())?;
+    // Every adapter found, with the reason the default layout skipped one (if it did).
+    for a in rt.adapters() {
+        println!("{a}");
+    }
     let n = 1 << 16;
     let x: Vec<f32> = (0..n).map(|i| ((i % 97) as f32 - 48.0) / 16.0).collect();
     let m = 256;

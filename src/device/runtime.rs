@@ -182,6 +182,11 @@ pub struct AdapterSummary {
     /// The adapter's limits (devices are requested with these); for the adapter of an app's
     /// device ([`RuntimeBuilder::with_wgpu_device`]), that device's limits.
     pub limits: DeviceLimits,
+    /// Why the runtime made no device on this adapter although its layout wanted one: under the
+    /// default layout an adapter whose device request fails is skipped, not fatal (wgpu's GL
+    /// backend on NVIDIA's Linux driver, for one, cannot build compute pipelines). `None` when the
+    /// adapter works or the layout never asked for it.
+    pub unusable: Option<String>,
 }
 
 impl fmt::Display for AdapterSummary {
@@ -193,6 +198,9 @@ impl fmt::Display for AdapterSummary {
         )?;
         if !self.driver.is_empty() {
             write!(f, " driver {}", self.driver)?;
+        }
+        if let Some(why) = &self.unusable {
+            write!(f, " (skipped: {why})")?;
         }
         Ok(())
     }
@@ -548,38 +556,69 @@ impl RuntimeBuilder {
         // The cpu device's virtual adapter comes after every real one, the app's included.
         let cpu_adapter = summaries.len() + self.app_devices.len();
 
-        let mut devices = Vec::with_capacity(plan.len());
         #[cfg(target_arch = "wasm32")]
         let mut used_adapters = std::collections::HashSet::new();
-        for (index, slot) in plan.into_iter().enumerate() {
-            let device = match slot {
-                Slot::Cpu => Device::new_cpu(index, cpu_adapter),
-                Slot::Adapter(a) => {
-                    let adapter = &adapters[a].0;
-                    // In the browser one adapter yields one device: request a fresh adapter for
-                    // every further device.
-                    #[cfg(target_arch = "wasm32")]
-                    let fresh;
-                    #[cfg(target_arch = "wasm32")]
-                    let adapter = if used_adapters.insert(a) {
-                        adapter
-                    } else {
-                        let inst = instance
-                            .as_ref()
-                            .ok_or_else(|| Error::NoDevice("no wgpu instance".into()))?;
-                        fresh = inst
-                            .request_adapter(&wgpu::RequestAdapterOptions::default())
-                            .await
-                            .map_err(|e| {
-                                Error::NoDevice(format!(
-                                    "the browser gave no further adapter for device {index}: {e}"
-                                ))
-                            })?;
-                        &fresh
-                    };
-                    request_device(adapter, index, a, forced).await?
-                }
+        let request = async |index: usize, a: usize| -> Result<Device> {
+            let adapter = &adapters[a].0;
+            // In the browser one adapter yields one device: request a fresh adapter for
+            // every further device.
+            #[cfg(target_arch = "wasm32")]
+            let fresh;
+            #[cfg(target_arch = "wasm32")]
+            let adapter = if used_adapters.insert(a) {
+                adapter
+            } else {
+                let inst = instance
+                    .as_ref()
+                    .ok_or_else(|| Error::NoDevice("no wgpu instance".into()))?;
+                fresh = inst
+                    .request_adapter(&wgpu::RequestAdapterOptions::default())
+                    .await
+                    .map_err(|e| {
+                        Error::NoDevice(format!(
+                            "the browser gave no further adapter for device {index}: {e}"
+                        ))
+                    })?;
+                &fresh
             };
+            request_device(adapter, index, a, forced).await
+        };
+        let skip_failures = layout == DeviceLayout::Auto;
+        let (mut devices, failed) = realize(plan, skip_failures, cpu_adapter, request).await?;
+        for (a, e) in &failed {
+            summaries[*a].unusable = Some(e.to_string());
+        }
+        if devices.is_empty() && !failed.is_empty() && self.app_devices.is_empty() {
+            let why: Vec<String> = failed
+                .iter()
+                .map(|(a, e)| {
+                    format!(
+                        "#{a} {} [{}]: {e}",
+                        summaries[*a].name, summaries[*a].backend
+                    )
+                })
+                .collect();
+            if !self.allow_cpu_fallback {
+                return Err(Error::NoDevice(format!(
+                    "no adapter gave a device ({}) and cpu fallback is off; update the driver, name a working backend with BRIGADE_DEVICES, or use allow_cpu_fallback(true) / the `cpu` layout",
+                    why.join("; ")
+                )));
+            }
+            log::warn!(
+                "brigade: no adapter gave a device ({}); running on {} cpu device{} (host executor)",
+                why.join("; "),
+                self.devices_per_adapter,
+                if self.devices_per_adapter == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            );
+            devices = (0..self.devices_per_adapter)
+                .map(|i| Device::new_cpu(i, cpu_adapter))
+                .collect();
+        }
+        for device in &devices {
             device.set_memory_limit(memory_limit);
             if let Some(n) = self.kernel_cache_capacity {
                 device.set_kernel_cache_capacity(n);
@@ -587,7 +626,6 @@ impl RuntimeBuilder {
             if let Some(n) = self.program_cache_capacity {
                 device.set_program_cache_capacity(n);
             }
-            devices.push(device);
         }
         for app in &self.app_devices {
             let adapter_index = summaries.len();
@@ -728,6 +766,39 @@ impl RuntimeBuilder {
     }
 }
 
+/// Makes the devices of `plan`, in order: `request(index, adapter)` makes the device of an adapter
+/// slot, cpu slots get host devices. With `skip_failures` (the default layout, which named no
+/// adapter) an adapter whose device request fails is logged and skipped with all its slots, and
+/// returned beside the devices, so one broken backend does not cost the adapters that work; under
+/// a layout that named its adapters a failure is the error.
+async fn realize(
+    plan: Vec<Slot>,
+    skip_failures: bool,
+    cpu_adapter: usize,
+    mut request: impl AsyncFnMut(usize, usize) -> Result<Device>,
+) -> Result<(Vec<Device>, Vec<(usize, Error)>)> {
+    let mut devices: Vec<Device> = Vec::with_capacity(plan.len());
+    let mut failed: Vec<(usize, Error)> = Vec::new();
+    for slot in plan {
+        let index = devices.len();
+        let device = match slot {
+            Slot::Cpu => Device::new_cpu(index, cpu_adapter),
+            Slot::Adapter(a) if failed.iter().any(|(f, _)| *f == a) => continue,
+            Slot::Adapter(a) => match request(index, a).await {
+                Ok(d) => d,
+                Err(e) if skip_failures => {
+                    log::warn!("brigade: adapter #{a} skipped, its device request failed: {e}");
+                    failed.push((a, e));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        devices.push(device);
+    }
+    Ok((devices, failed))
+}
+
 /// Where one planned device goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Slot {
@@ -843,6 +914,7 @@ fn summary_of(index: usize, info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> 
         device_type: device_type_name(info.device_type).to_string(),
         driver,
         limits: DeviceLimits::from_wgpu(limits),
+        unusable: None,
     }
 }
 
@@ -1069,6 +1141,7 @@ mod tests {
             device_type: "cpu".into(),
             driver: String::new(),
             limits: DeviceLimits::host(),
+            unusable: None,
         }
     }
 
@@ -1076,6 +1149,52 @@ mod tests {
         let b = Runtime::builder().allow_cpu_fallback(false);
         let l = DeviceLayout::parse(layout)?;
         b.plan(&l, layout, adapters, wgpu::Backends::all(), true)
+    }
+
+    /// The default layout skips an adapter whose device request fails (every slot of it) and
+    /// numbers the devices that remain densely; a layout that named its adapters fails instead.
+    #[test]
+    fn failed_adapters_are_skipped_only_under_the_default_layout() {
+        let plan = vec![
+            Slot::Adapter(0),
+            Slot::Adapter(1),
+            Slot::Adapter(1),
+            Slot::Adapter(2),
+            Slot::Cpu,
+        ];
+        let mut asked = Vec::new();
+        let request = async |index: usize, a: usize| -> Result<Device> {
+            asked.push(a);
+            if a == 1 {
+                return Err(Error::Wgpu {
+                    device: format!("{index} [gl: fake1]"),
+                    message: "request_device failed: Parent device is lost".into(),
+                });
+            }
+            // A host device stands in for the adapter's; its adapter index tells them apart.
+            Ok(Device::new_cpu(index, a))
+        };
+        let (devices, failed) =
+            pollster::block_on(realize(plan.clone(), true, 9, request)).unwrap();
+        // Adapter 1 is asked once: its second slot is skipped without a second request.
+        assert_eq!(asked, [0, 1, 2]);
+        let got: Vec<(usize, usize)> = devices
+            .iter()
+            .map(|d| (d.index(), d.info().adapter_index))
+            .collect();
+        assert_eq!(got, [(0, 0), (1, 2), (2, 9)]);
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].0, 1);
+        assert!(failed[0].1.to_string().contains("Parent device is lost"));
+
+        let request = async |index: usize, a: usize| -> Result<Device> {
+            if a == 1 {
+                return Err(Error::NoDevice("fake failure".into()));
+            }
+            Ok(Device::new_cpu(index, a))
+        };
+        let err = pollster::block_on(realize(plan, false, 9, request)).unwrap_err();
+        assert!(err.to_string().contains("fake failure"), "{err}");
     }
 
     #[test]
