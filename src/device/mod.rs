@@ -81,7 +81,9 @@ pub use runtime::{
 };
 pub use transfer::download_all;
 pub(crate) use transfer::{download_arrays, read_mapped, read_mapped_pieces};
-pub use tune::{MATMUL_CACHE_FILE, TEXTURE_ENV, TUNE_ENV, TuneStats, tune_stats};
+pub use tune::{
+    MATMUL_CACHE_FILE, REDUCE_SPREAD_ENV, TEXTURE_ENV, TUNE_ENV, TuneStats, tune_stats,
+};
 
 /// The limits of one device that brigade plans around (a subset of `wgpu::Limits`).
 ///

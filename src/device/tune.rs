@@ -47,6 +47,12 @@ pub const TUNE_ENV: &str = "BRIGADE_MATMUL_TUNE";
 /// which also pays two copies a call, ran at 0.4-0.64x of them, docs/PERFORMANCE.md session 15).
 /// Read when a program is compiled.
 pub const TEXTURE_ENV: &str = "BRIGADE_MATMUL_TEXTURE";
+/// Environment variable: how widely reductions of few outputs are spread on a GPU device (see
+/// `reduce_spread`): `gpu` (1024 workgroups of 256, the default on discrete, integrated and
+/// virtual GPUs), `cpu` (64 workgroups, the default on CPU adapters and where the adapter does not
+/// say what it is), or a number of invocations (at least 256). For measuring, and for running the
+/// GPU's reduction kernels on a CPU adapter in tests. Read when a program is compiled.
+pub const REDUCE_SPREAD_ENV: &str = "BRIGADE_REDUCE_SPREAD";
 /// Bump when the kernel family or the measurement changes: older cached choices are ignored.
 const TUNE_VERSION: u32 = 2;
 /// Name of the cache file in the brigade cache directory.
@@ -307,6 +313,35 @@ fn device_candidates(dev: &Device, p: &MatmulProblem) -> Vec<MatmulConfig> {
 }
 
 impl MatmulChooser for DeviceChooser<'_> {
+    /// GPUs (discrete, integrated, virtual) get the wider spread; CPU adapters, adapters that do
+    /// not say what they are (the browser's) and the cpu device keep the figure measured on
+    /// lavapipe.
+    fn reduce_spread(&self) -> usize {
+        use crate::ops::reduce::kernel::{CPU_SPREAD, GPU_SPREAD};
+        let device_type = wgpu_device(self.dev).map(|d| d.adapter_info().device_type);
+        if device_type.is_some() {
+            match std::env::var(REDUCE_SPREAD_ENV).as_deref().map(str::trim) {
+                Ok("gpu") => return GPU_SPREAD,
+                Ok("cpu") => return CPU_SPREAD,
+                Ok(v) => match v.parse::<usize>() {
+                    Ok(n) if n >= 256 => return n,
+                    _ => log::warn!(
+                        "brigade: {REDUCE_SPREAD_ENV}={v:?} ignored: use gpu, cpu or a number of invocations >= 256"
+                    ),
+                },
+                Err(_) => {}
+            }
+        }
+        match device_type {
+            Some(
+                wgpu::DeviceType::DiscreteGpu
+                | wgpu::DeviceType::IntegratedGpu
+                | wgpu::DeviceType::VirtualGpu,
+            ) => GPU_SPREAD,
+            _ => CPU_SPREAD,
+        }
+    }
+
     fn choose(&self, p: &MatmulProblem, max_workgroups_per_dim: u32) -> MatmulConfig {
         // Asked for (or the browser's default): never measured, the texture member applies to a
         // narrow set of shapes where it is known to win.

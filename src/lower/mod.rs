@@ -630,6 +630,7 @@ fn plan_steps(
                     e.inputs[0],
                     axes,
                     max_wg,
+                    chooser.reduce_spread(),
                 );
                 match plan.second {
                     None => steps.push(Step::Kernel {

@@ -406,6 +406,13 @@ pub(crate) trait MatmulChooser {
     /// falls back to the heuristic). `max_workgroups_per_dim` is the limit the program is planned
     /// against.
     fn choose(&self, p: &MatmulProblem, max_workgroups_per_dim: u32) -> MatmulConfig;
+
+    /// Invocations a reduction of few outputs is spread over on this device: by default
+    /// [`CPU_SPREAD`](crate::ops::reduce::kernel::CPU_SPREAD), the figure for CPU adapters; a
+    /// device chooser answers for its adapter.
+    fn reduce_spread(&self) -> usize {
+        crate::ops::reduce::kernel::CPU_SPREAD
+    }
 }
 
 /// The fixed, device-less choice ([`MatmulProblem::heuristic`]).

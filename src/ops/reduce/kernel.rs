@@ -208,6 +208,7 @@ pub(crate) struct ReducePlan {
     pub second: Option<(usize, KernelSrc)>,
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn reduce_kernels(
     g: &Graph,
     producers: &[Option<usize>],
@@ -216,6 +217,7 @@ pub(crate) fn reduce_kernels(
     input: Var,
     axes: &[usize],
     max_wg: u32,
+    spread: usize,
 ) -> ReducePlan {
     let in_aval = g.aval(input).clone();
     let dt = in_aval.dtype;
@@ -224,10 +226,13 @@ pub(crate) fn reduce_kernels(
     let r: usize = geo.red_shape.iter().product();
     let t = dt.wgsl();
     let label = format!("{}_{}", op.name(), in_aval);
-    if let Some(plan) = column_kernels(g, producers, materialized, op, input, axes, max_wg) {
+    if let Some(plan) = column_kernels(g, producers, materialized, op, input, axes, max_wg, spread)
+    {
         return plan;
     }
-    if n < 512 && r >= 4096 {
+    // One invocation per output leaves a device idle below `spread / 32` outputs (512 on CPU
+    // adapters, 8192 on GPUs): then workgroups share each long output instead.
+    if n < spread / 32 && r >= 4096 {
         // Cooperative: `parts` workgroups per output, 256 invocations each, in 32 groups of 8.
         let (index, idx) = index_lets(&geo.out_shape, "gi", "i", 2);
         // The accumulators live outside the `if`, at the function's top level.
@@ -237,7 +242,11 @@ pub(crate) fn reduce_kernels(
         // only the groups of the last chunk have tails; `parts` is recounted for that rounding.
         let span = RED_GROUP * RED_UNROLL;
         let per_wg = span * (WG as usize / RED_GROUP);
-        let chunk = rv.div_ceil((r / 16384).clamp(1, 64)).div_ceil(per_wg) * per_wg;
+        // At least 16384 elements per workgroup, and at most `spread / 256` workgroups per
+        // output (64 on CPU adapters; 256 on GPUs, where the second pass's serial combine of the
+        // parts would cost more than a fuller first pass saves).
+        let most = (spread / WG as usize).clamp(1, 256);
+        let chunk = rv.div_ceil((r / 16384).clamp(1, most)).div_ceil(per_wg) * per_wg;
         let parts = rv.div_ceil(chunk);
         let body = rl.em.body().trim_end();
         let unrolled = (0..RED_UNROLL)
@@ -325,9 +334,16 @@ pub(crate) fn reduce_kernels(
     }
 }
 
-/// Invocations a reduction of few outputs is spread over (by splitting its reduced range), so that
-/// it does not run on a handful of workgroups: 64 workgroups of 256.
-const RED_SPREAD: usize = 16384;
+/// Invocations a reduction of few outputs is spread over (by splitting its reduced range) on a CPU
+/// adapter, so that it does not run on a handful of workgroups: 64 workgroups of 256 keep
+/// lavapipe's and llvmpipe's threads busy. The device's chooser gives the figure for its adapter
+/// (`MatmulChooser::reduce_spread`).
+pub(crate) const CPU_SPREAD: usize = 16384;
+/// [`CPU_SPREAD`] for GPUs: 1024 workgroups of 256, several per multiprocessor of a large GPU
+/// (an H200 has 132), so that memory requests in flight cover its bandwidth. Measured on an
+/// H200 (docs/PERFORMANCE.md, session 20): row sums of 1024 x 65536 with one invocation per row
+/// ran at 13 GB/s against a 2.5 TB/s copy.
+pub(crate) const GPU_SPREAD: usize = 1 << 18;
 /// Fewest reduced steps one part of a split column reduction takes.
 const RED_PART_MIN: usize = 128;
 /// `vec4`s of adjacent outputs each invocation of a column reduction computes, at most (measured
@@ -339,6 +355,7 @@ const COL_VECS: usize = 4;
 /// invocation, `vec4` loads along the last axis, and the reduced range split into parts (a second
 /// pass combines them in order) when the outputs alone are too few invocations. `None` where it
 /// does not apply.
+#[allow(clippy::too_many_arguments)]
 fn column_kernels(
     g: &Graph,
     producers: &[Option<usize>],
@@ -347,6 +364,7 @@ fn column_kernels(
     input: Var,
     axes: &[usize],
     max_wg: u32,
+    spread: usize,
 ) -> Option<ReducePlan> {
     let in_aval = g.aval(input).clone();
     let (dt, rank) = (in_aval.dtype, in_aval.rank());
@@ -371,7 +389,7 @@ fn column_kernels(
         .unwrap_or(1);
     let per = LANES * kv;
     let ng = n / per;
-    let parts = RED_SPREAD.div_ceil(ng).min(r / RED_PART_MIN).max(1);
+    let parts = spread.div_ceil(ng).min(r / RED_PART_MIN).max(1);
     let chunk = r.div_ceil(parts);
     let parts = r.div_ceil(chunk);
     let t = dt.wgsl();
