@@ -314,6 +314,16 @@ fn check_fused(label: &str, out: &[f32], x: &[f32], y: &[f32]) {
     });
 }
 
+/// Whether `got` is `(x*1.5+2)*y` as the host rounds it, give or take one rounding: WGSL lets a
+/// compiler contract `x*1.5+2` into one fma (NVIDIA's Vulkan driver does, lavapipe does not, as
+/// XLA does on GPUs), which moves the result by up to one rounding of each operation, bounded by
+/// ε (|1.5 x| + 2) |y| (the standard error bound of a product and a sum).
+fn affine_close(got: f32, x: f32, y: f32) -> bool {
+    let want = (x * 1.5 + 2.0) * y;
+    let tol = 2.0 * f32::EPSILON * ((1.5 * x).abs() + 2.0) * y.abs();
+    (got - want).abs() <= tol
+}
+
 /// Sum of `x` in f64 and of |x|, for a relative check of an f32 sum.
 fn check_sum(label: &str, got: f32, x: &[f32]) {
     let want: f64 = x.iter().map(|&v| f64::from(v)).sum();
@@ -653,10 +663,14 @@ fn bench_elementwise(dev: &Device, cfg: &Config, t: &mut Table, copy: Option<f64
     let (m, out) = time_call(cfg, dev, &f, &[x.clone(), y.clone()])?;
     let got = vec_of(&out[0])?;
     let want = |i: usize| (xh[i] * 1.5 + 2.0) * yh[i];
-    let bad = (0..n).find(|&i| got[i] != want(i));
+    let bad = (0..n).find(|&i| !affine_close(got[i], xh[i], yh[i]));
     check(bad.is_none(), "fused elementwise (x*1.5+2)*y", || {
         let i = bad.unwrap_or(0);
-        format!("element {i}: {} != {}", got[i], want(i))
+        format!(
+            "element {i}: {} != {} (beyond one fma contraction)",
+            got[i],
+            want(i)
+        )
     });
     let what = "fused elementwise (x*1.5+2)*y (2 in, 1 out)";
     t.row("elementwise_affine", what, &f32s(n), &m, rate, vs);
@@ -1015,14 +1029,11 @@ fn bench_parts(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
         );
         firsts.push((into, vec_of(&s[0])?[0]));
     }
-    let want: Vec<f32> = xh
-        .iter()
-        .zip(&yh)
-        .map(|(x, y)| (x * 1.5 + 2.0) * y)
-        .collect();
     for (label, (got, _)) in ["one buffer", "4 parts"].iter().zip(&firsts) {
-        check(*got == want, "parts", || {
-            format!("(x*1.5+2)*y in {label} differs from the host's")
+        let bad = (0..got.len()).find(|&i| !affine_close(got[i], xh[i], yh[i]));
+        check(bad.is_none(), "parts", || {
+            let i = bad.unwrap_or(0);
+            format!("(x*1.5+2)*y in {label}: element {i} is {}", got[i])
         });
     }
     check(firsts[0].1 == firsts[1].1, "parts", || {
