@@ -9,7 +9,7 @@
 #                                     checks the size and prints the device `run` call to make.
 #   scripts/device_bench.sh run       on the device machine, as root, in the repo root (what that
 #                                     `run` call executes): unpacks the .debs into /, then runs the
-#                                     benchmarks with a hard timeout per step (about 6 minutes in
+#                                     benchmarks with a hard timeout per step (about 7 minutes in
 #                                     all) and writes under $OUT:
 #       env.log            nvidia-smi, loader/ICD set-up, the adapters brigade sees (first_call)
 #       bench.log          brigade's bench tables on vulkan:1 (and the gl:1 run appended, if any)
@@ -19,6 +19,8 @@
 #                          on each adapter, the vulkan bench run's at every size
 #                          (RUST_LOG=brigade::device::tune=debug), and the choices it cached
 #       jax.log            scripts/device_jax_ref.py: the same work in JAX on that GPU
+#       bench_repeat.tsv   the repeat pass's rows (see DEVICE_BENCH_REPEAT)
+#       tour.log           examples/tour on vulkan:4: every scenario, each result checked
 #       summary.txt        the summary printed at the end
 #
 # Environment of `run` (for a simulation on a machine without a GPU):
@@ -27,7 +29,9 @@
 #   DEVICE_BENCH_NO_DEBS=1    do not unpack the .debs (never unpack them into / of this machine:
 #                             `run` refuses to unless it sees an NVIDIA driver, or
 #                             DEVICE_BENCH_FORCE_DEBS=1)
-#   DEVICE_BENCH_TOTAL_S      the whole run's time budget in seconds (default 360)
+#   DEVICE_BENCH_REPEAT=0     skip the repeat pass (matmul up and down the sizes, then the
+#                             bandwidth rows with 20 timed runs each, into bench_repeat.tsv)
+#   DEVICE_BENCH_TOTAL_S      the whole run's time budget in seconds (default 420)
 #   DEVICE_BENCH_PEAK_GFLOPS  the fp32 peak the matmul rows are set against (default 67000, the
 #                             H200 SXM datasheet's non-tensor fp32 figure)
 #   OUT                       where results go (set by the device tool; default /tmp/device_bench_out)
@@ -43,7 +47,7 @@ GL_DEBS=(libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 NVIDIA_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 NVIDIA_EGL=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 DEVICE_COMMAND='bash scripts/device_bench.sh run'
-DEVICE_TIMEOUT_S=450
+DEVICE_TIMEOUT_S=500
 
 die() {
     echo "device_bench: $*" >&2
@@ -82,7 +86,7 @@ prepare() {
     mkdir -p "$DEV_DIR/gl"
 
     echo "== building the bench binary (release)"
-    local json exe fc
+    local json exe fc tour
     json=$(mktemp)
     nice -n 19 cargo bench --bench bench --no-run --message-format=json >"$json"
     exe=$(executable_of bench <"$json")
@@ -91,14 +95,20 @@ prepare() {
     nice -n 19 cargo build --release --example first_call --message-format=json >"$json"
     fc=$(executable_of first_call <"$json")
     [ -x "$fc" ] || die "no first_call executable in cargo's output"
+    echo "== building the tour example (every scenario, each result checked)"
+    nice -n 19 cargo build --release --example tour --message-format=json >"$json"
+    tour=$(executable_of tour <"$json")
+    [ -x "$tour" ] || die "no tour executable in cargo's output"
     rm -f "$json"
-    if command -v strip >/dev/null; then
-        strip -o "$DEV_DIR/bench" "$exe"
-        strip -o "$DEV_DIR/first_call" "$fc"
-    else
-        cp "$exe" "$DEV_DIR/bench"
-        cp "$fc" "$DEV_DIR/first_call"
-    fi
+    local name src
+    for name in bench first_call tour; do
+        case $name in bench) src=$exe ;; first_call) src=$fc ;; tour) src=$tour ;; esac
+        if command -v strip >/dev/null; then
+            strip -o "$DEV_DIR/$name" "$src"
+        else
+            cp "$src" "$DEV_DIR/$name"
+        fi
+    done
 
     echo "== downloading the Vulkan loader and EGL/GL libraries (amd64 .debs)"
     # A private apt state (lists and cache) under /tmp: the system's apt state stays untouched.
@@ -122,7 +132,7 @@ prepare() {
         echo "built $(date -u +%FT%TZ) on $(uname -srm)"
         echo "git $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src shaders benches examples Cargo.toml Cargo.lock || echo ' + uncommitted changes')"
         rustc --version
-        (cd "$DEV_DIR" && sha256sum bench first_call gl/*.deb)
+        (cd "$DEV_DIR" && sha256sum bench first_call tour gl/*.deb)
     } >"$DEV_DIR/MANIFEST"
 
     local bytes tree
@@ -145,7 +155,7 @@ Ready. On a session lent a device machine (status: can_start_another true), make
       carry: [".device"],
       timeout_s: $DEVICE_TIMEOUT_S)
 
-It ends in about 6 minutes at most (a timeout per step). Results come back under files_at:
+It ends in about 7 minutes at most (a timeout per step). Results come back under files_at:
 env.log, bench.log, bench.tsv, matmul_search.log, jax.log, summary.txt; the summary is also at
 the end of output_tail. Then give_back, unless rerunning at once.
 EOF
@@ -220,7 +230,7 @@ setup_env() {
 run() {
     OUT=${OUT:-/tmp/device_bench_out}
     mkdir -p "$OUT"
-    TOTAL_S=${DEVICE_BENCH_TOTAL_S:-360}
+    TOTAL_S=${DEVICE_BENCH_TOTAL_S:-420}
     local quick=${DEVICE_BENCH_QUICK:-0}
     local matmul elems gl_matmul jax_matmul
     if [ "$quick" = 1 ]; then
@@ -263,7 +273,7 @@ run() {
         echo "(no $DEV_DIR/first_call)" | tee -a "$env_log"
     fi
     local gl_seen=0
-    grep -q '\[gl' "$env_log" && gl_seen=1
+    grep -q '^## device .*\[gl' "$env_log" && gl_seen=1
 
     # 2. The bench on the Vulkan adapter, with a fresh cache directory (first calls measured
     #    honestly: no pipelines or matmul choices from before).
@@ -304,6 +314,23 @@ run() {
         cat "$cache"/matmul-choices*.txt 2>/dev/null || echo "(none written)"
     } >>"$search"
 
+    # 2b. Once more, to tell a steady rate from a first pass's ramp (GPU clocks, caches): matmul
+    #     up the sizes and back down, then the bandwidth rows, 20 timed runs each, into
+    #     bench_repeat.tsv (the summary reads bench.tsv only).
+    if [ "${DEVICE_BENCH_REPEAT:-1}" = 1 ] && [ "$quick" = 0 ]; then
+        t=$(budget 90 100)
+        echo "== repeat on vulkan:1: matmul up and down, bandwidth rows, 20 runs (${t}s max)" |
+            tee -a "$OUT/bench.log"
+        local up down
+        up=$matmul
+        down=$(echo "$matmul" | tr ',' '\n' | sort -rn | tail -n +2 | paste -sd, -)
+        BRIGADE_DEVICES=vulkan:1 BRIGADE_BENCH=matmul,elementwise,sum,reduce BRIGADE_BENCH_REPS=20 \
+            BRIGADE_BENCH_MATMUL=$up,$down BRIGADE_BENCH_ELEMS=$elems \
+            BRIGADE_BENCH_OUT=$OUT/bench_repeat.tsv BRIGADE_CACHE_DIR=$cache \
+            timeout -k 10 "$t" "$DEV_DIR/bench" --bench 2>&1 | tee -a "$OUT/bench.log" | grep -v DEBUG
+        echo "bench (vulkan, repeat): exit ${PIPESTATUS[0]}" | tee -a "$OUT/bench.log"
+    fi
+
     # 3. The same on the GL adapter (EGL), matmul and elementwise only, when brigade sees one.
     if [ "$gl_seen" = 1 ] || [ ! -x "$DEV_DIR/first_call" ]; then
         t=$(budget 60 70)
@@ -331,6 +358,19 @@ run() {
     env "${jax_env[@]}" timeout -k 10 "$t" python3 scripts/device_jax_ref.py \
         --matmul "$jax_matmul" --elems "$elems" --out "$OUT/bench.tsv" 2>&1 | tee "$OUT/jax.log"
     echo "jax: exit ${PIPESTATUS[0]}" | tee -a "$OUT/jax.log"
+
+    # 4b. The tour (every tutorial scenario, each result checked against the reference
+    #     interpreter or the host) on four logical devices of the Vulkan adapter: pmap, the
+    #     collectives, training, the big product, on a real GPU. Last, so it cannot starve the rest.
+    if [ -x "$DEV_DIR/tour" ]; then
+        t=$(budget 120 5)
+        echo "== tour on vulkan:4 (${t}s max)"
+        BRIGADE_DEVICES=vulkan:4 BRIGADE_CACHE_DIR=$cache \
+            timeout -k 5 "$t" "$DEV_DIR/tour" >"$OUT/tour.log" 2>&1
+        local tour_rc=$?
+        echo "tour: exit $tour_rc$([ "$tour_rc" = 124 ] && echo ' (timed out)')" | tee -a "$OUT/tour.log"
+        grep -E '✓|✗|FAIL|rror' "$OUT/tour.log" | tail -n 40
+    fi
 
     # 5. Clocks after the runs, then the summary.
     local gpu=""
