@@ -573,8 +573,36 @@ fn bench_compile(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
     Ok(())
 }
 
-/// An `n×n×n` f32 matmul on `dev` timed, its result checked; with its rate.
-fn time_matmul(dev: &Device, cfg: &Config, n: usize, label: &str) -> Result<(Measured, Rate)> {
+/// Where the last timed call of a row spent its time: submitting (`call` returning) and waiting for
+/// the device, and the buffers the pool had to create over all the row's calls (a reused output
+/// buffer costs nothing; a created one costs an allocation, which a GPU's driver may clear).
+struct CallSplit {
+    submit: Duration,
+    wait: Duration,
+    created: u64,
+    calls: usize,
+}
+
+impl CallSplit {
+    fn note(&self) -> String {
+        format!(
+            "last call: submit {}, wait {}; {} buffers created in {} calls",
+            fmt_time(self.submit),
+            fmt_time(self.wait),
+            self.created,
+            self.calls
+        )
+    }
+}
+
+/// An `n×n×n` f32 matmul on `dev` timed, its result checked; with its rate and where the last
+/// call's time went.
+fn time_matmul(
+    dev: &Device,
+    cfg: &Config,
+    n: usize,
+    label: &str,
+) -> Result<(Measured, Rate, CallSplit)> {
     let (ah, bh) = (signed(n * n, 1), signed(n * n, 2));
     let args = [
         put(dev, ah.clone(), &[n, n])?,
@@ -582,19 +610,32 @@ fn time_matmul(dev: &Device, cfg: &Config, n: usize, label: &str) -> Result<(Mea
     ];
     dev.wait()?;
     let f = jit(|x: &[Tensor]| vec![x[0].matmul(&x[1])]).on(dev);
-    // 4096³ takes seconds a call on a software adapter: one warm-up, one timed call.
-    let (warmup, reps) = if n >= 4096 && !dev.is_cpu() {
+    // 4096³ takes seconds a call on a software adapter: one warm-up, one timed call. A GPU gets
+    // the row's usual count (one sample of a few ms is noise there).
+    let software = dev.is_cpu() || dev.info().device_type == "cpu";
+    let (warmup, reps) = if n >= 4096 && software {
         (1, 1)
     } else {
         (cfg.timing.warmup, cfg.timing.reps)
     };
+    let created0 = dev.pool_stats().created;
+    let (mut submit, mut wait, mut calls) = (Duration::ZERO, Duration::ZERO, 0);
     let (m, out) = cfg.timing.measure_last_n(warmup, reps, || {
+        let t0 = Instant::now();
         let out = f.call(&args)?;
+        let t1 = Instant::now();
         dev.wait()?;
+        (submit, wait, calls) = (t1 - t0, t1.elapsed(), calls + 1);
         Ok(out)
     })?;
+    let split = CallSplit {
+        submit,
+        wait,
+        created: dev.pool_stats().created - created0,
+        calls,
+    };
     check_matmul(label, &vec_of(&out[0])?, &ah, &bh, (n, n, n));
-    Ok((m, Rate::Flops(2.0 * (n as f64).powi(3))))
+    Ok((m, Rate::Flops(2.0 * (n as f64).powi(3)), split))
 }
 
 /// The fused expression on `n` f32 on `dev` timed, its result checked; with its rate and
@@ -635,8 +676,8 @@ type Prog = fn(&[Tensor]) -> Vec<Tensor>;
 
 fn bench_matmul(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
     for &n in &cfg.sizes.matmul {
-        let (m, rate) = time_matmul(dev, cfg, n, &format!("matmul {n}"))?;
-        let note = format!("first call {}", fmt_time(m.first));
+        let (m, rate, split) = time_matmul(dev, cfg, n, &format!("matmul {n}"))?;
+        let note = format!("first call {}; {}", fmt_time(m.first), split.note());
         let size = format!("{n}×{n}×{n}");
         t.row(
             &format!("matmul_{n}"),
@@ -1223,7 +1264,7 @@ fn bench_cpu(dev: &Device, cfg: &mut Config) -> Result<()> {
                 );
                 continue;
             }
-            let (m, rate) = time_matmul(dev, cfg, n, &format!("cpu matmul {n}"))?;
+            let (m, rate, _) = time_matmul(dev, cfg, n, &format!("cpu matmul {n}"))?;
             measured = Some((n, m.median.as_secs_f64()));
             let secs =
                 figures.and_then(|p| p.matmul.iter().find(|(k, _)| *k == n).map(|&(_, t)| t));

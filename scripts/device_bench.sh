@@ -7,6 +7,8 @@
 #                                     example, strips them into .device/, downloads the Vulkan
 #                                     loader and EGL/GL libraries (amd64 .debs) into .device/gl/,
 #                                     checks the size and prints the device `run` call to make.
+#   scripts/device_bench.sh probe     on the device machine, after `run`: where a matmul call's
+#                                     time goes (see probe() below)
 #   scripts/device_bench.sh run       on the device machine, as root, in the repo root (what that
 #                                     `run` call executes): unpacks the .debs into /, then runs the
 #                                     benchmarks with a hard timeout per step (about 7 minutes in
@@ -485,9 +487,49 @@ PY
     echo "device_bench: done in ${SECONDS}s; results in $OUT: $(cd "$OUT" && echo *)"
 }
 
+# A shorter run after `run` (session 20): where a matmul call's time goes. The bench's matmul rows
+# (each with its last call's submit and wait times and the buffers the pool created) in three
+# processes: after the copy group with a fresh cache (the search runs in-process), again with that
+# cache (choices from disk), and with a fresh cache without the copy group; then the bandwidth
+# rows with 20 timed runs. Results in $OUT/probe.log and probe.tsv.
+probe() {
+    OUT=${OUT:-/tmp/device_bench_out}
+    mkdir -p "$OUT"
+    TOTAL_S=${DEVICE_BENCH_TOTAL_S:-240}
+    [ -x "$DEV_DIR/bench" ] || die "$DEV_DIR/bench is missing: run 'scripts/device_bench.sh prepare' first and carry .device"
+    local has_nvidia=0
+    { command -v nvidia-smi >/dev/null || [ -e "$NVIDIA_ICD" ]; } && has_nvidia=1
+    setup_env "${DEVICE_BENCH_QUICK:-0}" "$has_nvidia" >"$OUT/env.log" 2>&1
+    unset RUST_LOG BRIGADE_DEVICES BRIGADE_MATMUL_TUNE BRIGADE_MATMUL_TEXTURE
+    local matmul=${DEVICE_BENCH_MATMUL:-256,512,1024,2048,4096,8192}
+    local elems=${DEVICE_BENCH_ELEMS:-$((1 << 26))}
+    local c1 c2 t
+    c1=$(mktemp -d /tmp/brigade-cache.XXXXXX)
+    c2=$(mktemp -d /tmp/brigade-cache.XXXXXX)
+    step() {
+        local title=$1 groups=$2 cache=$3 reps=$4
+        t=$(budget 60 20)
+        echo "== $title (${t}s max)"
+        BRIGADE_DEVICES=vulkan:1 BRIGADE_BENCH=$groups BRIGADE_BENCH_REPS=$reps \
+            BRIGADE_BENCH_MATMUL=$matmul BRIGADE_BENCH_ELEMS=$elems \
+            BRIGADE_BENCH_OUT=$OUT/probe.tsv BRIGADE_CACHE_DIR=$cache \
+            timeout -k 5 "$t" "$DEV_DIR/bench" --bench 2>&1 | grep -E '^\| (matmul|reference|fused|full|reduction)|CHECK|rror'
+        echo "exit ${PIPESTATUS[0]}"
+    }
+    {
+        step "copy, then matmul with a fresh cache (search in-process)" copy,matmul "$c1" 10
+        step "the same with that cache (choices from disk)" copy,matmul "$c1" 10
+        step "matmul alone, fresh cache" matmul "$c2" 10
+        step "bandwidth rows, 20 runs" elementwise,sum,reduce "$c2" 20
+        step "bandwidth rows again, 20 runs" elementwise,sum,reduce "$c2" 20
+    } 2>&1 | tee "$OUT/probe.log"
+    echo "device_bench probe: done in ${SECONDS}s"
+}
+
 case "${1:-}" in
 prepare) prepare ;;
 run) run ;;
+probe) probe ;;
 -h | --help | help) usage ;;
 *)
     usage >&2
