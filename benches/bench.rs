@@ -581,16 +581,18 @@ struct CallSplit {
     wait: Duration,
     created: u64,
     calls: usize,
+    pool: brigade::device::PoolStats,
 }
 
 impl CallSplit {
     fn note(&self) -> String {
         format!(
-            "last call: submit {}, wait {}; {} buffers created in {} calls",
+            "last call: submit {}, wait {}; {} buffers created in {} calls; pool: {}",
             fmt_time(self.submit),
             fmt_time(self.wait),
             self.created,
-            self.calls
+            self.calls,
+            self.pool
         )
     }
 }
@@ -633,6 +635,7 @@ fn time_matmul(
         wait,
         created: dev.pool_stats().created - created0,
         calls,
+        pool: dev.pool_stats(),
     };
     check_matmul(label, &vec_of(&out[0])?, &ah, &bh, (n, n, n));
     Ok((m, Rate::Flops(2.0 * (n as f64).powi(3)), split))
@@ -1436,6 +1439,10 @@ fn main() -> Result<()> {
                 cpu_done = true;
             }
             continue;
+        }
+        // For finding out what buffer reuse costs a row (0: every dropped buffer is freed).
+        if let Some(limit) = env_num("BRIGADE_BENCH_POOL_LIMIT") {
+            dev.set_pool_limit(limit as u64);
         }
         bench_gpu(dev, &mut cfg)?;
     }

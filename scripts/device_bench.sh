@@ -488,10 +488,10 @@ PY
 }
 
 # A shorter run after `run` (session 20): where a matmul call's time goes. The bench's matmul rows
-# (each with its last call's submit and wait times and the buffers the pool created) in three
-# processes: after the copy group with a fresh cache (the search runs in-process), again with that
-# cache (choices from disk), and with a fresh cache without the copy group; then the bandwidth
-# rows with 20 timed runs. Results in $OUT/probe.log and probe.tsv.
+# (each with its last call's submit and wait times, the buffers the pool created and what it
+# holds) in four processes, each with a fresh cache: in the main run's order of groups and after
+# the copy group alone, each with and without the buffer pool (BRIGADE_BENCH_POOL_LIMIT=0); then
+# the bandwidth rows with 20 timed runs. Results in $OUT/probe.log and probe.tsv.
 probe() {
     OUT=${OUT:-/tmp/device_bench_out}
     mkdir -p "$OUT"
@@ -507,21 +507,25 @@ probe() {
     c1=$(mktemp -d /tmp/brigade-cache.XXXXXX)
     c2=$(mktemp -d /tmp/brigade-cache.XXXXXX)
     step() {
-        local title=$1 groups=$2 cache=$3 reps=$4
+        local title=$1 groups=$2 cache=$3 reps=$4 pool=${5:-}
         t=$(budget 60 20)
         echo "== $title (${t}s max)"
         BRIGADE_DEVICES=vulkan:1 BRIGADE_BENCH=$groups BRIGADE_BENCH_REPS=$reps \
             BRIGADE_BENCH_MATMUL=$matmul BRIGADE_BENCH_ELEMS=$elems \
             BRIGADE_BENCH_OUT=$OUT/probe.tsv BRIGADE_CACHE_DIR=$cache \
+            ${pool:+BRIGADE_BENCH_POOL_LIMIT=$pool} \
             timeout -k 5 "$t" "$DEV_DIR/bench" --bench 2>&1 | grep -E '^\| (matmul|reference|fused|full|reduction)|CHECK|rror'
         echo "exit ${PIPESTATUS[0]}"
     }
+    local c3 c4
+    c3=$(mktemp -d /tmp/brigade-cache.XXXXXX)
+    c4=$(mktemp -d /tmp/brigade-cache.XXXXXX)
     {
-        step "copy, then matmul with a fresh cache (search in-process)" copy,matmul "$c1" 10
-        step "the same with that cache (choices from disk)" copy,matmul "$c1" 10
-        step "matmul alone, fresh cache" matmul "$c2" 10
-        step "bandwidth rows, 20 runs" elementwise,sum,reduce "$c2" 20
-        step "bandwidth rows again, 20 runs" elementwise,sum,reduce "$c2" 20
+        step "the main run's order (compile, copy, memcpy, matmul), fresh cache" compile,copy,memcpy,matmul "$c1" 10
+        step "the same order, fresh cache, no buffer pool" compile,copy,memcpy,matmul "$c2" 10 0
+        step "copy, then matmul, fresh cache" copy,matmul "$c3" 10
+        step "copy, then matmul, fresh cache, no buffer pool" copy,matmul "$c4" 10 0
+        step "bandwidth rows, 20 runs" elementwise,sum,reduce "$c4" 20
     } 2>&1 | tee "$OUT/probe.log"
     echo "device_bench probe: done in ${SECONDS}s"
 }
