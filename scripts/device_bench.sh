@@ -513,7 +513,7 @@ probe() {
         BRIGADE_DEVICES=vulkan:1 BRIGADE_BENCH=$groups BRIGADE_BENCH_REPS=$reps \
             BRIGADE_BENCH_MATMUL=$matmul BRIGADE_BENCH_ELEMS=$elems \
             BRIGADE_BENCH_OUT=$OUT/probe.tsv BRIGADE_CACHE_DIR=$cache \
-            ${pool:+BRIGADE_BENCH_POOL_LIMIT=$pool} \
+            env ${pool:+BRIGADE_BENCH_POOL_LIMIT=$pool} \
             timeout -k 5 "$t" "$DEV_DIR/bench" --bench 2>&1 | grep -E '^\| (matmul|reference|fused|full|reduction)|CHECK|rror'
         echo "exit ${PIPESTATUS[0]}"
     }
