@@ -114,6 +114,8 @@ struct Timing {
     warmup: usize,
     reps: usize,
     budget: Duration,
+    /// Untimed calls go on until they have taken this long (GPUs: see `common::measure_warm`).
+    warm_for: Duration,
 }
 
 impl Timing {
@@ -127,7 +129,7 @@ impl Timing {
         reps: usize,
         f: impl FnMut() -> Result<()>,
     ) -> Result<Measured> {
-        common::measure(warmup, reps, Some(self.budget), f)
+        common::measure_warm(warmup, self.warm_for, reps, Some(self.budget), f)
     }
 
     /// `measure`, also returning what the last call returned (for the result checks).
@@ -1091,6 +1093,11 @@ fn bench_parts(dev: &Device, cfg: &Config, t: &mut Table) -> Result<()> {
 }
 
 fn bench_gpu(dev: &Device, cfg: &mut Config) -> Result<()> {
+    // A real GPU's clocks follow its load: keep each row's warm-up calls going for a while
+    // (BRIGADE_BENCH_WARM_S, default 0.3 s). Software adapters run at the CPU's clock: none.
+    let software = dev.info().device_type == "cpu";
+    let warm = env_num("BRIGADE_BENCH_WARM_S").unwrap_or(if software { 0.0 } else { 0.3 });
+    cfg.timing.warm_for = Duration::from_secs_f64(warm);
     let key = format!("{}:{}", dev.info().backend, dev.index());
     with_table(cfg, &dev.info().to_string(), key, |cfg, t| {
         // Compile rows first, while the device's kernel cache holds nothing of this run.
@@ -1380,6 +1387,7 @@ fn config(full: bool) -> Config {
         reps: env_num("BRIGADE_BENCH_REPS")
             .map_or(if full { 5 } else { 1 }, |v| (v as usize).max(1)),
         budget: Duration::from_secs_f64(env_num("BRIGADE_BENCH_BUDGET_S").unwrap_or(20.0)),
+        warm_for: Duration::ZERO,
     };
     let groups = std::env::var("BRIGADE_BENCH").ok().map(|v| {
         let g: Vec<String> = v
