@@ -489,9 +489,11 @@ PY
 
 # A shorter run after `run` (session 20): where a matmul call's time goes. The bench's matmul rows
 # (each with its last call's submit and wait times, the buffers the pool created and what it
-# holds) in four processes, each with a fresh cache: in the main run's order of groups and after
-# the copy group alone, each with and without the buffer pool (BRIGADE_BENCH_POOL_LIMIT=0); then
-# the bandwidth rows with 20 timed runs. Results in $OUT/probe.log and probe.tsv.
+# holds) in several processes, each with a fresh cache. DEVICE_BENCH_PROBE=pool: in the main
+# run's order of groups and after the copy group alone, each with and without the buffer pool
+# (BRIGADE_BENCH_POOL_LIMIT=0), then the bandwidth rows with 20 timed runs; =bisect (default):
+# after each of the groups that come before the matmul rows in the main run, alone and in pairs.
+# Results in $OUT/probe.log and probe.tsv.
 probe() {
     OUT=${OUT:-/tmp/device_bench_out}
     mkdir -p "$OUT"
@@ -520,12 +522,25 @@ probe() {
     local c3 c4
     c3=$(mktemp -d /tmp/brigade-cache.XXXXXX)
     c4=$(mktemp -d /tmp/brigade-cache.XXXXXX)
+    local c5 c6
+    c5=$(mktemp -d /tmp/brigade-cache.XXXXXX)
+    c6=$(mktemp -d /tmp/brigade-cache.XXXXXX)
     {
-        step "the main run's order (compile, copy, memcpy, matmul), fresh cache" compile,copy,memcpy,matmul "$c1" 10
-        step "the same order, fresh cache, no buffer pool" compile,copy,memcpy,matmul "$c2" 10 0
-        step "copy, then matmul, fresh cache" copy,matmul "$c3" 10
-        step "copy, then matmul, fresh cache, no buffer pool" copy,matmul "$c4" 10 0
-        step "bandwidth rows, 20 runs" elementwise,sum,reduce "$c4" 20
+        if [ "${DEVICE_BENCH_PROBE:-bisect}" = pool ]; then
+            step "the main run's order (compile, copy, memcpy, matmul), fresh cache" compile,copy,memcpy,matmul "$c1" 10
+            step "the same order, fresh cache, no buffer pool" compile,copy,memcpy,matmul "$c2" 10 0
+            step "copy, then matmul, fresh cache" copy,matmul "$c3" 10
+            step "copy, then matmul, fresh cache, no buffer pool" copy,matmul "$c4" 10 0
+            step "bandwidth rows, 20 runs" elementwise,sum,reduce "$c4" 20
+        else
+            # Which of the groups before the matmul rows slows them (session 20's second probe).
+            step "compile, copy, matmul" compile,copy,matmul "$c1" 10
+            step "memcpy, copy, matmul" memcpy,copy,matmul "$c2" 10
+            step "compile, matmul" compile,matmul "$c3" 10
+            step "memcpy, matmul" memcpy,matmul "$c4" 10
+            step "copy, memcpy, matmul" copy,memcpy,matmul "$c5" 10
+            step "matmul" matmul "$c6" 10
+        fi
     } 2>&1 | tee "$OUT/probe.log"
     echo "device_bench probe: done in ${SECONDS}s"
 }
