@@ -7,6 +7,7 @@
 #                                     example, strips them into .device/, downloads the Vulkan
 #                                     loader and EGL/GL libraries (amd64 .debs) into .device/gl/,
 #                                     checks the size and prints the device `run` call to make.
+#   scripts/device_bench.sh tour      on the device machine: examples/tour alone on vulkan:4
 #   scripts/device_bench.sh probe     on the device machine, after `run`: where a matmul call's
 #                                     time goes (see probe() below)
 #   scripts/device_bench.sh run       on the device machine, as root, in the repo root (what that
@@ -545,8 +546,28 @@ probe() {
     echo "device_bench probe: done in ${SECONDS}s"
 }
 
+# The tour alone on vulkan:4 (every tutorial scenario, each result checked), for a lease with
+# little time left: $OUT/tour.log.
+tour_only() {
+    OUT=${OUT:-/tmp/device_bench_out}
+    mkdir -p "$OUT"
+    TOTAL_S=${DEVICE_BENCH_TOTAL_S:-170}
+    [ -x "$DEV_DIR/tour" ] || die "$DEV_DIR/tour is missing: run 'scripts/device_bench.sh prepare' first and carry .device"
+    local has_nvidia=0
+    { command -v nvidia-smi >/dev/null || [ -e "$NVIDIA_ICD" ]; } && has_nvidia=1
+    setup_env 0 "$has_nvidia" >"$OUT/env.log" 2>&1
+    unset RUST_LOG BRIGADE_DEVICES
+    local t
+    t=$(budget 160 5)
+    BRIGADE_DEVICES=vulkan:4 timeout -k 5 "$t" "$DEV_DIR/tour" >"$OUT/tour.log" 2>&1
+    local rc=$?
+    echo "tour: exit $rc$([ "$rc" = 124 ] && echo ' (timed out)') in ${SECONDS}s" | tee -a "$OUT/tour.log"
+    grep -E '^==|✓|✗|FAIL|rror' "$OUT/tour.log" | cut -c1-160 | tail -n 80
+}
+
 case "${1:-}" in
 prepare) prepare ;;
+tour) tour_only ;;
 run) run ;;
 probe) probe ;;
 -h | --help | help) usage ;;
