@@ -495,15 +495,21 @@ PY
 # (BRIGADE_BENCH_POOL_LIMIT=0), then the bandwidth rows with 20 timed runs; =bisect (default):
 # after each of the groups that come before the matmul rows in the main run, alone and in pairs.
 # Results in $OUT/probe.log and probe.tsv.
-probe() {
+# The start of the short modes: $OUT, the time budget ($2 s unless DEVICE_BENCH_TOTAL_S), the
+# carried binary $1, the loaders (env.log), and none of the caller's brigade settings.
+begin_short() {
     OUT=${OUT:-/tmp/device_bench_out}
     mkdir -p "$OUT"
-    TOTAL_S=${DEVICE_BENCH_TOTAL_S:-240}
-    [ -x "$DEV_DIR/bench" ] || die "$DEV_DIR/bench is missing: run 'scripts/device_bench.sh prepare' first and carry .device"
+    TOTAL_S=${DEVICE_BENCH_TOTAL_S:-$2}
+    [ -x "$DEV_DIR/$1" ] || die "$DEV_DIR/$1 is missing: run 'scripts/device_bench.sh prepare' first and carry .device"
     local has_nvidia=0
     { command -v nvidia-smi >/dev/null || [ -e "$NVIDIA_ICD" ]; } && has_nvidia=1
     setup_env "${DEVICE_BENCH_QUICK:-0}" "$has_nvidia" >"$OUT/env.log" 2>&1
     unset RUST_LOG BRIGADE_DEVICES BRIGADE_MATMUL_TUNE BRIGADE_MATMUL_TEXTURE
+}
+
+probe() {
+    begin_short bench 240
     local matmul=${DEVICE_BENCH_MATMUL:-256,512,1024,2048,4096,8192}
     local elems=${DEVICE_BENCH_ELEMS:-$((1 << 26))}
     local c1 c2 t
@@ -549,14 +555,7 @@ probe() {
 # The tour alone on vulkan:4 (every tutorial scenario, each result checked), for a lease with
 # little time left: $OUT/tour.log.
 tour_only() {
-    OUT=${OUT:-/tmp/device_bench_out}
-    mkdir -p "$OUT"
-    TOTAL_S=${DEVICE_BENCH_TOTAL_S:-170}
-    [ -x "$DEV_DIR/tour" ] || die "$DEV_DIR/tour is missing: run 'scripts/device_bench.sh prepare' first and carry .device"
-    local has_nvidia=0
-    { command -v nvidia-smi >/dev/null || [ -e "$NVIDIA_ICD" ]; } && has_nvidia=1
-    setup_env 0 "$has_nvidia" >"$OUT/env.log" 2>&1
-    unset RUST_LOG BRIGADE_DEVICES
+    begin_short tour 170
     local t
     t=$(budget 160 5)
     BRIGADE_DEVICES=vulkan:4 timeout -k 5 "$t" "$DEV_DIR/tour" >"$OUT/tour.log" 2>&1
