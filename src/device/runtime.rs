@@ -598,23 +598,9 @@ impl RuntimeBuilder {
                     )
                 })
                 .collect();
-            if !self.allow_cpu_fallback {
-                return Err(Error::NoDevice(format!(
-                    "no adapter gave a device ({}) and cpu fallback is off; update the driver, name a working backend with BRIGADE_DEVICES, or use allow_cpu_fallback(true) / the `cpu` layout",
-                    why.join("; ")
-                )));
-            }
-            log::warn!(
-                "brigade: no adapter gave a device ({}); running on {} cpu device{} (host executor)",
-                why.join("; "),
-                self.devices_per_adapter,
-                if self.devices_per_adapter == 1 {
-                    ""
-                } else {
-                    "s"
-                }
-            );
-            devices = (0..self.devices_per_adapter)
+            let why = format!("no adapter gave a device ({})", why.join("; "));
+            let slots = self.cpu_fallback(self.devices_per_adapter, &why)?;
+            devices = (0..slots.len())
                 .map(|i| Device::new_cpu(i, cpu_adapter))
                 .collect();
         }
@@ -702,18 +688,7 @@ impl RuntimeBuilder {
             if only_cpu {
                 return Ok(vec![Slot::Cpu; n]);
             }
-            if self.allow_cpu_fallback {
-                log::warn!(
-                    "brigade: no GPU adapter found ({}); running on {n} cpu device{} (host executor). Install a driver (Linux: mesa-vulkan-drivers) for GPU execution",
-                    found(),
-                    if n == 1 { "" } else { "s" }
-                );
-                return Ok(vec![Slot::Cpu; n]);
-            }
-            Err(Error::NoDevice(format!(
-                "no GPU adapter found ({}) and cpu fallback is off; install a driver (Linux: mesa-vulkan-drivers for lavapipe, libegl-mesa0 for GL) or use allow_cpu_fallback(true) / the `cpu` layout",
-                found()
-            )))
+            self.cpu_fallback(n, &format!("no GPU adapter found ({})", found()))
         };
         match layout {
             DeviceLayout::Auto => {
@@ -763,6 +738,23 @@ impl RuntimeBuilder {
                 Ok(plan)
             }
         }
+    }
+}
+
+impl RuntimeBuilder {
+    /// `n` cpu slots in place of the GPU devices that `why` says are missing, with a warning,
+    /// when cpu fallback is allowed; else [`Error::NoDevice`] saying why and what to do.
+    fn cpu_fallback(&self, n: usize, why: &str) -> Result<Vec<Slot>> {
+        if self.allow_cpu_fallback {
+            log::warn!(
+                "brigade: {why}; running on {n} cpu device{} (host executor). Install or update a driver (Linux: mesa-vulkan-drivers) for GPU execution",
+                if n == 1 { "" } else { "s" }
+            );
+            return Ok(vec![Slot::Cpu; n]);
+        }
+        Err(Error::NoDevice(format!(
+            "{why} and cpu fallback is off; install or update a driver (Linux: mesa-vulkan-drivers for lavapipe, libegl-mesa0 for GL) or use allow_cpu_fallback(true) / the `cpu` layout"
+        )))
     }
 }
 
@@ -1195,6 +1187,21 @@ mod tests {
         };
         let err = pollster::block_on(realize(plan, false, 9, request)).unwrap_err();
         assert!(err.to_string().contains("fake failure"), "{err}");
+    }
+
+    /// When no adapter gives a device, the fallback says why: cpu devices if allowed, else an
+    /// error that carries the reason.
+    #[test]
+    fn cpu_fallback_names_the_reason() {
+        let why = "no adapter gave a device (#1 fake [gl]: lost)";
+        let slots = Runtime::builder().cpu_fallback(2, why).unwrap();
+        assert_eq!(slots, [Slot::Cpu, Slot::Cpu]);
+        let err = Runtime::builder()
+            .allow_cpu_fallback(false)
+            .cpu_fallback(2, why)
+            .unwrap_err();
+        assert!(matches!(err, Error::NoDevice(_)), "{err:?}");
+        assert!(err.to_string().contains(why), "{err}");
     }
 
     #[test]
