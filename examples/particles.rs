@@ -447,6 +447,11 @@ fn run_headless(
 ) -> Result<Outcome> {
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
     let app = App::new(&instance, None, backend).unwrap_or_else(|| no_adapter(backend));
+    run_headless_on(app, n, frames, png)
+}
+
+/// [`run_headless`] on an app device already made.
+fn run_headless_on(app: App, n: usize, frames: usize, png: Option<&str>) -> Result<Outcome> {
     let format = wgpu::TextureFormat::Rgba8UnormSrgb;
     let renderer = Renderer::new(&app.device, format);
     let texture = app.device.create_texture(&wgpu::TextureDescriptor {
@@ -585,11 +590,15 @@ pub fn run(quick: bool) -> Result<bool> {
     let mut ok = true;
     for backend in [wgpu::Backend::Vulkan, wgpu::Backend::Gl] {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
-        if let Err(e) = App::try_new(&instance, None, Some(backend)) {
-            println!("{backend:?}: skipped, {e}");
-            continue;
-        }
-        let out = run_headless(n, frames, None, Some(backend))?;
+        let app = match App::try_new(&instance, None, Some(backend)) {
+            Ok(Some(app)) => app,
+            Ok(None) => no_adapter(Some(backend)),
+            Err(e) => {
+                println!("{backend:?}: skipped, {e}");
+                continue;
+            }
+        };
+        let out = run_headless_on(app, n, frames, None)?;
         out.print();
         ok &= out.ok();
     }

@@ -243,8 +243,8 @@ pub(crate) fn reduce_kernels(
         let span = RED_GROUP * RED_UNROLL;
         let per_wg = span * (WG as usize / RED_GROUP);
         // At least 16384 elements per workgroup, and at most `spread / 256` workgroups per
-        // output (64 on CPU adapters; 256 on GPUs, where the second pass's serial combine of the
-        // parts would cost more than a fuller first pass saves).
+        // output (64 on CPU adapters), never over 256: the second pass combines an output's
+        // parts serially in one invocation. 256 was not tuned against other caps on the H200.
         let most = (spread / WG as usize).clamp(1, 256);
         let chunk = rv.div_ceil((r / 16384).clamp(1, most)).div_ceil(per_wg) * per_wg;
         let parts = rv.div_ceil(chunk);
