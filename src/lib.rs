@@ -25,6 +25,7 @@ pub mod numpy;
 pub mod ops;
 pub mod optim;
 pub mod plan;
+mod print;
 pub mod random;
 pub mod reference;
 pub mod tensor;

@@ -116,3 +116,43 @@ fn read_into_fills_a_reused_slice_like_to_vec() {
     s[0].read_into(&mut o).unwrap();
     assert_eq!(o, vec![3.0, 6.0, 9.0, 12.0]);
 }
+
+/// `Display` reads an array back and prints its values numpy-style with its dtype and placement:
+/// a device array names its device, a sharded array its sharding and shows the assembled value;
+/// `Debug` stays one line and reads nothing.
+#[test]
+fn arrays_print_their_values_and_placement() {
+    let values = vec![1.5f32, -2.0, 0.25, 4.0, 8.0, -0.5];
+    let want_body = "[[ 1.5, -2.0, 0.25],\n       [ 4.0,  8.0, -0.5]]";
+    for dev in gpu_devices() {
+        let _g = device_guard(&dev);
+        let x = Array::from_vec(values.clone(), &[2, 3])
+            .unwrap()
+            .to_device(&dev)
+            .unwrap();
+        let info = dev.info();
+        assert_eq!(
+            x.to_string(),
+            format!(
+                "Array({want_body}, dtype=f32, device={}:{})",
+                info.backend, info.index
+            ),
+            "on {}",
+            dev.name()
+        );
+        assert!(!format!("{x:?}").contains('\n'), "on {}: {x:?}", dev.name());
+    }
+    // Two shards over the rows: the printed value is the whole array.
+    let devs: Vec<_> = gpu_devices().into_iter().take(2).collect();
+    if devs.len() == 2 {
+        let mesh = brigade::Mesh::new(&devs, &[("rows", 2)]).unwrap();
+        let sharding = brigade::NamedSharding::new(&mesh, brigade::P!["rows"]).unwrap();
+        let x = Array::from_vec(values.clone(), &[2, 3]).unwrap();
+        let s = brigade::device_put(&x, &sharding).unwrap();
+        assert!(s.shards().is_some_and(|sh| sh.len() == 2));
+        assert_eq!(
+            s.to_string(),
+            format!("Array({want_body}, dtype=f32, sharding={sharding})")
+        );
+    }
+}
