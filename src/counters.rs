@@ -6,7 +6,11 @@
 use std::cell::Cell;
 
 /// A snapshot of the work counters of the calling thread.
+///
+/// New counters may come in minor releases (`#[non_exhaustive]`): read fields by name, and use
+/// `Counters::default()` rather than a struct literal.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Counters {
     /// Closures traced into graphs (by `jit`, transforms, or eager ops on a cache miss).
     pub traces: u64,

@@ -11,7 +11,10 @@ use crate::dtype::DType;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Every way a brigade call can fail. No public function panics on user input; it returns one of these.
+/// New variants may come in minor releases (`#[non_exhaustive]`): match with a `_` arm, or on
+/// [`Error::kind`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     // ---- shapes and axes -------------------------------------------------------------------
     /// Two operands of a broadcasting binary op have shapes that do not broadcast.
@@ -399,7 +402,92 @@ pub enum Error {
     Unsupported { op: &'static str, detail: String },
 }
 
+/// What kind of failure an [`Error`] is, as the enum's groups say: match on this to handle a
+/// class of errors without listing variants (new variants join an existing kind).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Shapes, axes, sizes and data lengths that do not fit the operation.
+    Shape,
+    /// Dtypes that do not fit the operation or the device.
+    DType,
+    /// Misuse of traced values, or arguments that do not match a traced program.
+    Trace,
+    /// No device, a bad device layout or variable, a wgpu error, a failed transfer, a buffer that
+    /// does not fit its use.
+    Device,
+    /// The device was lost or destroyed: not recoverable for that device.
+    DeviceLost,
+    /// Out of memory: freeing arrays and retrying may succeed.
+    OutOfMemory,
+    /// Over a hard limit of the device: retrying never helps.
+    OverLimit,
+    /// Parallel maps, shardings and collectives.
+    Parallel,
+    /// Differentiation and control flow (`grad` of what has no gradient, `cond`/`scan` bodies that
+    /// do not agree).
+    Transform,
+    /// Processes of a multi-process mesh (feature `mpi`).
+    Process,
+    /// Compiling a kernel failed, or a primitive cannot run on this path.
+    Compile,
+}
+
 impl Error {
+    /// The kind of this error.
+    ///
+    /// ```
+    /// use brigade::{ErrorKind, Tensor};
+    /// let a = Tensor::from_vec(vec![1.0f32; 6], &[2, 3]);
+    /// let e = a.matmul(&a).to_vec::<f32>().unwrap_err(); // (2, 3) @ (2, 3)
+    /// assert_eq!(e.kind(), ErrorKind::Shape);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        use ErrorKind as K;
+        match self {
+            Error::ShapeMismatchBinaryOp { .. }
+            | Error::MatmulShape { .. }
+            | Error::BadAxis { .. }
+            | Error::BadReshape { .. }
+            | Error::BadShapeArg { .. }
+            | Error::BadSubscripts { .. }
+            | Error::ShapeTooLarge { .. }
+            | Error::DataLength { .. } => K::Shape,
+            Error::DTypeMismatch { .. } | Error::BadDType { .. } => K::DType,
+            Error::TracedValue { .. }
+            | Error::TraceMismatch { .. }
+            | Error::BadDonation { .. }
+            | Error::Arity { .. } => K::Trace,
+            Error::NoDevice(_)
+            | Error::BadDeviceSpec { .. }
+            | Error::Wgpu { .. }
+            | Error::BadBuffer { .. }
+            | Error::Transfer { .. } => K::Device,
+            Error::DeviceLost { .. } => K::DeviceLost,
+            Error::OutOfMemory { .. } => K::OutOfMemory,
+            Error::OverLimit { .. } => K::OverLimit,
+            Error::IndivisibleSplit { .. }
+            | Error::TooManyShards { .. }
+            | Error::MappedSizeMismatch { .. }
+            | Error::AxisSizeMismatch { .. }
+            | Error::NothingMapped { .. }
+            | Error::UnboundAxis { .. }
+            | Error::VaryingOutput { .. }
+            | Error::BadCollective { .. }
+            | Error::BadSharding { .. }
+            | Error::UnevenShard { .. }
+            | Error::BadParallelArg { .. } => K::Parallel,
+            Error::NotDifferentiable { .. }
+            | Error::BranchMismatch { .. }
+            | Error::CarryMismatch { .. } => K::Transform,
+            Error::ProcessDivergence { .. }
+            | Error::ProcessFailure { .. }
+            | Error::NotAddressable { .. }
+            | Error::NotFullyAddressable { .. } => K::Process,
+            Error::Compile { .. } | Error::Unsupported { .. } => K::Compile,
+        }
+    }
+
     /// True for errors caused by the arguments given (shapes, axes, dtypes, tracing misuse).
     pub fn is_user_error(&self) -> bool {
         matches!(

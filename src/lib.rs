@@ -44,7 +44,7 @@ pub use counters::{Counters, counters};
 pub use debug::{capture_debug_prints, debug_print};
 pub use device::{Device, DeviceInfo, DeviceLimits, Runtime, init};
 pub use dtype::{DType, Scalar};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use host::{Element, HostArray, HostData};
 pub use mesh::{Mesh, NamedSharding, PartitionSpec, SpecEntry};
 pub use ops::conv::{ConvOptions, Padding};
