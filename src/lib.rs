@@ -4,10 +4,14 @@
 // ownership there; `Rc` on one target and `Arc` on the other would split every such type in two.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
+// The compiler's insides (`cpu`, `lower`, `ops`, `trace`, `wgsl`) and the page's exports (`web`)
+// stay reachable for the tests, benches and the page, but are not the documented API: what a user
+// needs of them is re-exported below.
 pub mod array;
 mod cache;
 pub mod collective;
 pub mod counters;
+#[doc(hidden)]
 pub mod cpu;
 pub mod debug;
 pub mod device;
@@ -18,10 +22,12 @@ pub mod error;
 mod exec;
 pub mod host;
 mod host_copy;
+#[doc(hidden)]
 pub mod lower;
 pub mod mesh;
 pub mod nn;
 pub mod numpy;
+#[doc(hidden)]
 pub mod ops;
 pub mod optim;
 pub mod plan;
@@ -29,10 +35,13 @@ mod print;
 pub mod random;
 pub mod reference;
 pub mod tensor;
+#[doc(hidden)]
 pub mod trace;
 pub mod transform;
 #[cfg(feature = "web")]
+#[doc(hidden)]
 pub mod web;
+#[doc(hidden)]
 pub mod wgsl;
 
 pub use array::{Array, BufferView, ShardLayout};
