@@ -30,10 +30,9 @@ APT_PKGS=(mesa-vulkan-drivers libvulkan1 vulkan-tools libegl1 libegl-mesa0 libgl
 # files in /usr/share/datasets/fashion-mnist (tests/fashion_mnist.rs, examples/common/).
 DATA_APT_PKGS=(dataset-fashion-mnist)
 CROSS_TARGETS=(wasm32-unknown-unknown aarch64-apple-darwin x86_64-pc-windows-msvc)
-# The native build the tests, the tour and the window check share. `web` adds only the page's
-# module (src/web), so its unit tests (the page's demos on cpu and Vulkan devices) run with the
-# others at the cost of one more module, not a second build of the crate.
-TEST_FEATURES=(--features web)
+# The whole workspace: the library and the page's crate (web/), whose unit tests run the page's
+# demos natively on cpu and Vulkan devices, in one build of the library.
+TEST_FEATURES=(--workspace)
 
 export DEBIAN_FRONTEND=noninteractive
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
@@ -264,9 +263,9 @@ verify_adapters() {
 }
 
 # ---------------------------------------------------------------- wasm + browser
-# The demo page (web/) built from src/web/ and tested in headless Chromium on WebGPU
+# The demo page (web/) built from web/src/ and tested in headless Chromium on WebGPU
 # (SwiftShader here). See shared/PLATFORM.md, "Browser" and "wasm build".
-WASM_BINDGEN_VERSION=0.2.130 # must match the wasm-bindgen crate pinned in Cargo.toml
+WASM_BINDGEN_VERSION=0.2.130 # must match the wasm-bindgen crate pinned in web/Cargo.toml
 # Debian's Chromium (never a browser downloaded by a tool) and a CJK font, so that the
 # screenshots show the page's Chinese (the page starts in Chinese).
 WEB_APT_PKGS=(chromium fonts-wqy-microhei)
@@ -298,9 +297,9 @@ setup_web_tools() {
 }
 
 web_build() {
-    cargo build --lib --release --target wasm32-unknown-unknown --features web
-    wasm-bindgen --target web --no-typescript --out-dir web/pkg \
-        "${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/release/brigade.wasm"
+    cargo build --lib --release --target wasm32-unknown-unknown -p brigade-web
+    wasm-bindgen --target web --no-typescript --out-dir web/pkg --out-name brigade \
+        "${CARGO_TARGET_DIR:-target}/wasm32-unknown-unknown/release/brigade_web.wasm"
 }
 
 # Serves web/ on 127.0.0.1, runs every mode of the page in headless Chromium with
@@ -355,7 +354,7 @@ window_test() {
     [[ -e /tmp/.X11-unix/X${display#:} ]] || { kill "$pid" 2>/dev/null; die "Xvfb $display did not start"; }
     mkdir -p target
     for b in vulkan gl; do
-        DISPLAY=$display cargo run --example particles "${TEST_FEATURES[@]}" -- --window --backend "$b" \
+        DISPLAY=$display cargo run --example particles -- --window --backend "$b" \
             --n 512 --frames 30 --screenshot "target/particles-window-$b.png" || rc=$?
     done
     kill "$pid" 2>/dev/null || true
@@ -400,18 +399,18 @@ fi
 run_step "mpi: multi-process tests (mpirun)" mpi_test
 # The tour (the README's first command) on every adapter found; it exits non-zero if any
 # result differs from the CPU reference. Debug build: the test step already compiled it.
-run_step "tour (every scenario, verified)" cargo run --example tour "${TEST_FEATURES[@]}"
+run_step "tour (every scenario, verified)" cargo run --example tour
 run_step "window: xvfb, x11-apps" setup_window_tools
 run_step "window: particles under Xvfb (Vulkan, GL)" window_test
 
 if (( ! QUICK )); then
     # Backends we cannot run here (Metal, DX12) and the browser build: type-checked and linted
     # (clippy is `cargo check` plus lints, at the same cost). The wasm build includes the page's
-    # exports (`--features web`).
+    # crate (`brigade-web`).
     for target in "${CROSS_TARGETS[@]}"; do
-        features=()
-        [[ $target == wasm32-* ]] && features=(--features web)
-        run_step "cargo clippy $target" cargo clippy --lib --target "$target" "${features[@]}" \
+        packages=(-p brigade)
+        [[ $target == wasm32-* ]] && packages=(-p brigade -p brigade-web)
+        run_step "cargo clippy $target" cargo clippy --lib --target "$target" "${packages[@]}" \
             -- -D warnings
     done
     run_web_steps

@@ -4,9 +4,9 @@
 // ownership there; `Rc` on one target and `Arc` on the other would split every such type in two.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
-// The compiler's insides (`cpu`, `lower`, `ops`, `trace`, `wgsl`) and the page's exports (`web`)
-// stay reachable for the tests, benches and the page, but are not the documented API: what a user
-// needs of them is re-exported below.
+// The compiler's insides (`cpu`, `lower`, `ops`, `trace`, `wgsl`) stay reachable for the tests,
+// benches and the demo page's crate (`web/`), but are not the documented API: what a user needs of
+// them is re-exported below.
 pub mod array;
 mod cache;
 pub mod collective;
@@ -38,9 +38,6 @@ pub mod tensor;
 #[doc(hidden)]
 pub mod trace;
 pub mod transform;
-#[cfg(feature = "web")]
-#[doc(hidden)]
-pub mod web;
 #[doc(hidden)]
 pub mod wgsl;
 

@@ -1,20 +1,20 @@
 //! The demo page's program listings (web/programs.js) against the code they show: a plain test
-//! (no `web` feature, no browser), so the default test run keeps them in sync with src/web.
+//! (no browser, no wasm build), so the default test run keeps them in sync with web/src.
 
 /// Every Rust listing of web/programs.js is the real program: each of its lines (trimmed;
-/// `// …` marks left-out lines) appears in src/web's source, and every demo has one.
+/// `// …` marks left-out lines) appears in web/src's source, and every demo has one.
 #[test]
 fn listings_match_the_source() {
     let programs = include_str!("../web/programs.js");
     let index = include_str!("../web/index.html");
     let cards_js = include_str!("../web/cards.js");
     let source = [
-        include_str!("../src/web/advanced.rs"),
-        include_str!("../src/web/basics.rs"),
-        include_str!("../src/web/cards.rs"),
-        include_str!("../src/web/matmul.rs"),
-        include_str!("../src/web/session.rs"),
-        include_str!("../src/web/training.rs"),
+        include_str!("../web/src/advanced.rs"),
+        include_str!("../web/src/basics.rs"),
+        include_str!("../web/src/cards.rs"),
+        include_str!("../web/src/matmul.rs"),
+        include_str!("../web/src/session.rs"),
+        include_str!("../web/src/training.rs"),
     ]
     .concat();
     let lines: std::collections::HashSet<&str> = source.lines().map(str::trim).collect();
@@ -27,7 +27,7 @@ fn listings_match_the_source() {
             if l.is_empty() || l == "// …" {
                 continue;
             }
-            assert!(lines.contains(l), "a listing line is not in src/web: {l:?}");
+            assert!(lines.contains(l), "a listing line is not in web/src: {l:?}");
             checked += 1;
         }
         assert!(checked >= 5, "a listing of {checked} lines: {body}");

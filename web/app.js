@@ -1,5 +1,5 @@
 // The demo page: four modes over brigade compiled to wasm, running on the browser's WebGPU.
-// Rust does the work (web/pkg, built from src/web/); this file draws what it measured.
+// Rust does the work (web/pkg, built from web/src/); this file draws what it measured.
 //
 // Query parameters: devices=N (1–4), cpu=1 (force the cpu fallback), lang=en,
 // test=1 (small sizes, run every mode automatically; the browser test reads window.brigadeStatus),

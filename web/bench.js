@@ -1,4 +1,4 @@
-// The bench page: brigade (its `bench` export, src/web/bench.rs) against jax-js on the same work in the
+// The bench page: brigade (its `bench` export, web/src/bench.rs) against jax-js on the same work in the
 // same page: a plain n × n f32 matmul and the fused chain tanh(exp(x*1.5+2))*y, on WebGPU and
 // on the CPU (brigade's cpu device; jax-js's wasm backend). web/test/bench.mjs drives it headless
 // (npm run bench); the Run button does the same by hand. A hand-written WGSL kernel of each
@@ -14,7 +14,7 @@ import init, * as brigade from './pkg/brigade.js';
 
 const TOL = 1e-4; // brigade's TOL: max |got - want| / max(1, max |want|)
 
-/** The same deterministic data as brigade's `data()` in src/web/data.rs (u32 LCG, values in [-1, 1)). */
+/** The same deterministic data as brigade's `data()` in web/src/data.rs (u32 LCG, values in [-1, 1)). */
 export function data(n, seed) {
   let s = (Math.imul(seed, 2654435761 | 0) + 12345) >>> 0;
   const out = new Float32Array(n);

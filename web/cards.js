@@ -1,5 +1,5 @@
 // The Topics tab (专题): cards for the tutorial's sections the four modes do not show, each calling
-// an export of src/web/cards.rs (real kernels, checked against the reference in Rust) and drawing
+// an export of web/src/cards.rs (real kernels, checked against the reference in Rust) and drawing
 // what it measured. Self-contained: it builds its own DOM inside #tab-topics, merges its strings
 // into i18n.js (i18n-cards.js), follows the page's language (the <html lang> attribute) and
 // publishes window.brigadeCards for the browser test (web/test/cards.mjs).

@@ -106,7 +106,7 @@ const ZH = {
 
   // Program listings
   'prog.summary': '程序：brigade（Rust）与 JAX',
-  'prog.rust': 'brigade 实际运行的程序（Rust，取自 src/web/{file}）',
+  'prog.rust': 'brigade 实际运行的程序（Rust，取自 web/src/{file}）',
   'prog.jax': '学习者会写的 JAX 程序（Python）',
 };
 
@@ -207,7 +207,7 @@ const EN = {
   'cards.ai.llm.go': 'Run the model-parallel card',
 
   'prog.summary': 'Program: brigade (Rust) and JAX',
-  'prog.rust': 'the program brigade runs (Rust, from src/web/{file})',
+  'prog.rust': 'the program brigade runs (Rust, from web/src/{file})',
   'prog.jax': 'the JAX program a learner would write (Python)',
 };
 

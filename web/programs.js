@@ -1,5 +1,5 @@
 // The program behind every demo of the page: the brigade program it really runs (Rust, lines taken
-// verbatim from src/web/*.rs; tests/page_listings.rs, a plain test of the default run,
+// verbatim from web/src/*.rs; tests/page_listings.rs, a plain test of the default run,
 // checks every line still appears there) beside the JAX program a learner would write.
 // attachPrograms() fills every element with data-programs="NAME" with a collapsible <details>.
 //
@@ -77,7 +77,7 @@ y = jax.pmap(with_cond)(jnp.arange(n * 3.0).reshape(n, 3) - 2)`,
 }
 
 fn centered(a: &[Tensor]) -> Vec<Tensor> {
-    let n = crate::axis_size("i").unwrap_or(1) as f32;
+    let n = brigade::axis_size("i").unwrap_or(1) as f32;
     vec![&a[0] - &(psum(&a[0], "i") / n)]
 }
 
@@ -152,7 +152,7 @@ N = math.ceil(B_total / b_cap)`,
 }
 
 fn noisy_fold(a: &[Tensor]) -> Vec<Tensor> {
-    let key = random::fold_in_tensor(&a[1], &crate::axis_index("i"));
+    let key = random::fold_in_tensor(&a[1], &brigade::axis_index("i"));
     let noise = random::normal(&key, &[a[0].shape()[0]]);
     vec![&a[0] + &(&noise * 0.1), noise]
 }
@@ -273,7 +273,7 @@ for t in range(micro + STAGES - 1):        # GPipe: tick t, stage s, microbatch 
             x = jax.device_put(acts[m], devs[s % n])
             acts[m] = step(x, *params[s])`,
   },
-  // ---- the four modes (src/web/session.rs builds their programs) ----
+  // ---- the four modes (web/src/session.rs builds their programs) ----
   basics: {
     file: 'session.rs',
     rust: String.raw`fn dish(a: &[Tensor]) -> Vec<Tensor> {
@@ -319,7 +319,7 @@ y2 = jax.vmap(dish, in_axes=(0, None, None))(x, w, b)`,
     file: 'advanced.rs',
     rust: String.raw`let prog = shard_map(body(|a| {
     let per_table = a[0].sum(1, false);
-    let total = crate::psum(&per_table.sum_all(), "tables");
+    let total = brigade::psum(&per_table.sum_all(), "tables");
     vec![per_table, total]
 }))
 .axis_name("tables")

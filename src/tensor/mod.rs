@@ -181,7 +181,21 @@ pub(crate) fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Re
 }
 
 impl Tensor {
-    pub(crate) fn failed(e: Error) -> Tensor {
+    /// A tensor that carries the error `e` instead of a value, as every op's own errors do: ops
+    /// on it propagate `e`, and the call that returns it (`jit(..).call`, `to_array`, a read)
+    /// fails with `e`. For a traced closure that checks its own arguments.
+    ///
+    /// ```
+    /// use brigade::{Array, Error, Tensor, jit};
+    /// let f = jit(|a: &[Tensor]| match a {
+    ///     [x] => vec![x * 2.0],
+    ///     _ => vec![Tensor::failed(Error::Arity { what: "arguments".into(), expected: 1, got: a.len() })],
+    /// });
+    /// let x = Array::from_vec(vec![1.0f32], &[1])?;
+    /// assert!(matches!(f.call(&[x.clone(), x]), Err(Error::Arity { got: 2, .. })));
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn failed(e: Error) -> Tensor {
         Tensor {
             repr: Rc::new(Repr::Failed(e)),
         }

@@ -9,8 +9,8 @@ use super::data::{arr, host_of, lanes_busy, rel_err};
 use super::json::{Obj, json_list, json_nums, to_js, work_json};
 use super::page::{emit, now};
 use super::session::{Body, body, session};
-use crate::optim::{Adam, AdamState};
-use crate::{
+use brigade::optim::{Adam, AdamState};
+use brigade::{
     Array, DType, Error, HostArray, Jit, Parallel, Result, Tensor, device_put_replicated, jit,
     pmap, pmean, value_and_grad,
 };
@@ -23,7 +23,7 @@ const TRAIN: usize = 1440;
 
 pub(super) struct Training {
     step: Parallel<Body>,
-    grad_ref: crate::Grad<Body>,
+    grad_ref: brigade::Grad<Body>,
     predict: Jit<Body>,
     predict_ref: Jit<Body>,
     pixels: Vec<f32>,
@@ -181,7 +181,7 @@ pub async fn train_init() -> std::result::Result<String, JsValue> {
 async fn train_step_inner() -> Result<String> {
     let s = session()?;
     let n = s.n();
-    let before = crate::counters();
+    let before = brigade::counters();
     // Taken out for the step (no RefCell borrow across awaits), put back after.
     let mut t = s
         .train
@@ -324,7 +324,7 @@ pub async fn train_step() -> std::result::Result<String, JsValue> {
 
 async fn train_eval_inner() -> Result<String> {
     let s = session()?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let t = s
         .train
         .borrow_mut()

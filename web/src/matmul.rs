@@ -10,7 +10,7 @@ use super::data::{
 use super::json::{Obj, bar, json_ints, json_list, json_nums, to_js, work_json};
 use super::page::now;
 use super::session::{Session, session};
-use crate::{Array, Error, HostArray, Result};
+use brigade::{Array, Error, HostArray, Result};
 
 /// The rows of `a @ b` at `rows` (of an `n × n` product), from the reference interpreter.
 fn reference_rows(s: &Session, a: &[f32], b: &Array, n: usize, rows: &[usize]) -> Result<Vec<f64>> {
@@ -48,7 +48,7 @@ async fn matmul_inner(n: usize) -> Result<String> {
     let s = session()?;
     let k = s.n();
     check_size("row_split_matmul", &[n, n])?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let a = data(n * n, 11);
     let b = arr(data(n * n, 12), &[n, n])?;
     let args = [arr(a.clone(), &[n, n])?, b.clone()];
@@ -88,7 +88,7 @@ async fn sweep_inner(n: usize, reps: usize) -> Result<String> {
     let s = session()?;
     let k = s.n();
     check_size("sweep_point", &[n, n])?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let a = data(n * n, 13);
     let b = arr(data(n * n, 14), &[n, n])?;
     let args = [arr(a.clone(), &[n, n])?, b.clone()];
@@ -228,7 +228,7 @@ async fn timeline_inner(n: usize) -> Result<String> {
     let s = session()?;
     let k = s.n();
     check_size("timeline", &[n, n])?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let per = n / k.max(1);
     if per == 0 || !n.is_multiple_of(k) {
         return Err(Error::BadShapeArg {

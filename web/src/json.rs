@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use wasm_bindgen::prelude::*;
 
-use crate::{Error, Result};
+use brigade::{Error, Result};
 
 /// `s` as a JSON string literal.
 pub(super) fn json_str(s: &str) -> String {
@@ -102,8 +102,8 @@ pub(super) fn bar(who: i64, stage: &str, t0: f64, t1: f64) -> String {
 }
 
 /// The work brigade did between two counter snapshots (dispatches > 0 means real kernels ran).
-pub(super) fn work_json(before: &crate::Counters) -> String {
-    let w = crate::counters().since(before);
+pub(super) fn work_json(before: &brigade::Counters) -> String {
+    let w = brigade::counters().since(before);
     Obj::new()
         .int("dispatches", w.dispatches as usize)
         .int("submits", w.submits as usize)

@@ -10,8 +10,8 @@ use super::TOL;
 use super::json::{Obj, json_list, to_js, work_json};
 use super::page::install_panic_hook;
 use super::training::Training;
-use crate::device::Runtime;
-use crate::{
+use brigade::device::Runtime;
+use brigade::{
     Device, Error, Jit, Parallel, Result, Tensor, Vmap, jit, pmap, pmean, shard_map, vmap,
 };
 
@@ -92,7 +92,7 @@ impl Session {
             dish_ref: jit(body(dish)).named("dish (reference)").on(&cpu),
             tables: shard_map(body(|a| {
                 let per_table = a[0].sum(1, false);
-                let total = crate::psum(&per_table.sum_all(), "tables");
+                let total = brigade::psum(&per_table.sum_all(), "tables");
                 vec![per_table, total]
             }))
             .axis_name("tables")
@@ -244,7 +244,7 @@ pub async fn start(n: usize, use_webgpu: bool) -> std::result::Result<String, Js
 /// The work counters of the page so far (JSON): dispatches, submits, pipelines, bytes moved.
 #[wasm_bindgen]
 pub fn counters_json() -> String {
-    work_json(&crate::Counters::default())
+    work_json(&brigade::Counters::default())
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]

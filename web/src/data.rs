@@ -5,7 +5,7 @@ use futures::future::join_all;
 
 use super::json::Obj;
 use super::page::{emit, now};
-use crate::{Array, Error, HostArray, Result};
+use brigade::{Array, Error, HostArray, Result};
 
 /// The most elements one demo array may have (64 MiB of f32): the page's inputs are free text.
 const MAX_ELEMENTS: usize = 1 << 24;

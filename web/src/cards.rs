@@ -19,7 +19,7 @@ use super::json::{
 };
 use super::page::now;
 use super::session::{body, session};
-use crate::{
+use brigade::{
     Array, Aval, DType, Error, HostArray, Mesh, NamedSharding, P, Result, Tensor,
     capture_debug_prints, cond, debug_print, device_put, device_put_sharded, jit, plan, pmap, psum,
     random, shard_map, vmap,
@@ -91,7 +91,7 @@ fn with_cond(a: &[Tensor]) -> Vec<Tensor> {
 async fn debug_errors_inner() -> Result<String> {
     let s = session()?;
     let n = s.n();
-    let before = crate::counters();
+    let before = brigade::counters();
 
     // 1. The batch does not divide over the devices; the fix pads it with zero rows.
     let rows = 4 * n + 1;
@@ -206,7 +206,7 @@ fn talk(a: &[Tensor]) -> Vec<Tensor> {
 
 /// The one-device fallback: each row minus the mean over the devices.
 fn centered(a: &[Tensor]) -> Vec<Tensor> {
-    let n = crate::axis_size("i").unwrap_or(1) as f32;
+    let n = brigade::axis_size("i").unwrap_or(1) as f32;
     vec![&a[0] - &(psum(&a[0], "i") / n)]
 }
 
@@ -214,7 +214,7 @@ async fn debug_prints_inner(rows: usize) -> Result<String> {
     let s = session()?;
     let n = s.n();
     check_size("debug_prints", &[n, rows])?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let x = arr(data(n * rows, 23), &[n, rows])?;
     let p = pmap(talk).axis_name("i").devices(&s.devices).named("talk");
     let (res, lines) = captured(p.call_async(std::slice::from_ref(&x))).await;
@@ -309,7 +309,7 @@ async fn planner_inner(batch_total: usize, features: usize) -> Result<String> {
     let n = s.n();
     check_size("planner", &[batch_total])?;
     check_size("planner", &[features, features])?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let dev = &s.devices[0];
     let p = plan(
         outer_softmax,
@@ -398,7 +398,7 @@ fn noisy(a: &[Tensor]) -> Vec<Tensor> {
 
 /// The same, with one key for all folded with the device's index.
 fn noisy_fold(a: &[Tensor]) -> Vec<Tensor> {
-    let key = random::fold_in_tensor(&a[1], &crate::axis_index("i"));
+    let key = random::fold_in_tensor(&a[1], &brigade::axis_index("i"));
     let noise = random::normal(&key, &[a[0].shape()[0]]);
     vec![&a[0] + &(&noise * 0.1), noise]
 }
@@ -415,7 +415,7 @@ async fn random_keys_inner(width: usize, seed: u32) -> Result<String> {
     let s = session()?;
     let n = s.n();
     check_size("random_keys", &[n, width])?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let x = arr(data(n * width, 25), &[n, width])?;
     let key = Array::from_vec(vec![0u32, seed], &[2])?;
     // The keys, made by the reference (they are tiny): one key copied to every device, and
@@ -524,7 +524,7 @@ async fn placement_inner(rows_per_device: usize, cols: usize) -> Result<String> 
     let s = session()?;
     let n = s.n();
     check_size("placement", &[n, rows_per_device, cols])?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let rows = n * rows_per_device;
     let x = arr(data(rows * cols, 26), &[rows, cols])?;
     // A shard_map over a one-axis mesh: each device's block of rows, as the sharding places them.
@@ -544,14 +544,14 @@ async fn placement_inner(rows_per_device: usize, cols: usize) -> Result<String> 
 
     // device_put with a sharding: one row block per device of the mesh.
     let sharding = NamedSharding::new(&mesh, P!["data", None])?;
-    let c0 = crate::counters();
+    let c0 = brigade::counters();
     let t0 = now();
     let placed = device_put(&x, &sharding)?;
     for d in &s.devices {
         d.idle().await?;
     }
     let put_ms = now() - t0;
-    let put_bytes = crate::counters().since(&c0).bytes_uploaded as usize;
+    let put_bytes = brigade::counters().since(&c0).bytes_uploaded as usize;
 
     // The same program on the host array (it is cut and uploaded at call time) and on the placed
     // one (nothing to move): bytes uploaded by each call, and both results checked.
@@ -561,12 +561,12 @@ async fn placement_inner(rows_per_device: usize, cols: usize) -> Result<String> 
     for (name, input) in [("host", &x), ("placed", &placed)] {
         // Warm first (compile), then the call that is measured.
         prog.call_async(std::slice::from_ref(input)).await?;
-        let c = crate::counters();
+        let c = brigade::counters();
         let t0 = now();
         let out = prog.call_async(std::slice::from_ref(input)).await?;
         let (parts, _) = read_shards("placement", &out[0], t0).await?;
         let ms = now() - t0;
-        let w = crate::counters().since(&c);
+        let w = brigade::counters().since(&c);
         let err = rel_err(&join_rows(&parts), &want);
         ok &= err <= TOL;
         uploaded.push(w.bytes_uploaded as usize);
@@ -646,7 +646,7 @@ async fn model_parallel_inner(width: usize, batch: usize, micro: usize) -> Resul
             detail: format!("the batch ({batch}) must divide into {micro} microbatches"),
         });
     }
-    let before = crate::counters();
+    let before = brigade::counters();
     let mb = batch / micro;
     // Stage s and its parameters live on device s mod n.
     let params: Vec<(Array, Array)> = (0..STAGES)

@@ -10,17 +10,17 @@ use super::json::{
 };
 use super::page::{emit, now};
 use super::session::{body, session};
-use crate::{Array, Error, HostArray, Result, Tensor, jit, shard_map};
+use brigade::{Array, Error, HostArray, Result, Tensor, jit, shard_map};
 
 async fn divisibility_inner(batch: usize, shards: usize) -> Result<String> {
     let s = session()?;
-    let before = crate::counters();
+    let before = brigade::counters();
     const COLS: usize = 8;
     check_size("divisibility", &[batch, COLS, shards])?;
     let x = arr(data(batch * COLS, 4), &[batch, COLS])?;
     let prog = shard_map(body(|a| {
         let per_table = a[0].sum(1, false);
-        let total = crate::psum(&per_table.sum_all(), "tables");
+        let total = brigade::psum(&per_table.sum_all(), "tables");
         vec![per_table, total]
     }))
     .axis_name("tables")
@@ -78,7 +78,7 @@ pub async fn divisibility(batch: usize, shards: usize) -> std::result::Result<St
     to_js(divisibility_inner(batch, shards).await)
 }
 
-fn graph_io(g: &crate::Graph) -> (Vec<String>, Vec<String>) {
+fn graph_io(g: &brigade::Graph) -> (Vec<String>, Vec<String>) {
     (
         g.inputs.iter().map(|v| g.aval(*v).to_string()).collect(),
         g.outputs.iter().map(|v| g.aval(*v).to_string()).collect(),
@@ -94,7 +94,7 @@ async fn in_axes_inner(rows: usize, dim: usize, out_dim: usize) -> Result<String
     let n = s.n();
     check_size("in_axes_demo", &[n, rows, dim])?;
     check_size("in_axes_demo", &[dim, out_dim])?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let x = arr(data(n * rows * dim, 5), &[n, rows, dim])?;
     let w = arr(data(dim * out_dim, 6), &[dim, out_dim])?;
     let args = [x, w];
@@ -145,7 +145,7 @@ async fn nesting_inner(per_device: usize, dim: usize) -> Result<String> {
     let n = s.n();
     check_size("nesting", &[n, per_device, dim])?;
     check_size("nesting", &[dim, dim])?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let x = arr(data(n * per_device * dim, 7), &[n, per_device, dim])?;
     let w = arr(
         data(dim * dim, 8).iter().map(|v| v * 0.5).collect(),
@@ -193,7 +193,7 @@ async fn barrier_inner(rows: usize, dim: usize, uneven: bool) -> Result<String> 
     let n = s.n();
     check_size("barrier", &[n, rows, dim])?;
     check_size("barrier", &[dim, dim])?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let x = arr(data(n * rows * dim, 9), &[n, rows, dim])?;
     let w = arr(
         data(dim * dim, 10).iter().map(|v| v * 0.3).collect(),

@@ -1,5 +1,5 @@
-//! Browser exports for the demo page in `web/` (feature `web`, built for `wasm32-unknown-unknown`
-//! with wasm-bindgen).
+//! Browser exports for brigade's demo page in `web/` (the `brigade-web` crate, built for
+//! `wasm32-unknown-unknown` with wasm-bindgen by `web/build.sh`).
 //!
 //! Every export is an `async fn` that returns a JSON string (or rejects with an error's text): the
 //! page awaits it, draws what it measured, and never blocks. The numbers come from brigade's real
@@ -11,8 +11,8 @@
 //! While a demo runs, the exports call the page's `brigadeEvent(kind, json)` (lane lit, lane done)
 //! so that the page can show each device's work as it happens.
 //!
-//! The module is plain async Rust over brigade's public API: natively (with the `web` feature) the
-//! same functions run on any layout, which the unit tests beside each demo use.
+//! The crate is plain async Rust over brigade's public API: natively the same functions run on any
+//! layout, which the unit tests beside each demo use.
 //!
 //! One file per idea: the page's side (`page.rs`: clock, events, panic hook), JSON out
 //! (`json.rs`), the demos' data and checks (`data.rs`), the session of devices and compiled

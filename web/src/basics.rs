@@ -10,7 +10,7 @@ use super::data::{
 use super::json::{Obj, error_kind, json_ints, json_nums, to_js, work_json};
 use super::page::now;
 use super::session::session;
-use crate::{Array, Error, Result};
+use brigade::{Array, Error, Result};
 
 /// One way of cooking, timed: the first call (compile included), the warm calls, each device's
 /// finish time on the last warm call, and the joined result.
@@ -71,7 +71,7 @@ async fn basics_inner(batch: usize, dim: usize, reps: usize) -> Result<String> {
     let n = s.n();
     check_size("basics", &[batch, dim])?;
     check_size("basics", &[dim, dim])?;
-    let before = crate::counters();
+    let before = brigade::counters();
     let x = arr(data(batch * dim, 1), &[batch, dim])?;
     let w = arr(
         data(dim * dim, 2).iter().map(|v| v * 0.25).collect(),
@@ -154,7 +154,7 @@ mod tests {
     use super::super::json::field;
     use super::super::session::start_inner;
     use super::*;
-    use crate::Error;
+    use brigade::Error;
 
     /// On two cpu devices (the page's fallback): pmap and vmap verified; a zero size refused.
     #[test]

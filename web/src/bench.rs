@@ -12,8 +12,8 @@ use super::json::{Obj, json_nums, to_js, work_json};
 use super::matmul::pick_rows;
 use super::page::{install_panic_hook, now};
 use super::session::{Body, body};
-use crate::device::{BackendKind, Runtime};
-use crate::{Device, Error, Jit, Result, Tensor, jit};
+use brigade::device::{BackendKind, Runtime};
+use brigade::{Device, Error, Jit, Result, Tensor, jit};
 
 /// The most timed runs one `bench` call may make.
 const MAX_BENCH_REPS: usize = 1000;
@@ -155,7 +155,7 @@ async fn bench_inner(
         arr(host_in[1].clone(), &shape)?.to_device(dev)?,
     ];
     dev.idle().await?;
-    let before = crate::counters();
+    let before = brigade::counters();
     // Each timed region: the call (submission) and the device's wait for it; nothing else.
     let mut cold_ms = f64::NAN;
     let mut times = Vec::with_capacity(reps);
@@ -197,7 +197,7 @@ async fn bench_inner(
             let b = arr(host_in[1].clone(), &[n, n])?;
             let g = jit(body(bench_matmul)).graph(&[rows.clone(), b.clone()])?;
             let hosts = [host_of(&[rows], 0)?, host_of(&[b], 0)?];
-            let want = crate::reference::eval_graph(&g, &hosts)?;
+            let want = brigade::reference::eval_graph(&g, &hosts)?;
             (want[0].to_f64(), pick_rows(&got, n, &sample))
         }
         BenchKind::Fused => {
@@ -206,7 +206,7 @@ async fn bench_inner(
             let ys = arr(pick(&host_in[1]), &[sample.len()])?;
             let g = jit(body(bench_fused)).graph(&[xs.clone(), ys.clone()])?;
             let hosts = [host_of(&[xs], 0)?, host_of(&[ys], 0)?];
-            let want = crate::reference::eval_graph(&g, &hosts)?;
+            let want = brigade::reference::eval_graph(&g, &hosts)?;
             (
                 want[0].to_f64(),
                 sample.iter().map(|&i| got[i]).collect::<Vec<f64>>(),

@@ -5,8 +5,8 @@ use wasm_bindgen::prelude::*;
 
 use super::json::{Obj, error_kind, to_js};
 use super::page::install_panic_hook;
-use crate::device::{Dispatch, Runtime};
-use crate::{Array, DType, Result, Tensor, pmap};
+use brigade::device::{Dispatch, Runtime};
+use brigade::{Array, DType, Result, Tensor, pmap};
 
 /// A shader naga accepts and browsers reject: an inf constant (a const-evaluated `bitcast<f32>`).
 const INF_CONSTANT_WGSL: &str = "@group(0) @binding(0) var<storage, read_write> y: array<f32>;
@@ -44,7 +44,7 @@ async fn error_capture_inner(layout: &str) -> Result<String> {
         .build()
         .await?;
     let dev = rt.devices()[0].clone();
-    let one = |k: &crate::device::Kernel, b: &crate::device::DeviceBuffer| {
+    let one = |k: &brigade::device::Kernel, b: &brigade::device::DeviceBuffer| {
         dev.submit_only(&[Dispatch {
             kernel: k,
             buffers: vec![b],
@@ -91,14 +91,14 @@ async fn error_capture_inner(layout: &str) -> Result<String> {
     .await;
     // 5. Each error is reported once: the device computes right afterwards.
     let input = vec![1.0f32, -2.5, 0.0, 3.0];
-    let after: Result<crate::HostData> = async {
-        let x = dev.upload(&crate::HostData::F32(input.clone()))?;
+    let after: Result<brigade::HostData> = async {
+        let x = dev.upload(&brigade::HostData::F32(input.clone()))?;
         let k = dev.kernel("double", DOUBLE_WGSL)?;
         one(&k, &x)?;
         dev.download(&x, DType::F32, input.len()).await
     }
     .await;
-    let want = crate::HostData::F32(input.iter().map(|v| 2.0 * v).collect());
+    let want = brigade::HostData::F32(input.iter().map(|v| 2.0 * v).collect());
     let after_ok = matches!(&after, Ok(d) if *d == want);
     Ok(Obj::new()
         .str("backend", &dev.info().backend)
