@@ -41,6 +41,27 @@ pub mod transform;
 #[doc(hidden)]
 pub mod wgsl;
 
+/// The user's guide, a page per topic: the same pages as `docs/guide/` in the repository, here so
+/// that their examples are compiled and run as doctests.
+pub mod guide {
+    #[doc = include_str!("../docs/guide/transforms.md")]
+    pub mod transforms {}
+    #[doc = include_str!("../docs/guide/sharding.md")]
+    pub mod sharding {}
+    #[doc = include_str!("../docs/guide/devices.md")]
+    pub mod devices {}
+    #[doc = include_str!("../docs/guide/numerics.md")]
+    pub mod numerics {}
+    #[doc = include_str!("../docs/guide/embedding.md")]
+    pub mod embedding {}
+    #[doc = include_str!("../docs/guide/many_hosts.md")]
+    pub mod many_hosts {}
+    #[doc = include_str!("../docs/guide/browser.md")]
+    pub mod browser {}
+    #[doc = include_str!("../docs/guide/internals.md")]
+    pub mod internals {}
+}
+
 pub use array::{Array, BufferView, ShardLayout};
 pub use collective::{
     all_gather, all_to_all, axis_index, axis_size, pmax, pmax_axes, pmean, pmean_axes, pmin,
