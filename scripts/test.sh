@@ -247,6 +247,25 @@ setup_rust() {
     log "$(rustc --version); $(cargo --version)"
 }
 
+# The oldest Rust brigade promises to build with: Cargo.toml's rust-version, installed with rustup
+# (a minimal profile) and checked against the library, so the promise cannot rot.
+msrv() { sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml | head -1; }
+
+msrv_check() {
+    local v
+    v=$(msrv)
+    [[ -n $v ]] || die "no rust-version in Cargo.toml"
+    rustup toolchain list | grep -q "^$v" || rustup toolchain install "$v" --profile minimal
+    # Its own target directory: a different compiler would rebuild (and evict) the main build.
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/msrv" cargo "+$v" check --lib -p brigade
+}
+
+# The crate as crates.io would receive it: every file it needs is packaged (the guide pages its
+# docs include, the shaders), and the packaged crate builds on its own.
+package_check() {
+    cargo package -p brigade --allow-dirty
+}
+
 # 4. The adapters the tests run on: fail loudly if Vulkan lavapipe is not there.
 verify_adapters() {
     local out
@@ -388,6 +407,8 @@ if (( ! QUICK )); then
     run_step "cargo fmt --check" cargo fmt --all -- --check
     run_step "cargo clippy" cargo clippy --all-targets "${TEST_FEATURES[@]}" -- -D warnings
     run_step "cargo doc (warnings are errors)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
+    run_step "rust-version: cargo +$(msrv) check" msrv_check
+    run_step "cargo package (brigade)" package_check
 fi
 run_step "cargo test --all-targets" cargo test --all-targets "${TEST_FEATURES[@]}" "$@"
 run_step "cargo test --doc" cargo test --doc "${TEST_FEATURES[@]}" "$@"
