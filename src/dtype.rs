@@ -14,9 +14,13 @@ use std::fmt;
 /// f64 (`vjp`), while `grad` takes f32 arguments only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
+    /// 32-bit float.
     F32,
+    /// 32-bit signed integer.
     I32,
+    /// 32-bit unsigned integer.
     U32,
+    /// Boolean (one `u32`, 0 or 1, per element on devices).
     Bool,
     /// Double precision, host and `cpu` device only (see the type's documentation).
     F64,
@@ -34,6 +38,7 @@ impl DType {
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64)
     }
+    /// i32 or u32.
     pub fn is_int(self) -> bool {
         matches!(self, DType::I32 | DType::U32)
     }
@@ -76,15 +81,20 @@ impl fmt::Display for DType {
 /// A single value of some dtype. Used for constants (`full`, pad values, literals).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Scalar {
+    /// A 32-bit float.
     F32(f32),
+    /// A 32-bit signed integer.
     I32(i32),
+    /// A 32-bit unsigned integer.
     U32(u32),
+    /// A boolean.
     Bool(bool),
     /// A double-precision value (host-only dtype, see [`DType::F64`]).
     F64(f64),
 }
 
 impl Scalar {
+    /// The value's dtype.
     pub fn dtype(self) -> DType {
         match self {
             Scalar::F32(_) => DType::F32,

@@ -6,15 +6,20 @@ use crate::error::{Error, Result};
 /// Typed element storage on the host.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HostData {
+    /// 32-bit floats.
     F32(Vec<f32>),
+    /// 32-bit signed integers.
     I32(Vec<i32>),
+    /// 32-bit unsigned integers.
     U32(Vec<u32>),
+    /// Booleans.
     Bool(Vec<bool>),
     /// Double precision: host and `cpu` device only (see [`DType::F64`]).
     F64(Vec<f64>),
 }
 
 impl HostData {
+    /// The dtype of the elements.
     pub fn dtype(&self) -> DType {
         match self {
             HostData::F32(_) => DType::F32,
@@ -24,6 +29,7 @@ impl HostData {
             HostData::F64(_) => DType::F64,
         }
     }
+    /// The number of elements.
     pub fn len(&self) -> usize {
         match self {
             HostData::F32(v) => v.len(),
@@ -33,6 +39,7 @@ impl HostData {
             HostData::F64(v) => v.len(),
         }
     }
+    /// True when there are no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -177,8 +184,11 @@ impl HostData {
 
 /// Element types that can be moved in and out of arrays.
 pub trait Element: Copy + Send + Sync + 'static {
+    /// The dtype of this element type.
     const DTYPE: DType;
+    /// The host data holding `v`.
     fn wrap(v: Vec<Self>) -> HostData;
+    /// The elements of `d` if they are of this type.
     fn unwrap(d: &HostData) -> Option<&[Self]>;
     /// Fill `dst` from device bytes (little-endian, in the device's storage layout: 4 bytes per
     /// bool); `src` holds exactly `dst.len()` elements.
@@ -244,7 +254,9 @@ element!(f64, F64);
 /// An array whose data lives in host memory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostArray {
+    /// The dimensions, outermost first (row-major).
     pub shape: Vec<usize>,
+    /// The elements, row-major.
     pub data: HostData,
 }
 
@@ -262,9 +274,11 @@ impl HostArray {
         }
         Ok(HostArray { shape, data })
     }
+    /// The array of `shape` holding `v` (row-major); [`Error::DataLength`] when the lengths differ.
     pub fn from_vec<T: Element>(v: Vec<T>, shape: &[usize]) -> Result<HostArray> {
         HostArray::new(shape.to_vec(), T::wrap(v))
     }
+    /// A rank-0 array holding `s`.
     pub fn scalar(s: Scalar) -> HostArray {
         HostArray {
             shape: vec![],
@@ -288,15 +302,19 @@ impl HostArray {
             data: HostData::filled(s, shape.iter().product()),
         }
     }
+    /// The dtype of the elements.
     pub fn dtype(&self) -> DType {
         self.data.dtype()
     }
+    /// The number of elements.
     pub fn len(&self) -> usize {
         self.data.len()
     }
+    /// True when there are no elements.
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
+    /// The bytes the elements take (4 per element, 8 for f64).
     pub fn size_bytes(&self) -> usize {
         self.len() * self.dtype().size_bytes()
     }

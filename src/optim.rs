@@ -27,13 +27,16 @@ use crate::tensor::Tensor;
 /// `v = momentum · v + g; p = p - lr · v` (without momentum: `p = p - lr · g`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sgd {
+    /// The learning rate.
     pub lr: f32,
+    /// The momentum coefficient (0 for plain SGD).
     pub momentum: f32,
 }
 
 /// The state of [`Sgd`]: one velocity per parameter (empty without momentum).
 #[derive(Clone)]
 pub struct SgdState {
+    /// One velocity per parameter, of its shape.
     pub velocity: Vec<Tensor>,
 }
 
@@ -46,6 +49,7 @@ impl Sgd {
     pub fn with_momentum(lr: f32, momentum: f32) -> Sgd {
         Sgd { lr, momentum }
     }
+    /// The state for `params`: zero velocities of their shapes.
     pub fn init(&self, params: &[Tensor]) -> SgdState {
         SgdState {
             velocity: if self.momentum == 0.0 {
@@ -90,9 +94,13 @@ impl Sgd {
 /// `v̂ = v / (1 - b2^t)` at step `t` (counted from 1).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Adam {
+    /// The learning rate.
     pub lr: f32,
+    /// The decay of the first-moment estimate.
     pub b1: f32,
+    /// The decay of the second-moment estimate.
     pub b2: f32,
+    /// Added to the square root of the second moment, for stability.
     pub eps: f32,
 }
 
@@ -104,10 +112,15 @@ pub struct Adam {
 /// thousandfold — replicas of a data-parallel step on different adapters must stay bit-identical.
 #[derive(Clone)]
 pub struct AdamState {
+    /// First-moment estimates, one per parameter.
     pub m: Vec<Tensor>,
+    /// Second-moment estimates, one per parameter.
     pub v: Vec<Tensor>,
+    /// The number of updates taken (an f32 scalar).
     pub step: Tensor,
+    /// `b1` to the power of the step count.
     pub b1_pow: Tensor,
+    /// `b2` to the power of the step count.
     pub b2_pow: Tensor,
 }
 
@@ -143,6 +156,7 @@ impl Adam {
             eps: 1e-8,
         }
     }
+    /// The state for `params`: zero moments of their shapes, step 0.
     pub fn init(&self, params: &[Tensor]) -> AdamState {
         AdamState {
             m: params.iter().map(zeros_like).collect(),

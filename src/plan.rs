@@ -28,9 +28,11 @@ pub struct Plan {
     /// every buffer it holds at once, input batch and outputs included) per example, and
     /// independent of the batch.
     pub bytes_per_sample: u64,
+    /// The peak device bytes that do not grow with the batch (parameters, constants).
     pub bytes_fixed: u64,
     /// The largest single buffer per example, and independent of the batch.
     pub largest_buffer_per_sample: u64,
+    /// The largest single buffer that does not grow with the batch.
     pub largest_buffer_fixed: u64,
     /// The device's storage-binding limit, bytes (no buffer may be larger).
     pub binding_limit: u64,

@@ -14,33 +14,43 @@ impl Tensor {
         }
         Tensor::apply(Prim::Elementwise(ElementwiseOp::Unary(op)), &[self])
     }
+    /// `-x`.
     pub fn neg(&self) -> Tensor {
         self.unary(UnaryOp::Neg)
     }
+    /// `|x|`.
     pub fn abs(&self) -> Tensor {
         self.unary(UnaryOp::Abs)
     }
+    /// `e^x`.
     pub fn exp(&self) -> Tensor {
         self.unary(UnaryOp::Exp)
     }
+    /// The natural logarithm (within 2 ULP on every device).
     pub fn log(&self) -> Tensor {
         self.unary(UnaryOp::Log)
     }
+    /// The square root.
     pub fn sqrt(&self) -> Tensor {
         self.unary(UnaryOp::Sqrt)
     }
+    /// `1 / sqrt(x)`.
     pub fn rsqrt(&self) -> Tensor {
         self.unary(UnaryOp::Rsqrt)
     }
+    /// The sine.
     pub fn sin(&self) -> Tensor {
         self.unary(UnaryOp::Sin)
     }
+    /// The cosine.
     pub fn cos(&self) -> Tensor {
         self.unary(UnaryOp::Cos)
     }
+    /// The hyperbolic tangent.
     pub fn tanh(&self) -> Tensor {
         self.unary(UnaryOp::Tanh)
     }
+    /// The logistic function `1 / (1 + e^-x)`.
     pub fn sigmoid(&self) -> Tensor {
         self.unary(UnaryOp::Sigmoid)
     }
@@ -48,15 +58,19 @@ impl Tensor {
     pub fn relu(&self) -> Tensor {
         self.unary(UnaryOp::Relu)
     }
+    /// `x * x`.
     pub fn square(&self) -> Tensor {
         self.unary(UnaryOp::Square)
     }
+    /// -1, 0 or 1 as `x` is negative, zero or positive (a signed zero keeps its sign).
     pub fn sign(&self) -> Tensor {
         self.unary(UnaryOp::Sign)
     }
+    /// Rounds toward negative infinity.
     pub fn floor(&self) -> Tensor {
         self.unary(UnaryOp::Floor)
     }
+    /// Rounds toward positive infinity.
     pub fn ceil(&self) -> Tensor {
         self.unary(UnaryOp::Ceil)
     }
@@ -219,12 +233,15 @@ impl Tensor {
         }
         Tensor::failed(e)
     }
+    /// `self + o`, broadcasting (as the `+` operator).
     pub fn add(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Add, o)
     }
+    /// `self - o`, broadcasting (as the `-` operator).
     pub fn sub(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Sub, o)
     }
+    /// `self * o`, broadcasting (as the `*` operator).
     pub fn mul(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Mul, o)
     }
@@ -232,6 +249,7 @@ impl Tensor {
     pub fn div(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Div, o)
     }
+    /// `self` to the power `o`, broadcasting (C's `pow` at the edges).
     pub fn pow(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Pow, o)
     }
@@ -302,6 +320,7 @@ impl Tensor {
         let fix = r.lt(&zero).ne(&o.lt(&zero)).and(&r.ne(&zero));
         fix.where_(&(&r + &o), &r)
     }
+    /// `self == o` elementwise, a bool tensor.
     pub fn eq(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Eq, o)
     }
@@ -309,15 +328,19 @@ impl Tensor {
     pub fn ne(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Ne, o)
     }
+    /// `self < o` elementwise, a bool tensor.
     pub fn lt(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Lt, o)
     }
+    /// `self <= o` elementwise, a bool tensor.
     pub fn le(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Le, o)
     }
+    /// `self > o` elementwise, a bool tensor.
     pub fn gt(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Gt, o)
     }
+    /// `self >= o` elementwise, a bool tensor.
     pub fn ge(&self, o: &Tensor) -> Tensor {
         self.binary(BinaryOp::Ge, o)
     }

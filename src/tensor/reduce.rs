@@ -66,9 +66,11 @@ impl Tensor {
     pub fn sum(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
         self.reduce(ReduceOp::Sum, axes.into(), keepdims)
     }
+    /// The sum of every element, a scalar.
     pub fn sum_all(&self) -> Tensor {
         self.reduce(ReduceOp::Sum, Axes::All, false)
     }
+    /// The product over `axes`; `keepdims` keeps them as length 1.
     pub fn prod(&self, axes: impl Into<Axes>, keepdims: bool) -> Tensor {
         self.reduce(ReduceOp::Prod, axes.into(), keepdims)
     }
@@ -158,6 +160,7 @@ impl Tensor {
         x.reduce(ReduceOp::Sum, axes, keepdims)
             .mul_literal(1.0 / n as f64)
     }
+    /// The mean of every element, a scalar.
     pub fn mean_all(&self) -> Tensor {
         self.mean(Axes::All, false)
     }
