@@ -149,7 +149,7 @@ fn stage(
     let weights = &args[5..5 + layers * PER_LAYER];
     let caches = &args[5 + layers * PER_LAYER..];
     let mut h = if first {
-        &emb.take(input, 0) + &posw.take(&t.reshape(&[1]), 0)
+        &emb.index_take(input, 0) + &posw.index_take(&t.reshape(&[1]), 0)
     } else {
         input.clone()
     };

@@ -439,7 +439,7 @@ impl Array {
             Storage::Device { buffer, .. } => {
                 buffer.share();
                 Ok(BufferView {
-                    buffer: buffer.buffer.clone(),
+                    buffer: wgpu::Buffer::clone(&buffer.buffer),
                     offset: buffer.offset,
                     size: self.size() as u64 * 4,
                 })

@@ -43,7 +43,8 @@ impl AxisBinding {
 
 impl Drop for AxisBinding {
     fn drop(&mut self) {
-        AXES.with(|a| {
+        // Gone already while the thread ends: nothing left to pop.
+        let _ = AXES.try_with(|a| {
             a.borrow_mut().pop();
         });
     }
@@ -52,32 +53,31 @@ impl Drop for AxisBinding {
 /// The parallel axes bound on this thread, outermost first (part of the key of anything traced
 /// under them: a collective's meaning depends on them).
 pub(crate) fn bound_axes() -> Vec<(String, usize)> {
-    AXES.with(|a| a.borrow().clone())
+    // None bound in destructors run while the thread ends.
+    AXES.try_with(|a| a.borrow().clone()).unwrap_or_default()
 }
 
 /// The size of the bound axis `name`, or the typed error naming what is bound.
 fn lookup(op: &'static str, name: &str) -> Result<usize> {
-    AXES.with(|a| {
-        let a = a.borrow();
-        if let Some((_, n)) = a.iter().rev().find(|(m, _)| m == name) {
-            return Ok(*n);
-        }
-        let bound = if a.is_empty() {
-            "no pmap/shard_map with an axis_name is being traced".to_string()
-        } else {
-            format!(
-                "bound axes: {}",
-                a.iter()
-                    .map(|(m, n)| format!("'{m}' of size {n}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        };
-        Err(Error::UnboundAxis {
-            op,
-            name: name.to_string(),
-            bound,
-        })
+    let a = bound_axes();
+    if let Some((_, n)) = a.iter().rev().find(|(m, _)| m == name) {
+        return Ok(*n);
+    }
+    let bound = if a.is_empty() {
+        "no pmap/shard_map with an axis_name is being traced".to_string()
+    } else {
+        format!(
+            "bound axes: {}",
+            a.iter()
+                .map(|(m, n)| format!("'{m}' of size {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    Err(Error::UnboundAxis {
+        op,
+        name: name.to_string(),
+        bound,
     })
 }
 

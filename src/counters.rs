@@ -94,7 +94,8 @@ pub fn counters() -> Counters {
 }
 
 pub(crate) fn bump(f: impl FnOnce(&mut Counters)) {
-    COUNTERS.with(|c| {
+    // Reached from destructors (evictions); `try_with` keeps them safe while the thread ends.
+    let _ = COUNTERS.try_with(|c| {
         let mut v = c.get();
         f(&mut v);
         c.set(v);

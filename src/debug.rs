@@ -87,13 +87,16 @@ pub(crate) fn device_tag(dev: &crate::Device) -> String {
 
 /// Print (or capture) lines.
 pub(crate) fn emit(lines: Vec<String>) {
-    let captured = CAPTURE.with(|c| match c.borrow_mut().as_mut() {
-        Some(buf) => {
-            buf.extend(lines.iter().cloned());
-            true
-        }
-        None => false,
-    });
+    // Printed, not captured, by destructors run while the thread ends.
+    let captured = CAPTURE
+        .try_with(|c| match c.borrow_mut().as_mut() {
+            Some(buf) => {
+                buf.extend(lines.iter().cloned());
+                true
+            }
+            None => false,
+        })
+        .unwrap_or(false);
     if !captured {
         for l in lines {
             println!("{l}");

@@ -254,7 +254,7 @@ pub fn cumprod(x: &Tensor, axis: impl Into<Option<i64>>) -> Tensor {
 /// `[-n, 0)` counts from the end, and an index outside `[-n, n)` gives the fill value of
 /// [`TakeMode::Fill`] (NaN for floats, `i32::MIN`, `u32::MAX`, `true`).
 ///
-/// Built from `iota`, arithmetic and a flat [`Tensor::take`], so its gradient (a scatter-add into
+/// Built from `iota`, arithmetic and a flat [`Tensor::index_take`], so its gradient (a scatter-add into
 /// `x`; nothing for an index that gives the fill value) and batching come from those. An empty
 /// `axis` with no indices gives an empty result of that shape (`jnp.sort` of a `(2, 0)` array
 /// along axis 1 is `(2, 0)`). [`take_along_axis_mode`] offers JAX's other modes and a fill value.
@@ -280,8 +280,9 @@ pub fn take_along_axis(x: &Tensor, indices: &Tensor, axis: i64) -> Tensor {
 /// - [`TakeMode::Wrap`]: taken modulo `n`, as `jnp.take`'s `mode="wrap"` (`jnp.take_along_axis`
 ///   itself has no wrap mode).
 ///
-/// `fill_value` is ignored by the other modes. JAX's `promise_in_bounds` (out-of-range indices
-/// are undefined) is not offered: `Clip` is a safe choice with the same cost.
+/// `fill_value` is ignored by the other modes. Under [`TakeMode::PromiseInBounds`] JAX leaves
+/// out-of-range indices undefined; here they are clamped as under `Clip` (same cost, never
+/// garbage).
 ///
 /// ```
 /// use brigade::{TakeMode, Tensor, numpy as jnp};
@@ -355,7 +356,7 @@ pub fn take_along_axis_mode(
         if out.contains(&0) {
             return Tensor::zeros(&out, x.dtype());
         }
-        return x.take(indices, axis);
+        return x.index_take(indices, axis);
     }
     let mut xfull = out.clone();
     xfull[a] = n;
@@ -367,7 +368,7 @@ pub fn take_along_axis_mode(
         let valid = idx.ge(&Tensor::scalar(-(n as i32))).and(&idx.lt(&n_i));
         let pos = match mode {
             TakeMode::Wrap => idx.remainder(&n_i),
-            TakeMode::Fill | TakeMode::Clip => {
+            TakeMode::Fill | TakeMode::Clip | TakeMode::PromiseInBounds => {
                 let wrapped = idx.lt(&Tensor::scalar(0i32)).where_(&(&idx + &n_i), &idx);
                 wrapped.maximum(&Tensor::scalar(0i32)).minimum(&last)
             }
@@ -377,7 +378,9 @@ pub fn take_along_axis_mode(
         let valid = idx.lt(&Tensor::scalar(n as u32));
         let pos = match mode {
             TakeMode::Wrap => idx.rem(&Tensor::scalar(n as u32)),
-            TakeMode::Fill | TakeMode::Clip => idx.minimum(&Tensor::scalar(n as u32 - 1)),
+            TakeMode::Fill | TakeMode::Clip | TakeMode::PromiseInBounds => {
+                idx.minimum(&Tensor::scalar(n as u32 - 1))
+            }
         };
         (valid, pos.cast(DType::I32))
     };
@@ -403,7 +406,7 @@ pub fn take_along_axis_mode(
         });
     }
     let src = x.broadcast_to(&xfull).reshape(&[-1]);
-    let got = src.take(&flat, 0);
+    let got = src.index_take(&flat, 0);
     if mode != TakeMode::Fill {
         return got;
     }
@@ -488,7 +491,7 @@ fn reverse_axis(x: &Tensor, a: usize) -> Tensor {
         return x.clone();
     }
     let rev = &Tensor::scalar(n as i32 - 1) - &Tensor::iota(DType::I32, &[n], 0);
-    x.take(&rev, a as i64)
+    x.index_take(&rev, a as i64)
 }
 
 /// `jnp.var(x, axes, ddof=ddof, keepdims=...)`: the mean squared deviation from the mean over

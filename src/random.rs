@@ -387,7 +387,7 @@ pub fn permutation(key: &Tensor, n: usize) -> Tensor {
         let sub = keys.slice_axis(0, 1, 2).reshape_exact(&[2]);
         let sort_keys = random_bits(&sub, &[n]);
         // JAX's sort_key_val(keys, x), stable: x gathered by the keys' stable argsort.
-        x = x.take(&sort_keys.argsort(0), 0);
+        x = x.index_take(&sort_keys.argsort(0), 0);
     }
     x
 }

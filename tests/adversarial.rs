@@ -935,7 +935,7 @@ fn dot_indexing_and_random_errors() {
         case!(
             "take with f32 indices",
             [f(&[4]), f(&[2])],
-            |a| vec![a[0].take(&a[1], 0)],
+            |a| vec![a[0].index_take(&a[1], 0)],
             Error::BadDType {
                 op: "take (indices)",
                 ..
@@ -945,14 +945,14 @@ fn dot_indexing_and_random_errors() {
         case!(
             "take along axis 1 of a vector",
             [f(&[4]), i(&[2])],
-            |a| vec![a[0].take(&a[1], 1)],
+            |a| vec![a[0].index_take(&a[1], 1)],
             Error::BadAxis { op: "take", .. },
             ["axis 1"]
         ),
         case!(
             "take from an empty axis",
             [f(&[0, 2]), i(&[3])],
-            |a| vec![a[0].take(&a[1], 0)],
+            |a| vec![a[0].index_take(&a[1], 0)],
             Error::BadShapeArg { op: "take", .. },
             ["size 0"]
         ),
@@ -2041,7 +2041,7 @@ fn odd_but_legal_inputs_give_jaxs_answers() {
                 vec![
                     a[0].cast(DType::I32).one_hot(0),
                     random::split(&random::key(0), 0),
-                    a[1].take(&Tensor::from_vec(Vec::<i32>::new(), &[0]), 0),
+                    a[1].index_take(&Tensor::from_vec(Vec::<i32>::new(), &[0]), 0),
                     a[1].sum(1i64, false),
                 ]
             },

@@ -415,7 +415,7 @@ fn sweep() -> Vec<Case> {
                 ));
                 cases.push(case(
                     format!("take {dt}{s:?}"),
-                    |x| vec![x[0].take(&x[1], 0), x[0].take(&x[2], -1)],
+                    |x| vec![x[0].index_take(&x[1], 0), x[0].index_take(&x[2], -1)],
                     vec![
                         zeros(dt, s),
                         zeros(DType::I32, &[2, 2]),
@@ -496,7 +496,7 @@ fn sweep() -> Vec<Case> {
                 .slice(&[1], &[12], Some(&[2]));
             let b = Tensor::concatenate(&[&a, &x[1].exp()], 0).pad(&[1], &[1], 0.0f32);
             vec![
-                b.take(&x[2], 0).sum_all(),
+                b.index_take(&x[2], 0).sum_all(),
                 b.max(0i64, true).broadcast_to(&[2, 1]),
             ]
         },

@@ -460,7 +460,7 @@ fn reading_a_traced_value_inside_jit() {
 #[test]
 fn take_with_float_indices() {
     let e = jit_error(
-        |x| vec![x[0].take(&x[1], 0)],
+        |x| vec![x[0].index_take(&x[1], 0)],
         &[zeros(&[5, 3]), full(1.0f32, &[2])],
     );
     assert!(
@@ -475,12 +475,12 @@ fn take_with_float_indices() {
     );
     assert_mentions(&e, &["take", "f32", "i32"]);
     let e = jit_error(
-        |x| vec![x[0].take(&x[1], 2)],
+        |x| vec![x[0].index_take(&x[1], 2)],
         &[zeros(&[5, 3]), full(1i32, &[2])],
     );
     assert!(matches!(e, Error::BadAxis { axis: 2, .. }), "{e:?}");
     let e = jit_error(
-        |x| vec![x[0].take(&x[1], 0)],
+        |x| vec![x[0].index_take(&x[1], 0)],
         &[zeros(&[0, 3]), full(1i32, &[2])],
     );
     assert!(matches!(e, Error::BadShapeArg { op: "take", .. }), "{e:?}");

@@ -616,7 +616,7 @@ fn take_and_one_hot_rules_match_finite_differences() {
     let x = arr(f32s(15, 110, -2.0, 2.0), &[5, 3]);
     // Repeated and negative indices along axis 0: index -1 is row 4, -5 is row 0.
     let idx0 = iarr(vec![0, -1, 2, 2, 2, -5], &[2, 3]);
-    let loss = weighted(|a| a[0].take(&a[1], 0).sin(), 210);
+    let loss = weighted(|a| a[0].index_take(&a[1], 0).sin(), 210);
     let g = check_fd(
         "take axis 0 (repeated, negative)",
         &loss,
@@ -631,10 +631,10 @@ fn take_and_one_hot_rules_match_finite_differences() {
     );
     // Along axis 1 (with -1 and a repeat), and a scalar index.
     let idx1 = iarr(vec![2, -1, 0, 2], &[4]);
-    let loss = weighted(|a| a[0].take(&a[1], 1).square(), 211);
+    let loss = weighted(|a| a[0].index_take(&a[1], 1).square(), 211);
     check_fd("take axis 1", &loss, &[x.clone(), idx1], &[0]);
     let idx_s = iarr(vec![-2], &[]);
-    let loss = weighted(|a| a[0].take(&a[1], 1).exp(), 212);
+    let loss = weighted(|a| a[0].index_take(&a[1], 1).exp(), 212);
     check_fd("take scalar index", &loss, &[x, idx_s], &[0]);
     // one_hot of an index computed from x (argmax: distinct values, so FD does not move it): no
     // gradient through the indices; the gradient is one_hot(argmax) * r.
@@ -678,7 +678,7 @@ fn take_gradient_drops_out_of_range_indices_like_jax() {
             let loss = |m: Option<TakeMode>| {
                 move |t: &[Tensor]| {
                     let y = match m {
-                        None => t[0].take(&t[1], 0),
+                        None => t[0].index_take(&t[1], 0),
                         Some(m) => t[0].take_mode(&t[1], 0, m),
                     };
                     vec![(&y * &t[2]).sum_all()]
@@ -703,7 +703,9 @@ fn take_gradient_drops_out_of_range_indices_like_jax() {
     let wu = arr(vec![1.0, 2.0, 3.0], &[3]);
     let got = check_on(
         &devs,
-        |a: &[Tensor]| grad(|t: &[Tensor]| vec![(&t[0].take(&t[1], 0) * &t[2]).sum_all()]).apply(a),
+        |a: &[Tensor]| {
+            grad(|t: &[Tensor]| vec![(&t[0].index_take(&t[1], 0) * &t[2]).sum_all()]).apply(a)
+        },
         &[x, iu, wu],
         Tol::EXACT,
     );
@@ -714,7 +716,9 @@ fn take_gradient_drops_out_of_range_indices_like_jax() {
     let w2 = arr((1..=12).map(|v| v as f32).collect(), &[3, 2, 2]);
     let got = check_on(
         &devs,
-        |a: &[Tensor]| grad(|t: &[Tensor]| vec![(&t[0].take(&t[1], 1) * &t[2]).sum_all()]).apply(a),
+        |a: &[Tensor]| {
+            grad(|t: &[Tensor]| vec![(&t[0].index_take(&t[1], 1) * &t[2]).sum_all()]).apply(a)
+        },
         &[x2, i2, w2],
         Tol::EXACT,
     );
@@ -746,10 +750,10 @@ fn take_gradient_drops_out_of_range_indices_under_vmap() {
     let w2 = arr((1..=12).map(|v| v as f32).collect(), &[2, 6]);
     let iu = Array::from_vec(vec![1u32, u32::MAX, 9, 3, 4, 0], &[2, 3]).unwrap();
     fn dot(t: &[Tensor]) -> Vec<Tensor> {
-        vec![(&t[0].take(&t[1], 0) * &t[2]).sum_all()]
+        vec![(&t[0].index_take(&t[1], 0) * &t[2]).sum_all()]
     }
     fn taken(t: &[Tensor]) -> Vec<Tensor> {
-        vec![t[0].take(&t[1], 0)]
+        vec![t[0].index_take(&t[1], 0)]
     }
     const B: Option<usize> = Some(0);
     let got = check_on(
@@ -851,7 +855,7 @@ fn mlp_loss(a: &[Tensor]) -> Vec<Tensor> {
     let h = (a[4].matmul(&a[0]) + &a[1]).tanh();
     let logits = h.matmul(&a[2]) + &a[3];
     let logp = logits.log_softmax(-1).reshape(&[-1]);
-    vec![-logp.take(&a[5], 0).mean_all()]
+    vec![-logp.index_take(&a[5], 0).mean_all()]
 }
 
 fn mlp_args() -> Vec<Array> {
@@ -1593,7 +1597,7 @@ fn vjp_gives_integer_inputs_zero_cotangents() {
     let xv = f32s(8, 230, -2.0, 2.0);
     let x = Tensor::from(arr(xv.clone(), &[4, 2]));
     let idx = Tensor::from(iarr(vec![3, -1, 0], &[3]));
-    let (ys, pb) = vjp(|t: &[Tensor]| vec![t[0].take(&t[1], 0)], &[x, idx]).unwrap();
+    let (ys, pb) = vjp(|t: &[Tensor]| vec![t[0].index_take(&t[1], 0)], &[x, idx]).unwrap();
     assert_eq!(ys[0].shape(), &[3, 2]);
     let ct = vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
     let g = pb.apply(&[Tensor::from_vec(ct.clone(), &[3, 2])]).unwrap();

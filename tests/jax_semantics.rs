@@ -160,7 +160,9 @@ fn take_modes_and_indexing_are_jnps() {
                 t[0].take_mode(&t[1], 0, TakeMode::Fill),
                 t[0].take_mode(&t[1], 0, TakeMode::Clip),
                 t[0].take_mode(&t[1], 0, TakeMode::Wrap),
+                t[0].index_take(&t[1], 0),
                 t[0].take(&t[1], 0),
+                t[0].take_mode(&t[1], 0, TakeMode::PromiseInBounds),
             ]
         },
         &args,
@@ -170,6 +172,119 @@ fn take_modes_and_indexing_are_jnps() {
     assert_f32_like_jax(&got[1], jax::TAKE_CLIP, "jnp.take mode=clip");
     assert_f32_like_jax(&got[2], jax::TAKE_WRAP, "jnp.take mode=wrap");
     assert_f32_like_jax(&got[3], jax::TAKE_GETITEM, "x[idx]");
+    // Plain `take` is `jnp.take` (mode "fill"); PromiseInBounds is `x[idx]`.
+    assert_f32_like_jax(&got[4], jax::TAKE_FILL, "take = jnp.take");
+    assert_f32_like_jax(
+        &got[5],
+        jax::TAKE_GETITEM,
+        "take_mode PromiseInBounds = x[idx]",
+    );
+}
+
+/// `Tensor::take` is `jnp.take`: `jnp.take(x, [1, 7, 2], axis=1)` on a (4, 6) f32 array gives a
+/// NaN column for the index 7 (its default mode, "fill"), on Vulkan, GL and cpu; i32, u32 and
+/// bool data fill with JAX's values (`i32::MIN`, `u32::MAX`, `true`), u32 indices fill too, and
+/// a filled index gets no gradient.
+#[test]
+fn take_fills_out_of_range_indices_like_jnp_take() {
+    let (rows, cols) = (4usize, 6usize);
+    let n = rows * cols;
+    let xf: Vec<f32> = (0..n).map(|k| k as f32 * 0.75 - 7.5).collect();
+    let xi = i32s(n, 7001, -50, 50);
+    let xu = u32s(n, 7002, 0, 1000);
+    // Column 5 (where a clamp of 7 would read) holds a false: a clamped bool read would show.
+    let xb: Vec<bool> = (0..n).map(|k| k % 4 != 1).collect();
+    assert!((0..rows).any(|r| !xb[r * cols + 5]));
+    let sh = [rows, cols];
+    let args = [
+        Array::from_vec(xf.clone(), &sh).unwrap(),
+        Array::from_vec(xi.clone(), &sh).unwrap(),
+        Array::from_vec(xu.clone(), &sh).unwrap(),
+        Array::from_vec(xb.clone(), &sh).unwrap(),
+        arr(&[1i32, 7, 2]),
+        arr(&[1u32, 7, 2]),
+        Array::from_vec(f32s_lin(rows * 3), &[rows, 3]).unwrap(),
+    ];
+    let f = |t: &[Tensor]| {
+        let dx = brigade::grad(|u: &[Tensor]| vec![(&u[0].take(&u[1], 1) * &u[2]).sum_all()])
+            .apply(&[t[0].clone(), t[4].clone(), t[6].clone()])
+            .remove(0);
+        vec![
+            t[0].take(&t[4], 1),
+            t[1].take(&t[4], 1),
+            t[2].take(&t[4], 1),
+            t[3].take(&t[4], 1),
+            t[0].take(&t[5], 1),
+            dx,
+        ]
+    };
+    let cols_taken = [Some(1usize), None, Some(2)];
+    // Row-major (4, 3) results: column j of the result is column cols_taken[j] of x, or the fill.
+    fn expect<T: Copy>(x: &[T], cols_taken: &[Option<usize>], fill: T) -> Vec<T> {
+        (0..4)
+            .flat_map(|r| {
+                cols_taken
+                    .iter()
+                    .map(move |c| c.map_or(fill, |c| x[r * 6 + c]))
+            })
+            .collect()
+    }
+    let w = f32s_lin(rows * 3);
+    let mut dx = vec![0.0f32; n];
+    for r in 0..rows {
+        for (j, c) in cols_taken.iter().enumerate() {
+            if let Some(c) = c {
+                dx[r * cols + c] += w[r * 3 + j];
+            }
+        }
+    }
+    for (name, got) in on_every_device(f, &args, Tol::EXACT) {
+        assert_eq!(got[0].shape, vec![rows, 3], "{name}");
+        let g = got[0].to_vec::<f32>().unwrap();
+        let want = expect(&xf, &cols_taken, f32::NAN);
+        for (k, (g, w)) in g.iter().zip(&want).enumerate() {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{name}: f32 take at {k}: got {g}, want {w}"
+            );
+        }
+        assert!(
+            g[1].is_nan() && g[4].is_nan() && g[7].is_nan() && g[10].is_nan(),
+            "{name}: the column of index 7 is NaN: {g:?}"
+        );
+        let gu = got[4].to_vec::<f32>().unwrap();
+        assert!(
+            gu.iter()
+                .zip(&g)
+                .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())),
+            "{name}: u32 indices: {gu:?}, i32 indices: {g:?}"
+        );
+        assert_eq!(
+            got[1].to_vec::<i32>().unwrap(),
+            expect(&xi, &cols_taken, i32::MIN),
+            "{name}: i32"
+        );
+        assert_eq!(
+            got[2].to_vec::<u32>().unwrap(),
+            expect(&xu, &cols_taken, u32::MAX),
+            "{name}: u32"
+        );
+        assert_eq!(
+            got[3].to_vec::<bool>().unwrap(),
+            expect(&xb, &cols_taken, true),
+            "{name}: bool"
+        );
+        assert_eq!(
+            got[5].to_vec::<f32>().unwrap(),
+            dx,
+            "{name}: gradient (none for index 7)"
+        );
+    }
+}
+
+/// Half-integers from `0.5 - n / 3` up: distinct, nonzero, of both signs.
+fn f32s_lin(n: usize) -> Vec<f32> {
+    (0..n).map(|k| k as f32 + 0.5 - n as f32 / 3.0).collect()
 }
 
 #[test]

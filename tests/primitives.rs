@@ -1907,7 +1907,7 @@ fn take_wraps_negative_and_clamps_out_of_range_indices() {
     // 2-D indices along axis 0: -1 is the last row, -6 wraps once to -1 and clamps to 0, 7 clamps to 4.
     let idx = i32_arr(&[0, -1, 4, 7, -6, 2], &[3, 2]);
     let got = check_on_all(
-        |t: &[Tensor]| vec![t[0].take(&t[1], 0)],
+        |t: &[Tensor]| vec![t[0].index_take(&t[1], 0)],
         &[x.clone(), idx],
         Tol::EXACT,
     );
@@ -1921,23 +1921,23 @@ fn take_wraps_negative_and_clamps_out_of_range_indices() {
     assert_f32s(&got[0], &want, Tol::EXACT, "take (host)");
     // Along the last axis (negative axis), u32 indices (clamped), a rank-0 index, i32 data.
     check_on_all(
-        |t: &[Tensor]| vec![t[0].take(&t[1], -1)],
+        |t: &[Tensor]| vec![t[0].index_take(&t[1], -1)],
         &[x.clone(), i32_arr(&[2, -2, -3, 3, -100, 100], &[2, 3])],
         Tol::EXACT,
     );
     check_on_all(
-        |t: &[Tensor]| vec![t[0].take(&t[1], 0)],
+        |t: &[Tensor]| vec![t[0].index_take(&t[1], 0)],
         &[x.clone(), u32_arr(&[4, 0, 9, u32::MAX], &[4])],
         Tol::EXACT,
     );
     let got = check_on_all(
-        |t: &[Tensor]| vec![t[0].take(&t[1], 1)],
+        |t: &[Tensor]| vec![t[0].index_take(&t[1], 1)],
         &[x.clone(), i32_arr(&[-1], &[])],
         Tol::EXACT,
     );
     assert_eq!(got[0].shape, vec![5]);
     check_on_all(
-        |t: &[Tensor]| vec![t[0].take(&t[1], 1)],
+        |t: &[Tensor]| vec![t[0].index_take(&t[1], 1)],
         &[
             rand_i32(&[2, 4, 3], 362, -9, 9),
             i32_arr(&[3, 3, 0, -4, 1], &[5]),
@@ -1946,17 +1946,17 @@ fn take_wraps_negative_and_clamps_out_of_range_indices() {
     );
     // Indices and data computed in the same kernel; empty index arrays.
     check_on_all(
-        |t: &[Tensor]| vec![(&t[0] * 2.0).take(&(&t[1] + 1), 0)],
+        |t: &[Tensor]| vec![(&t[0] * 2.0).index_take(&(&t[1] + 1), 0)],
         &[x.clone(), i32_arr(&[0, 1, 2, 3], &[2, 2])],
         Tol::ARITH,
     );
     check_on_all(
-        |t: &[Tensor]| vec![t[0].take(&t[1], 0)],
+        |t: &[Tensor]| vec![t[0].index_take(&t[1], 0)],
         &[x, i32_arr(&[], &[0])],
         Tol::EXACT,
     );
     check_on_all(
-        |t: &[Tensor]| vec![t[0].take(&t[1], 0)],
+        |t: &[Tensor]| vec![t[0].index_take(&t[1], 0)],
         &[rand_f32(&[0, 2], 363), i32_arr(&[], &[0, 3])],
         Tol::EXACT,
     );
@@ -2439,7 +2439,7 @@ fn f64_layout_indexing_and_select_on_the_cpu_device() {
                 t[0].reshape(&[3, 2]).slice(&[1, 0], &[3, 2], None),
                 t[0].pad(&[0, 1], &[1, 0], 0.25f32),
                 Tensor::concatenate(&[&t[0], &t[0].neg()], 0),
-                t[0].take(&t[1], 1),
+                t[0].index_take(&t[1], 1),
                 t[0].gt(&Tensor::scalar(0.0f64))
                     .where_(&t[0], &t[0].square()),
                 t[0].broadcast_to(&[2, 2, 3]),

@@ -103,10 +103,10 @@ fn gathers_from_a_large_table() {
     check_segmented(
         |x: &[Tensor]| {
             vec![
-                x[0].take(&x[1], 0),
-                x[0].take(&x[2], 1) * 2.0,
+                x[0].index_take(&x[1], 0),
+                x[0].index_take(&x[2], 1) * 2.0,
                 // 600 rows: a result over the limit too.
-                x[0].take(&x[3], 0),
+                x[0].index_take(&x[3], 0),
             ]
         },
         &[table, rows, cols, many],
@@ -116,7 +116,7 @@ fn gathers_from_a_large_table() {
     let emb = rand_i32(&[5000, 19], 125, -100, 100);
     let ids = Array::from_vec(i32s(6 * 7, 126, 0, 5000), &[6, 7]).unwrap();
     let out = check_segmented(
-        |x: &[Tensor]| vec![x[0].take(&x[1], 0)],
+        |x: &[Tensor]| vec![x[0].index_take(&x[1], 0)],
         &[emb, ids],
         Tol::EXACT,
     );

@@ -504,3 +504,108 @@ fn evictions_under_concurrent_calls_keep_results_and_bounds() {
     let n = evicted.load(Ordering::Relaxed);
     assert!(n >= 4, "{n} programs evicted");
 }
+
+thread_local! {
+    /// Runtimes (and arrays on them) kept by a thread in its own thread-local, as an app that
+    /// builds one runtime per worker thread does: they are dropped by the thread's exit.
+    static KEPT: std::cell::RefCell<Vec<(Runtime, Vec<Array>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Heavy use on one thread of runtimes it keeps in a `thread_local!`: jit calls, eager ops, reads,
+/// a two-device pmap with a collective, arrays dropped and kept. Returns how many results it
+/// checked.
+fn use_kept_runtimes() -> usize {
+    let layouts = ["vulkan:2", "gl:1,vulkan:1", "cpu:2"];
+    // Touched first, as an app that sets up its per-thread state before any work does: its
+    // destructor then runs after those of every thread-local brigade and wgpu use afterwards.
+    KEPT.with(|r| r.borrow_mut().clear());
+    let mut checked = 0;
+    for (k, layout) in layouts.iter().enumerate() {
+        let rt = pollster::block_on(
+            Runtime::builder()
+                .layout_str(layout)
+                .allow_cpu_fallback(false)
+                .build(),
+        )
+        .unwrap_or_else(|e| panic!("no runtime for {layout}: {e}. {INSTALL}"));
+        let devs = rt.devices().to_vec();
+        let f = jit(jitted as PlainFn).named("kept");
+        let mut kept = Vec::new();
+        for (d, dev) in devs.iter().enumerate() {
+            let x = f32s(4 * 8, 1000 + (k * 10 + d) as u64, -1.0, 1.0);
+            let w = f32s(8, 1100 + (k * 10 + d) as u64, -1.0, 1.0);
+            let xa = Array::from_vec(x.clone(), &[4, 8])
+                .unwrap()
+                .to_device(dev)
+                .unwrap();
+            let wa = Array::from_vec(w.clone(), &[8])
+                .unwrap()
+                .to_device(dev)
+                .unwrap();
+            let outs = f
+                .call(&[xa.clone(), wa.clone()])
+                .unwrap_or_else(|e| panic!("{layout} on {}: {e}", dev.name()));
+            let want: Vec<f32> = x
+                .chunks(8)
+                .map(|r| {
+                    r.iter()
+                        .zip(&w)
+                        .map(|(a, b)| (*a as f64 * *b as f64 + 0.5).tanh())
+                        .sum::<f64>() as f32
+                })
+                .collect();
+            assert_f32s(
+                &host(&outs[0]),
+                &want,
+                Tol::REDUCE,
+                &format!("{layout} jit on {}", dev.name()),
+            );
+            // Eager ops on the device, read back.
+            let e = (Tensor::from(&xa) * 3.0 - Tensor::from(&xa)).sum_all();
+            let sum: f64 = x.iter().map(|v| *v as f64 * 2.0).sum();
+            assert_f32s(
+                &host(&e.to_array().unwrap()),
+                &[sum as f32],
+                Tol::REDUCE,
+                &format!("{layout} eager on {}", dev.name()),
+            );
+            checked += 2;
+            // Some results stay in the thread-local with the runtime, the rest are dropped here.
+            kept.push(outs[1].clone());
+            kept.push(e.to_array().unwrap());
+            drop(outs);
+        }
+        if devs.len() == 2 {
+            let p = pmap(centered as PlainFn).axis_name("i").devices(&devs);
+            let n = 5;
+            let x = f32s(2 * n, 1200 + k as u64, -3.0, 3.0);
+            let outs = p
+                .call(&[Array::from_vec(x.clone(), &[2, n]).unwrap()])
+                .unwrap_or_else(|e| panic!("{layout} pmap: {e}"));
+            let sq: f64 = x.iter().map(|v| *v as f64 * *v as f64).sum();
+            assert_f32s(
+                &host(&outs[1]),
+                &[sq as f32, sq as f32],
+                Tol::REDUCE,
+                &format!("{layout} pmap psum"),
+            );
+            checked += 1;
+            kept.extend(outs);
+        }
+        KEPT.with(|r| r.borrow_mut().push((rt, kept)));
+    }
+    checked
+}
+
+/// A thread that keeps runtimes (Vulkan, GL and cpu devices) and arrays in a `thread_local!` and
+/// ends after heavy use drops them in its thread-local destructors: that must not panic (a panic
+/// there aborts the whole process, which fails this binary loudly).
+#[test]
+fn runtimes_kept_in_a_thread_local_drop_cleanly_at_thread_exit() {
+    let h = std::thread::Builder::new()
+        .name("kept runtimes".into())
+        .spawn(use_kept_runtimes)
+        .unwrap();
+    assert_eq!(h.join().expect("the worker thread panicked"), 3 * 2 * 2 + 3);
+}

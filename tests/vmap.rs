@@ -638,7 +638,7 @@ fn take_with_x_batched_and_indices_shared() {
         "take x batched",
         |a: &[Tensor]| {
             let (x, i) = (&a[0], &a[1]);
-            vec![x.take(i, 0), x.take(i, 1), x.take(i, -1)]
+            vec![x.index_take(i, 0), x.index_take(i, 1), x.index_take(i, -1)]
         },
         &[Some(0), None],
         &[Some(0)],
@@ -650,7 +650,7 @@ fn take_with_x_batched_and_indices_shared() {
     let iu = rand_u32(&[3], 65, 0, 6);
     check_vmap(
         "take x batched on axis 1, u32 idx",
-        |a: &[Tensor]| vec![a[0].take(&a[1], 1), a[0].take(&a[1], 0)],
+        |a: &[Tensor]| vec![a[0].index_take(&a[1], 1), a[0].index_take(&a[1], 0)],
         &[Some(1), None],
         &[Some(2)],
         &[x2, iu],
@@ -667,7 +667,7 @@ fn take_with_x_shared_and_indices_batched() {
         "take idx batched",
         |a: &[Tensor]| {
             let (x, i) = (&a[0], &a[1]);
-            vec![x.take(i, 0), x.take(i, 1)]
+            vec![x.index_take(i, 0), x.index_take(i, 1)]
         },
         &[None, Some(1)],
         &[Some(0)],
@@ -679,7 +679,7 @@ fn take_with_x_shared_and_indices_batched() {
     let idx2 = rand_i32(&[3, 2, 2], 69, -5, 4);
     check_vmap(
         "take idx batched, 2-D idx",
-        |a: &[Tensor]| vec![a[0].take(&a[1], 1), a[0].take(&a[1], 2)],
+        |a: &[Tensor]| vec![a[0].index_take(&a[1], 1), a[0].index_take(&a[1], 2)],
         &[None, Some(0)],
         &[Some(1)],
         &[x3, idx2],
@@ -704,7 +704,7 @@ fn take_with_both_batched_and_negative_indices() {
         "take both batched",
         |a: &[Tensor]| {
             let (x, i) = (&a[0], &a[1]);
-            vec![x.take(i, 0), x.take(i, 1)]
+            vec![x.index_take(i, 0), x.index_take(i, 1)]
         },
         &[Some(1), Some(0)],
         &[Some(0)],
@@ -733,9 +733,9 @@ fn take_with_both_batched_and_negative_indices() {
         "take both batched, middle axis",
         |a: &[Tensor]| {
             vec![
-                a[0].take(&a[1], 1),
-                a[0].take(&a[1], 2),
-                a[0].take(&a[1], 0),
+                a[0].index_take(&a[1], 1),
+                a[0].index_take(&a[1], 2),
+                a[0].index_take(&a[1], 0),
             ]
         },
         &[Some(0), Some(2)],
@@ -748,7 +748,7 @@ fn take_with_both_batched_and_negative_indices() {
     let iu = rand_u32(&[3, 3], 74, 0, 6);
     check_vmap(
         "take both batched, u32",
-        |a: &[Tensor]| vec![a[0].take(&a[1], 0)],
+        |a: &[Tensor]| vec![a[0].index_take(&a[1], 0)],
         &[Some(0), Some(1)],
         &[Some(0)],
         &[xu, iu],
@@ -764,7 +764,7 @@ fn take_with_both_batched_and_huge_u32_indices_clamps_like_take() {
     let idx = Array::from_vec(vec![3_000_000_000u32, 1, 2_147_483_648, 0], &[2, 2]).unwrap();
     let want = check_vmap(
         "take both batched, u32 >= 2^31",
-        |a: &[Tensor]| vec![a[0].take(&a[1], 0)],
+        |a: &[Tensor]| vec![a[0].index_take(&a[1], 0)],
         &[Some(0), Some(0)],
         &[Some(0)],
         &[x.clone(), idx],
@@ -2111,7 +2111,7 @@ fn take_batched_under_another_vmap() {
     let i3 = i32_array(vec![0, -1, 5, -6, 9, 2, -5, 4, 3, -2, 1, 7], &[2, 3, 2]);
     let i2 = i32_array(vec![4, -9, -1, 0, 6, 2], &[3, 2]);
     fn inner(a: &[Tensor]) -> Vec<Tensor> {
-        let taken = |u: &[Tensor]| vec![u[0].take(&u[1], 0), u[0].take(&u[1], 1)];
+        let taken = |u: &[Tensor]| vec![u[0].index_take(&u[1], 0), u[0].index_take(&u[1], 1)];
         let mut out = vmap(taken).apply(a);
         let loss = move |u: &[Tensor]| {
             let y = vmap(taken).apply(u);

@@ -355,8 +355,8 @@ fn layout(cases: &mut Vec<Case>) {
             format!("take {dt}"),
             |a| {
                 vec![
-                    a[0].take(&a[1], 0),
-                    a[0].take(&a[2], -1),
+                    a[0].index_take(&a[1], 0),
+                    a[0].index_take(&a[2], -1),
                     a[0].take_mode(&a[1], 1, TakeMode::Clip),
                     a[0].take_mode(&a[2], 2, TakeMode::Wrap),
                     a[0].take_mode(&a[1], 2, TakeMode::Fill),
@@ -392,7 +392,7 @@ fn layout(cases: &mut Vec<Case>) {
                 .slice(&[1], &[12], Some(&[2]));
             let b = Tensor::concatenate(&[&a, &x[1].exp()], 0).pad(&[1], &[1], 0.0f32);
             vec![
-                b.take(&x[2], 0).sum_all(),
+                b.index_take(&x[2], 0).sum_all(),
                 b.max(0i64, true).broadcast_to(&[2, 1]),
             ]
         },
@@ -831,7 +831,7 @@ fn transforms(cases: &mut Vec<Case>) {
             let s = a[0].slice(&[1, 0], &[4, 6], Some(&[1, 2]));
             let c = Tensor::concatenate(&[&s, &a[0].slice(&[0, 1], &[2, 4], None)], 0);
             let p = c.pad(&[1, 0], &[0, 2], 0.0f32).t();
-            vec![(p.take(&a[1], 0).square().sum_all()) + p.max(Axes::All, false)]
+            vec![(p.index_take(&a[1], 0).square().sum_all()) + p.max(Axes::All, false)]
         },
         &[0],
         || vec![rand_f32(&[5, 6], 90), rand_i32(&[3], 91, 0, 5)],

@@ -27,6 +27,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static GL_CONTEXT: Mutex<()> = Mutex::new(());
 
 thread_local! {
+    /// No destructor, so never destroyed: `gl_guard`, reached from destructors while a thread
+    /// ends, may read it then.
     static GL_HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -36,7 +38,7 @@ pub(crate) struct GlGuard(Option<MutexGuard<'static, ()>>);
 impl Drop for GlGuard {
     fn drop(&mut self) {
         if self.0.take().is_some() {
-            GL_HELD.with(|h| h.set(false));
+            let _ = GL_HELD.try_with(|h| h.set(false));
         }
     }
 }
@@ -184,13 +186,19 @@ impl Gpu {
     }
 
     /// Serialize GL calls across threads; a no-op on other backends and when this thread holds it.
+    ///
+    /// Every wgpu call of brigade's takes it, so it also marks the thread as one that uses wgpu
+    /// (see `thread_exit.rs`).
     pub(crate) fn gl_guard(&self) -> GlGuard {
-        if !self.is_gl || GL_HELD.with(|h| h.get()) {
-            return GlGuard(None);
-        }
-        let g = lock(&GL_CONTEXT);
-        GL_HELD.with(|h| h.set(true));
-        GlGuard(Some(g))
+        let guard = if !self.is_gl || GL_HELD.with(|h| h.get()) {
+            GlGuard(None)
+        } else {
+            let g = lock(&GL_CONTEXT);
+            GL_HELD.with(|h| h.set(true));
+            GlGuard(Some(g))
+        };
+        super::thread_exit::enter(&self.device);
+        guard
     }
 
     /// Run `f` inside validation, out-of-memory and internal error scopes and return the first
@@ -341,6 +349,16 @@ pub(crate) struct DeviceInner {
     pub(crate) gpu: Option<Gpu>,
     /// Capacities of the caches that hold programs for this device (see `caches.rs`).
     pub(crate) caches: super::caches::CacheSettings,
+}
+
+impl Drop for DeviceInner {
+    fn drop(&mut self) {
+        // Dropping the queue and the pooled buffers takes wgpu's snatch lock, which a thread
+        // that is ending may no longer take (see `thread_exit.rs`).
+        if let Some(gpu) = self.gpu.take() {
+            super::thread_exit::drop_safely(move || drop(gpu));
+        }
+    }
 }
 
 /// One logical device: a wgpu `Device` + `Queue` on some adapter, or the `cpu` device.
@@ -922,7 +940,7 @@ impl Device {
                 e => e,
             })?;
         let capacity = parts.iter().map(|p| p.capacity).sum();
-        let mut buf = self.wrap(parts[0].buffer.clone(), size, capacity, extra);
+        let mut buf = self.wrap(wgpu::Buffer::clone(&parts[0].buffer), size, capacity, extra);
         let b = Arc::get_mut(&mut buf).expect("a buffer just made has one owner");
         (b.parts, b.part_bytes) = (parts, part);
         Ok(buf)
@@ -959,7 +977,7 @@ impl Device {
         extra: wgpu::BufferUsages,
     ) -> Arc<DeviceBuffer> {
         Arc::new(DeviceBuffer {
-            buffer,
+            buffer: std::mem::ManuallyDrop::new(buffer),
             offset: 0,
             size,
             capacity,
@@ -1081,7 +1099,7 @@ impl Device {
             }));
         }
         Ok(Arc::new(DeviceBuffer {
-            buffer,
+            buffer: std::mem::ManuallyDrop::new(buffer),
             offset,
             size,
             capacity: size,

@@ -60,6 +60,7 @@ mod pool;
 mod runtime;
 mod scopes;
 mod texture;
+mod thread_exit;
 mod transfer;
 pub(crate) mod tune;
 

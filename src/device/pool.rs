@@ -293,7 +293,8 @@ impl Pool {
 /// [`super::Device::alloc`] are unspecified (a reused buffer keeps old data): kernels must write
 /// every element of their outputs, or use [`super::Device::alloc_zeroed`].
 pub struct DeviceBuffer {
-    pub(crate) buffer: wgpu::Buffer,
+    /// Dropped by hand in `drop`: while the thread ends, on another thread (see `thread_exit.rs`).
+    pub(crate) buffer: std::mem::ManuallyDrop<wgpu::Buffer>,
     /// Where brigade's bytes start in `buffer` (0 except for imported buffers).
     pub(crate) offset: u64,
     pub(crate) size: u64,
@@ -388,7 +389,7 @@ impl DeviceBuffer {
             let part = (at / self.part_bytes) as usize;
             let within = at % self.part_bytes;
             let n = (self.part_bytes - within).min(end - at);
-            out.push((&self.parts[part].buffer, within, n));
+            out.push((&*self.parts[part].buffer, within, n));
             at += n;
         }
         out
@@ -415,7 +416,7 @@ impl DeviceBuffer {
         debug_assert!(offset + size <= self.capacity, "a view inside its buffer");
         let (buffer, start) = match self.pieces(offset, size).as_slice() {
             [(b, at, _)] => ((*b).clone(), *at),
-            [] => (self.buffer.clone(), self.offset + offset),
+            [] => (wgpu::Buffer::clone(&self.buffer), self.offset + offset),
             _ => {
                 return Err(crate::Error::Unsupported {
                     op: "segments",
@@ -429,7 +430,7 @@ impl DeviceBuffer {
             }
         };
         Ok(Arc::new(DeviceBuffer {
-            buffer,
+            buffer: std::mem::ManuallyDrop::new(buffer),
             offset: start,
             size,
             capacity: size,
@@ -444,8 +445,8 @@ impl DeviceBuffer {
 
     /// Every wgpu buffer this one uses (its parts, or the one buffer).
     pub(crate) fn wgpu_buffers(&self) -> impl Iterator<Item = &wgpu::Buffer> {
-        let one = self.parts.is_empty().then_some(&self.buffer);
-        one.into_iter().chain(self.parts.iter().map(|p| &p.buffer))
+        let one = self.parts.is_empty().then_some(&*self.buffer);
+        one.into_iter().chain(self.parts.iter().map(|p| &*p.buffer))
     }
 
     /// The parts of an array stored in parts, each with the bytes of the first `bytes` of the
@@ -489,37 +490,51 @@ impl fmt::Debug for DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        // SAFETY: `buffer` is not used after this line.
+        let buffer = unsafe { std::mem::ManuallyDrop::take(&mut self.buffer) };
+        let spill = self.release(&buffer);
+        // Dropping the last handle of a wgpu buffer takes wgpu's snatch lock, which a thread that
+        // is ending may no longer take (see `thread_exit.rs`). Destroying wgpu buffers touches the
+        // GL context: serialize like every GL call.
+        let owner = self.owner.clone();
+        super::thread_exit::drop_safely(move || {
+            let _gl = owner.gpu.as_ref().map(|g| g.gl_guard());
+            drop(spill);
+            drop(buffer);
+        });
+    }
+}
+
+impl DeviceBuffer {
+    /// Give `buffer` (this buffer's handle) back to the pool where it goes there, and the parts
+    /// back as they drop. Returns what the pool let go.
+    fn release(&mut self, buffer: &wgpu::Buffer) -> Option<wgpu::Buffer> {
         if self.imported {
             // The app's buffer: the app frees it.
-            return;
+            return None;
         }
         if let Some(gpu) = &self.owner.gpu {
             if gpu.state.lost().is_some() {
-                return;
+                return None;
             }
-            let spill = if !self.parts.is_empty() {
+            if !self.parts.is_empty() {
                 // The parts give themselves back (or are freed, once handed out) as they drop,
-                // before the GL guard below is taken: their own drops take it.
+                // before the caller takes the GL guard: their own drops take it.
                 if self.is_shared() {
                     self.parts.iter().for_each(|p| p.share());
                 }
                 self.parts.clear();
-                None
             } else if self.is_shared() {
                 // Not reused: the app may still bind it. wgpu frees it once the app's handle and
                 // every command using it are gone.
                 super::gpu::lock(&gpu.pool).unreserve(self.capacity);
-                None
             } else {
                 // `wgpu::Buffer` is a reference-counted handle: the clone goes to the pool and
-                // `self.buffer` is released right after.
-                super::gpu::lock(&gpu.pool).give(self.buffer.clone(), self.capacity, self.extra)
-            };
-            // Destroying wgpu buffers touches the GL context: serialize like every GL call.
-            let _gl = gpu.gl_guard();
-            drop(spill);
-            self.parts.clear();
+                // `buffer` is released right after.
+                return super::gpu::lock(&gpu.pool).give(buffer.clone(), self.capacity, self.extra);
+            }
         }
+        None
     }
 }
 

@@ -173,7 +173,10 @@ thread_local! {
 
 /// True when the running read closure of this thread holds a buffer for which `uses` is true.
 fn held_here(uses: impl Fn(&GateKey) -> bool) -> bool {
-    CLOSURE_HOLDS.with(|h| h.borrow().iter().any(uses))
+    // While the thread ends (its thread-locals being destroyed) no read closure runs on it.
+    CLOSURE_HOLDS
+        .try_with(|h| h.borrow().iter().any(uses))
+        .unwrap_or(false)
 }
 
 /// Marks `keys` as held by this thread's read closure until dropped (also on a panic in it).
@@ -188,7 +191,8 @@ impl ClosureHolds {
 
 impl Drop for ClosureHolds {
     fn drop(&mut self) {
-        CLOSURE_HOLDS.with(|h| {
+        // Gone already while the thread ends: nothing left to release.
+        let _ = CLOSURE_HOLDS.try_with(|h| {
             let mut h = h.borrow_mut();
             let keep = h.len().saturating_sub(self.0);
             h.truncate(keep);
@@ -210,7 +214,10 @@ struct DirectMaps {
 impl DirectMaps {
     fn keys(&self) -> Vec<GateKey> {
         // A buffer mapped in place is one wgpu buffer (an array in parts maps each part).
-        self.buffers.iter().map(|(b, _)| b.buffer.clone()).collect()
+        self.buffers
+            .iter()
+            .map(|(b, _)| wgpu::Buffer::clone(&b.buffer))
+            .collect()
     }
 }
 
@@ -859,7 +866,7 @@ impl PendingRead {
             .direct
             .buffers
             .iter()
-            .map(|(b, used)| (&b.buffer, *used));
+            .map(|(b, used)| (&*b.buffer, *used));
         staging
             .chain(direct)
             .map(|(b, used)| {

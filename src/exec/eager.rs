@@ -50,7 +50,9 @@ pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Vec<Array>> {
         .chain(avals.iter().copied())
         .any(|a| a.dtype == DType::F64);
     let dev = if f64_op && args.iter().all(|a| a.host().is_some()) {
-        HOST.with(Device::clone)
+        // A fresh one in destructors run while the thread ends.
+        HOST.try_with(Device::clone)
+            .unwrap_or_else(|_| Device::new_cpu(0, 0))
     } else {
         pick_device(None, args)?
     };
@@ -61,7 +63,11 @@ pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Vec<Array>> {
         String::new()
     };
     let cached = if cacheable {
-        EAGER.with(|c| c.borrow_mut().get(&key).cloned())
+        // Uncached in destructors run while the thread ends.
+        EAGER
+            .try_with(|c| c.borrow_mut().get(&key).cloned())
+            .ok()
+            .flatten()
     } else {
         None
     };
@@ -88,12 +94,14 @@ pub(crate) fn eager(prim: Prim, args: &[&Array]) -> Result<Vec<Array>> {
             g.outputs = outs;
             let e = Rc::new(Executable::new(g));
             if cacheable {
-                let evicted = EAGER.with(|c| {
-                    let mut c = c.borrow_mut();
-                    let mut out = c.set_capacity(dev.program_cache_capacity());
-                    out.extend(c.insert(key, e.clone()));
-                    out
-                });
+                let evicted = EAGER
+                    .try_with(|c| {
+                        let mut c = c.borrow_mut();
+                        let mut out = c.set_capacity(dev.program_cache_capacity());
+                        out.extend(c.insert(key, e.clone()));
+                        out
+                    })
+                    .unwrap_or_default();
                 count_program_evictions(evicted);
             }
             e
@@ -110,7 +118,9 @@ impl Device {
     /// arrays and the memory pool are not touched (see [`Device::trim_pool`]).
     pub fn clear_caches(&self) {
         self.clear_kernel_cache();
-        let dropped = EAGER.with(|c| c.borrow_mut().drain());
+        let dropped = EAGER
+            .try_with(|c| c.borrow_mut().drain())
+            .unwrap_or_default();
         drop(dropped);
     }
 }

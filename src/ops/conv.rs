@@ -647,7 +647,7 @@ fn flip(t: &crate::tensor::Tensor, axes: &[usize]) -> crate::tensor::Tensor {
         let n = out.shape()[a];
         if n > 1 {
             let idx: Vec<i32> = (0..n as i32).rev().collect();
-            out = out.take(&crate::tensor::Tensor::from_vec(idx, &[n]), a as i64);
+            out = out.index_take(&crate::tensor::Tensor::from_vec(idx, &[n]), a as i64);
         }
     }
     out

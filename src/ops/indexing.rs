@@ -1,4 +1,5 @@
-//! Indexing: `take` (gather whole slices along one axis by integer indices).
+//! Indexing: the `take` primitive (gather whole slices along one axis by integer indices, as
+//! `x[idx]` does: `Tensor::index_take`; `Tensor::take` and `take_mode` build JAX's modes on it).
 //!
 //! Index semantics (same on CPU and device): a negative index counts from the end once (`-1` is the
 //! last element, as in NumPy); anything still out of range is clamped into `[0, n)`, the way XLA's

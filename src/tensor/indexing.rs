@@ -1,4 +1,4 @@
-//! Indexing ops: `take` (with JAX's out-of-bounds modes) and `one_hot`.
+//! Indexing ops: `take` (with JAX's out-of-bounds modes), `x[idx]` (`index_take`) and `one_hot`.
 
 use crate::dtype::{DType, Scalar};
 use crate::error::Error;
@@ -6,26 +6,49 @@ use crate::ops::{IndexOp, Prim};
 use crate::tensor::{TakeMode, Tensor, norm_axis};
 
 impl Tensor {
-    /// Gather slices along `axis` by integer `indices` (like `x[indices]` in JAX): the result has
-    /// shape `shape[..axis] + indices.shape + shape[axis+1..]`. Negative indices count from the end
-    /// once; indices still out of range are clamped.
-    ///
-    /// The gradient is JAX's for `x[indices]` (a gather in `PROMISE_IN_BOUNDS` mode): each taken
-    /// slice's cotangent adds into the slice it came from, and an index outside `[-n, n)` (`[0, n)`
-    /// for u32) adds nothing, though the forward clamped it. The same holds under `vmap`.
-    /// [`Tensor::take_mode`]'s gradients are those of `jnp.take(mode=...)`.
+    /// `jnp.take(x, indices, axis)`: gather slices along `axis` by integer `indices`; the result
+    /// has shape `shape[..axis] + indices.shape + shape[axis+1..]`. As in JAX (its default mode,
+    /// "fill"), an index in `[-n, 0)` counts from the end and one outside `[-n, n)` gives a fill
+    /// value: NaN for f32/f64, `i32::MIN` for i32, `u32::MAX` for u32, `true` for bool. A filled
+    /// index gets no gradient. [`Tensor::take_mode`] takes JAX's other modes;
+    /// [`Tensor::index_take`] is `x[indices]` indexing (clamped).
     ///
     /// ```
     /// use brigade::{Tensor, grad};
     /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4]);
     /// let i = Tensor::from_vec(vec![0i32, 7, -1, -9], &[4]);
-    /// assert_eq!(x.take(&i, 0).to_vec::<f32>()?, vec![1.0, 4.0, 4.0, 1.0]);
+    /// let got = x.take(&i, 0).to_vec::<f32>()?;
+    /// assert_eq!((got[0], got[2]), (1.0, 4.0));
+    /// // 7 and -9 are outside [-4, 4): NaN, and no gradient.
+    /// assert!(got[1].is_nan() && got[3].is_nan());
     /// let dx = grad(|t: &[Tensor]| vec![t[0].take(&t[1], 0).sum_all()]).apply(&[x, i]);
-    /// // 7 and -9 are outside [-4, 4): no gradient; -1 is element 3.
     /// assert_eq!(dx[0].to_vec::<f32>()?, vec![1.0, 0.0, 0.0, 1.0]);
     /// # Ok::<(), brigade::Error>(())
     /// ```
     pub fn take(&self, indices: &Tensor, axis: i64) -> Tensor {
+        self.take_mode(indices, axis, TakeMode::Fill)
+    }
+    /// `x[indices]` along `axis` (JAX's indexing, a gather promised in bounds): like
+    /// [`Tensor::take`], but an index still out of range after negatives count from the end
+    /// once is clamped into `[0, n)` instead of filled. Named apart from `take` because the two
+    /// differ only on out-of-range indices, where a silent clamp would hide a bug; use it where
+    /// indices are in range by construction (embeddings, permutations, sort and slice helpers).
+    ///
+    /// The gradient is JAX's for `x[indices]`: each taken slice's cotangent adds into the slice
+    /// it came from, and an index outside `[-n, n)` (`[0, n)` for u32) adds nothing, though the
+    /// forward clamped it. The same holds under `vmap`.
+    ///
+    /// ```
+    /// use brigade::{Tensor, grad};
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4]);
+    /// let i = Tensor::from_vec(vec![0i32, 7, -1, -9], &[4]);
+    /// assert_eq!(x.index_take(&i, 0).to_vec::<f32>()?, vec![1.0, 4.0, 4.0, 1.0]);
+    /// let dx = grad(|t: &[Tensor]| vec![t[0].index_take(&t[1], 0).sum_all()]).apply(&[x, i]);
+    /// // 7 and -9 are outside [-4, 4): no gradient; -1 is element 3.
+    /// assert_eq!(dx[0].to_vec::<f32>()?, vec![1.0, 0.0, 0.0, 1.0]);
+    /// # Ok::<(), brigade::Error>(())
+    /// ```
+    pub fn index_take(&self, indices: &Tensor, axis: i64) -> Tensor {
         if let Some(e) = self.error() {
             return Tensor::failed(e.clone());
         }
@@ -34,13 +57,13 @@ impl Tensor {
             Err(e) => self.fail_with(e),
         }
     }
-    /// [`Tensor::take`] with `jnp.take`'s treatment of out-of-range indices (`mode=`):
-    /// [`TakeMode::Fill`] (`jnp.take`'s default) gives a fill value for an index outside
-    /// `[-n, n)` (NaN for f32/f64, `i32::MIN`, `u32::MAX`, `true` for bool; negative indices in
-    /// range count from the end), [`TakeMode::Clip`] clamps every index into `[0, n)` (a negative
-    /// one gives element 0), [`TakeMode::Wrap`] takes it modulo `n`. Plain `take` is `x[idx]`
-    /// indexing: negatives count from the end once, then the index is clamped (and, unlike `Clip`,
-    /// a clamped index gets no gradient).
+    /// [`Tensor::take`] with JAX's treatment of out-of-range indices (`mode=`):
+    /// [`TakeMode::Fill`] (`jnp.take`'s default, plain `take`) gives a fill value for an index
+    /// outside `[-n, n)` (NaN for f32/f64, `i32::MIN`, `u32::MAX`, `true` for bool; negative
+    /// indices in range count from the end), [`TakeMode::Clip`] clamps every index into `[0, n)`
+    /// (a negative one gives element 0), [`TakeMode::Wrap`] takes it modulo `n`, and
+    /// [`TakeMode::PromiseInBounds`] is `x[idx]` indexing ([`Tensor::index_take`]: negatives
+    /// count from the end once, then the index is clamped and, unlike `Clip`, gets no gradient).
     ///
     /// Gradients are those of `jnp.take(mode=...)`: under `Clip` and `Wrap` the cotangent goes to
     /// the element that was read; under `Fill` an index outside `[-n, n)` gets none.
@@ -54,6 +77,10 @@ impl Tensor {
     /// assert!(fill[1].is_nan() && fill[2].is_nan());
     /// assert_eq!(x.take_mode(&i, 0, TakeMode::Clip).to_vec::<f32>()?, vec![10.0, 30.0, 10.0, 20.0]);
     /// assert_eq!(x.take_mode(&i, 0, TakeMode::Wrap).to_vec::<f32>()?, vec![30.0, 10.0, 30.0, 20.0]);
+    /// assert_eq!(
+    ///     x.take_mode(&i, 0, TakeMode::PromiseInBounds).to_vec::<f32>()?,
+    ///     vec![30.0, 30.0, 10.0, 20.0]
+    /// );
     /// # Ok::<(), brigade::Error>(())
     /// ```
     pub fn take_mode(&self, indices: &Tensor, axis: i64, mode: TakeMode) -> Tensor {
@@ -68,7 +95,7 @@ impl Tensor {
         let it = indices.dtype();
         if !it.is_int() || n == 0 {
             // The primitive's own error (dtype of the indices, or an empty axis).
-            return self.take(indices, axis);
+            return self.index_take(indices, axis);
         }
         // Array lengths fit in i32 on every device; saturate just in case (the clamp is a no-op).
         let n_lit = |k: i64| match it {
@@ -77,21 +104,22 @@ impl Tensor {
         };
         let last = n_lit(n as i64 - 1);
         match mode {
+            TakeMode::PromiseInBounds => self.index_take(indices, axis),
             TakeMode::Clip => {
                 let i = if it == DType::I32 {
                     indices.maximum(&n_lit(0)).minimum(&last)
                 } else {
                     indices.minimum(&last)
                 };
-                self.take(&i, axis)
+                self.index_take(&i, axis)
             }
-            TakeMode::Wrap => self.take(&indices.remainder(&n_lit(n as i64)), axis),
+            TakeMode::Wrap => self.index_take(&indices.remainder(&n_lit(n as i64)), axis),
             TakeMode::Fill => {
                 let mut valid = indices.lt(&n_lit(n as i64));
                 if it == DType::I32 {
                     valid = valid.and(&indices.ge(&n_lit(-(n as i64))));
                 }
-                let got = self.take(indices, axis);
+                let got = self.index_take(indices, axis);
                 let r = indices.ndim();
                 let dims: Vec<usize> = (a..a + r).collect();
                 let valid = valid.broadcast_in_dim(got.shape(), &dims);
@@ -110,7 +138,7 @@ impl Tensor {
     /// `starts`, one integer scalar tensor per axis (traced values allowed: the position may be
     /// computed on the device). As in JAX, a negative i32 start counts from the end once
     /// (`start + dim`), then each start is clamped into `[0, dim - size]`, so the block always
-    /// lies inside `x`. Built from `take` along each axis whose size changes, so
+    /// lies inside `x`. Built from `index_take` along each axis whose size changes, so
     /// `grad` adds the cotangent into the block and `vmap` batches the starts too.
     ///
     /// ```
@@ -143,14 +171,14 @@ impl Tensor {
             }
             let start = clamped_start(&starts[k], dim, size);
             let idx = &Tensor::iota(DType::I32, &[size], 0) + &start;
-            x = x.take(&idx, k as i64);
+            x = x.index_take(&idx, k as i64);
         }
         x
     }
 
     /// `lax.dynamic_update_slice(x, update, starts)`: `x` with the block `update` written at
     /// `starts` (one integer scalar tensor per axis; as in JAX a negative one counts from the end
-    /// once, then each is clamped into `[0, dim - update_dim]`). Built from `take` and `select`: the gradient of `x` is the cotangent outside the
+    /// once, then each is clamped into `[0, dim - update_dim]`). Built from `index_take` and `select`: the gradient of `x` is the cotangent outside the
     /// block, that of `update` the cotangent inside it.
     ///
     /// ```
@@ -217,7 +245,7 @@ impl Tensor {
             let zero = Tensor::scalar(0i32);
             let within = p.ge(&zero).and(&p.lt(&Tensor::scalar(size as i32)));
             let read = p.maximum(&zero).minimum(&Tensor::scalar(size as i32 - 1));
-            spread = spread.take(&read, k as i64);
+            spread = spread.index_take(&read, k as i64);
             let within = within.broadcast_in_dim(&shape, &[k]);
             inside = Some(match inside {
                 Some(m) => m.and(&within),

@@ -80,16 +80,23 @@ impl From<&Array> for Tensor {
     }
 }
 
-/// How [`Tensor::take_mode`] treats indices out of range (`jnp.take`'s `mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// How [`Tensor::take_mode`] treats indices out of range (JAX's `mode=` of `jnp.take` and
+/// `x.at[idx].get`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TakeMode {
-    /// An index outside `[-n, n)` gives a fill value (NaN, `i32::MIN`, `u32::MAX`, `true`):
-    /// `jnp.take`'s default.
+    /// An index in `[-n, 0)` counts from the end; one outside `[-n, n)` gives a fill value (NaN,
+    /// `i32::MIN`, `u32::MAX`, `true`) and gets no gradient: `jnp.take`'s default
+    /// ([`Tensor::take`]).
+    #[default]
     Fill,
     /// Every index is clamped into `[0, n)`; negative ones give element 0.
     Clip,
     /// Every index is taken modulo `n` (Python's `%`).
     Wrap,
+    /// `x[idx]` indexing ([`Tensor::index_take`]): an index in `[-n, 0)` counts from the end,
+    /// and one still out of range is clamped (what XLA does with a gather promised in bounds)
+    /// and gets no gradient.
+    PromiseInBounds,
 }
 
 /// Axes argument of reductions: one axis, several, or all. Negative axes count from the end.

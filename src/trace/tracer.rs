@@ -21,13 +21,21 @@ thread_local! {
 }
 
 /// The innermost trace being recorded on this thread.
+///
+/// Ops run by destructors while the thread ends (its thread-locals being destroyed) see none.
 pub(crate) fn current() -> Option<Rc<Trace>> {
-    ACTIVE.with(|a| a.borrow().last().cloned())
+    ACTIVE
+        .try_with(|a| a.borrow().last().cloned())
+        .ok()
+        .flatten()
 }
 
 /// Position of the trace `id` in the stack of active traces (higher is more inner), if active.
 pub(crate) fn depth_of(id: u64) -> Option<usize> {
-    ACTIVE.with(|a| a.borrow().iter().position(|t| t.id == id))
+    ACTIVE
+        .try_with(|a| a.borrow().iter().position(|t| t.id == id))
+        .ok()
+        .flatten()
 }
 
 /// Marks `trace` active until dropped (also on panic).
@@ -42,7 +50,8 @@ impl Activation {
 
 impl Drop for Activation {
     fn drop(&mut self) {
-        ACTIVE.with(|a| {
+        // Gone already while the thread ends: nothing left to pop.
+        let _ = ACTIVE.try_with(|a| {
             a.borrow_mut().pop();
         });
     }

@@ -170,7 +170,7 @@ impl ParallelExe {
                     let slice = self.loop_kernel(
                         vec![x.aval().clone(), index.aval().clone()],
                         0,
-                        &|t: &[Tensor]| vec![t[0].take(&t[1], 0)],
+                        &|t: &[Tensor]| vec![t[0].index_take(&t[1], 0)],
                     )?;
                     a.extend(slice.run_planned(dev, &[x.clone(), index.clone()], limits)?);
                 }
