@@ -36,7 +36,8 @@ use std::time::Duration;
 use super::gpu::{Device, lock};
 use crate::ops::matmul::kernel::{MatmulChooser, MatmulConfig, MatmulProblem};
 
-/// Environment variable: `off`, `0` or `false` disables the measured search (heuristic kernels).
+/// Environment variable: `off`, `0` or `false` disables the measured search (heuristic kernels);
+/// `on`, `1` or `true` (or unset) keeps it; anything else fails `RuntimeBuilder::build`.
 pub const TUNE_ENV: &str = "BRIGADE_MATMUL_TUNE";
 /// Environment variable: whether f32 matmuls read their operands from textures
 /// (`MatmulConfig::Texture`, `shaders/matmul_texture.wgsl`) where the shape allows (`nn`, `k` and
@@ -118,11 +119,8 @@ static CHOICES: LazyLock<Mutex<Choices>> = LazyLock::new(|| {
 
 /// Whether [`TEXTURE_ENV`] asks for the texture member (else the platform's default).
 fn textures_wanted() -> bool {
-    match std::env::var(TEXTURE_ENV).as_deref().map(str::trim) {
-        Ok("on" | "1" | "true" | "ON") => true,
-        Ok("off" | "0" | "false" | "OFF") => false,
-        _ => cfg!(target_arch = "wasm32"),
-    }
+    super::env::read_or_warn(TEXTURE_ENV, super::env::parse_switch)
+        .unwrap_or(cfg!(target_arch = "wasm32"))
 }
 
 /// The texture member when it is wanted ([`TEXTURE_ENV`]) and can run `p` on `dev`: a GPU
@@ -135,10 +133,7 @@ fn texture_choice(dev: &Device, p: &MatmulProblem) -> Option<MatmulConfig> {
 
 /// Whether the search is on (not disabled by [`TUNE_ENV`]).
 fn enabled() -> bool {
-    !matches!(
-        std::env::var(TUNE_ENV).as_deref().map(str::trim),
-        Ok("off" | "0" | "false" | "OFF")
-    )
+    super::env::read_or_warn(TUNE_ENV, super::env::parse_switch).unwrap_or(true)
 }
 
 /// The wgpu device, read in place: [`Device::wgpu`] would mark it handed out to the app, which
@@ -320,16 +315,12 @@ impl MatmulChooser for DeviceChooser<'_> {
         use crate::ops::reduce::kernel::{CPU_SPREAD, GPU_SPREAD};
         let device_type = wgpu_device(self.dev).map(|d| d.adapter_info().device_type);
         if device_type.is_some() {
-            match std::env::var(REDUCE_SPREAD_ENV).as_deref().map(str::trim) {
-                Ok("gpu") => return GPU_SPREAD,
-                Ok("cpu") => return CPU_SPREAD,
-                Ok(v) => match v.parse::<usize>() {
-                    Ok(n) if n >= 256 => return n,
-                    _ => log::warn!(
-                        "brigade: {REDUCE_SPREAD_ENV}={v:?} ignored: use gpu, cpu or a number of invocations >= 256"
-                    ),
-                },
-                Err(_) => {}
+            use super::env::{Spread, parse_spread, read_or_warn};
+            match read_or_warn(REDUCE_SPREAD_ENV, parse_spread) {
+                Some(Spread::Gpu) => return GPU_SPREAD,
+                Some(Spread::Cpu) => return CPU_SPREAD,
+                Some(Spread::Invocations(n)) => return n,
+                None => {}
             }
         }
         match device_type {

@@ -28,6 +28,7 @@ use crate::dtype::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData, strides, unravel};
 use crate::ops::rules::{Emitted, Lowering, OwnKernel, PlanCx, Rules, single_batch, single_vjp};
+use crate::ops::sizes::{dilated, kernel_index, one_window_stride, windows};
 use crate::ops::{BatchCtx, Batched, Cotangents, ReduceOp};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Var};
@@ -167,17 +168,45 @@ impl Window {
                 )));
             }
         }
+        let cells = self
+            .dims
+            .iter()
+            .try_fold(1i128, |c, &d| c.checked_mul(d as i128))
+            .unwrap_or(i128::MAX);
+        kernel_index(
+            &format!("the window's cell count (window {:?})", self.dims),
+            cells,
+        )
+        .map_err(&bad)?;
         let mut out = Vec::with_capacity(r);
         for (a, &n) in shape.iter().enumerate() {
-            let padded = self.padded_len(a, n);
-            let span = self.span(a);
+            let (lo, hi) = self.padding[a];
+            let dil = dilated(n, self.base_dilation[a]);
+            let padded = dil + lo as i128 + hi as i128;
+            let span = dilated(self.dims[a], self.window_dilation[a]);
+            let o = windows(padded, span, self.strides[a]);
+            // Every value the kernels index with must fit i32; the stride only where it moves a
+            // window (with one window it multiplies nothing, and a stride past the axis is one
+            // window, as JAX gives). The select-and-scatter kernel bounds `outputs * stride`.
+            let stride = if o > 1 { self.strides[a] as i128 } else { 1 };
+            let limits = [
+                ("the operand size", n as i128),
+                ("the window dimension", self.dims[a] as i128),
+                ("the window stride", stride),
+                ("the outputs times the stride", o * stride),
+                ("the base dilation", self.base_dilation[a] as i128),
+                ("the window dilation", self.window_dilation[a] as i128),
+                ("the low padding", lo as i128),
+                ("the high padding", hi as i128),
+                ("the dilated window's span", span),
+                ("the dilated, padded operand's length", padded),
+            ];
+            for (what, v) in limits {
+                kernel_index(what, v).map_err(|e| bad(format!("axis {a}: {e}")))?;
+            }
             // A window longer than the padded axis fits nowhere: an empty axis, as JAX's shape
             // rule gives (not an error).
-            if span > padded {
-                out.push(0);
-                continue;
-            }
-            out.push((padded - span) / self.strides[a] + 1);
+            out.push(o as usize);
         }
         Ok(out)
     }
@@ -187,14 +216,30 @@ impl Window {
         (self.dims[a] - 1) * self.window_dilation[a] + 1
     }
 
-    /// Size of axis `a` (of length `n`) after dilation and padding.
-    fn padded_len(&self, a: usize, n: usize) -> usize {
-        let dil = if n == 0 {
-            0
-        } else {
-            (n - 1) * self.base_dilation[a] + 1
-        };
-        self.padding[a].0 + dil + self.padding[a].1
+    /// The same window with the smallest stride that keeps at most one window on every axis of
+    /// `shape` that holds at most one: the stride multiplies nothing there, and a stride past the
+    /// axis (JAX: one window) never reaches the kernels.
+    fn single_window_strides(&self, shape: &[usize]) -> Window {
+        let mut w = self.clone();
+        let lens = [
+            w.dims.len(),
+            w.strides.len(),
+            w.padding.len(),
+            w.base_dilation.len(),
+            w.window_dilation.len(),
+        ];
+        if lens.iter().any(|&l| l != shape.len()) {
+            return w; // the shape rule names the mismatch
+        }
+        for (a, &n) in shape.iter().enumerate() {
+            let (lo, hi) = w.padding[a];
+            let padded = dilated(n, w.base_dilation[a]) + lo as i128 + hi as i128;
+            let span = dilated(w.dims[a], w.window_dilation[a]);
+            if w.strides[a] > 1 && windows(padded, span, w.strides[a]) <= 1 {
+                w.strides[a] = one_window_stride(padded, span, w.strides[a]);
+            }
+        }
+        w
     }
 
     /// The operand index of window cell `k` of output `o` along axis `a` (input length `n`), or
@@ -607,11 +652,12 @@ pub(crate) fn select_scatter_cpu(
 // ---- builders -----------------------------------------------------------------------------------
 
 fn apply(kind: WindowKind, op: WindowOp, w: &Window, ins: &[&Tensor]) -> Tensor {
-    let p = WindowPrim {
-        kind,
-        op,
-        window: w.clone(),
+    // The operand is the last input of every kind.
+    let window = match ins.last() {
+        Some(x) => w.single_window_strides(x.shape()),
+        None => w.clone(),
     };
+    let p = WindowPrim { kind, op, window };
     Tensor::apply(super::Prim::Window(p), ins)
 }
 
