@@ -25,7 +25,7 @@ use std::cell::RefCell;
 
 use brigade::device::{Runtime, parse_max_binding, parse_memory_limit};
 use brigade::ops::Window;
-use brigade::{Array, ConvOptions, Device, Error, Mesh, Padding, Tensor, WindowOp, jit};
+use brigade::{Array, ConvOptions, Device, Error, Mesh, Padding, Tensor, WindowOp, jit, nn};
 use common::*;
 use proptest::prelude::*;
 
@@ -140,7 +140,7 @@ proptest! {
         let opts = ConvOptions::new(&[s as usize, 1], Padding::Explicit(vec![(lo, hi), (0, 0)]))
             .lhs_dilation(&[ld as usize, 1])
             .rhs_dilation(&[rd as usize, 1]);
-        let got = traced_shape(|t| t.conv_general_dilated(&Tensor::from(k.clone()), &opts), &[x.clone()]);
+        let got = traced_shape(|t| t.conv_general_dilated(&Tensor::from(k.clone()), &opts), std::slice::from_ref(&x));
         let padded = dilated(5, ld) + lo as i128 + hi as i128;
         let out = windows(padded, dilated(3, rd), s.max(1));
         let ok = s > 0 && ld > 0 && rd > 0 && padded >= 0
@@ -169,7 +169,7 @@ proptest! {
     ) {
         let (x, k) = conv_input();
         let opts = ConvOptions::new(&[s as usize, 1], Padding::Same).rhs_dilation(&[rd as usize, 1]);
-        let got = traced_shape(|t| t.conv_general_dilated(&Tensor::from(k.clone()), &opts), &[x.clone()]);
+        let got = traced_shape(|t| t.conv_general_dilated(&Tensor::from(k.clone()), &opts), std::slice::from_ref(&x));
         let context = format!("SAME, stride {s}, rhs_dilation {rd}");
         // SAME gives ceil(5 / stride) outputs, padding as much as the span needs.
         let span = dilated(3, rd);
@@ -251,6 +251,40 @@ proptest! {
         }
     }
 
+    /// Pooling, layout and creation ops with an extreme size: the exact shape or a typed error
+    /// (never a panic, never `Compile`).
+    #[test]
+    fn pooling_and_layout_extremes(v in prop::sample::select(&EXTREMES[..])) {
+        let u = v as usize;
+        let x = rand_f32(&[1, 1, 6], 41);
+        let ops: [(&str, Box<dyn Fn(&Tensor) -> Tensor>, Option<Vec<usize>>); 8] = [
+            ("max_pool window", Box::new(move |t: &Tensor| nn::max_pool(t, &[u], &[1], &nn::Padding::Same, nn::Layout::Nchw)),
+                (u > 0 && v as i128 + 5 <= KMAX).then_some(vec![1, 1, 6])),
+            ("max_pool stride", Box::new(move |t: &Tensor| nn::max_pool(t, &[2], &[u], &nn::Padding::Same, nn::Layout::Nchw)),
+                (u > 0).then(|| vec![1, 1, 6u64.div_ceil(v) as usize])),
+            ("avg_pool stride", Box::new(move |t: &Tensor| nn::avg_pool(t, &[2], &[u], &nn::Padding::Valid, nn::Layout::Nchw, true)),
+                (u > 0).then(|| vec![1, 1, (4 / v + 1) as usize])),
+            ("sum_pool padding", Box::new(move |t: &Tensor| nn::sum_pool(t, &[2], &[1], &nn::Padding::Explicit(vec![(0, v.min(i64::MAX as u64) as i64)]), nn::Layout::Nchw)),
+                (v.min(i64::MAX as u64) as i128 + 6 <= KMAX).then(|| vec![1, 1, 5 + v as usize])),
+            ("broadcast_to", Box::new(move |t: &Tensor| t.broadcast_to(&[u, 1, 1, 6])), None),
+            ("slice", Box::new(move |t: &Tensor| t.slice(&[0, 0, u], &[1, 1, u], None)), None),
+            ("zeros", Box::new(move |_: &Tensor| Tensor::zeros(&[u, u], brigade::DType::F32)), None),
+            ("iota", Box::new(move |_: &Tensor| Tensor::iota(brigade::DType::I32, &[u, 2], 0)), None),
+        ];
+        for (name, f, want) in ops {
+            let context = format!("{name} with {v}");
+            match (traced_shape(f, std::slice::from_ref(&x)), want) {
+                (Ok(shape), Some(w)) => prop_assert_eq!(shape, w, "{}", context),
+                (Ok(_), None) => {}
+                (Err(e), Some(_)) => prop_assert!(false, "{context}: refused: {e}"),
+                (Err(e), None) => prop_assert!(
+                    !matches!(e, Error::Compile { .. } | Error::Wgpu { .. }),
+                    "{context}: {e:?}"
+                ),
+            }
+        }
+    }
+
     /// `parse_memory_limit` / `parse_max_binding` with the extremes written out, with suffixes.
     #[test]
     fn byte_size_extremes(v in prop::sample::select(&EXTREMES[..]), suffix in prop::sample::select(&["", "B", "K", "MiB", "T"][..])) {
@@ -261,12 +295,12 @@ proptest! {
             Ok(b) => prop_assert_eq!(b as u128, want, "{}", text),
             Err(e) => {
                 prop_assert!(want == 0 || want > u64::MAX as u128, "{text}: {e}");
-                assert_size_error(&e, &[text.clone()], &text);
+                assert_size_error(&e, std::slice::from_ref(&text), &text);
             }
         }
         match parse_max_binding(&text) {
-            Ok(b) => prop_assert!(b as u128 == want && want % 4 == 0 && want >= 256, "{text}: {b}"),
-            Err(e) => assert_size_error(&e, &[text.clone()], &text),
+            Ok(b) => prop_assert!(b as u128 == want && want.is_multiple_of(4) && want >= 256, "{text}: {b}"),
+            Err(e) => assert_size_error(&e, std::slice::from_ref(&text), &text),
         }
     }
 }
@@ -323,7 +357,10 @@ fn runtime_limit_extremes() {
     }
 }
 
-/// The inputs on every device kind: errors before any WGSL, and the one-window results
+/// An input that must be refused: its name, the function, and whether it takes the conv operands.
+type Refused = (&'static str, Box<dyn Fn(&[Tensor]) -> Tensor>, bool);
+
+/// The reported inputs on every device kind: errors before any WGSL, and the one-window results
 /// computed, against sums written out here.
 #[test]
 fn extremes_on_devices() {
@@ -354,7 +391,7 @@ fn extremes_on_devices() {
         base_dilation: vec![1],
         window_dilation: vec![wd],
     };
-    let refused: Vec<(&str, Box<dyn Fn(&[Tensor]) -> Tensor>, bool)> = vec![
+    let refused: Vec<Refused> = vec![
         (
             "conv padding (i64::MAX, i64::MAX)",
             Box::new(|t: &[Tensor]| {

@@ -868,7 +868,8 @@ fn summary_of(index: usize, info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> 
     }
 }
 
-/// The environment variable that turns off mapped reads (`off` or `0`): every read then copies
+/// The environment variable that turns off mapped reads (`off`, `0` or `false`; `on`, `1` or
+/// `true` keep them; anything else fails [`RuntimeBuilder::build`]): every read then copies
 /// through a staging buffer, as on adapters without unified memory. For measuring and debugging.
 pub const MAPPED_READS_ENV: &str = "BRIGADE_MAPPED_READS";
 

@@ -46,13 +46,14 @@ pub const TUNE_ENV: &str = "BRIGADE_MATMUL_TUNE";
 /// the browser yes (on SwiftShader it measured ~1.5x brigade's buffer kernels, ~2x jax-js),
 /// natively no (the measured search keeps to the buffer kernels: on lavapipe the texture member,
 /// which also pays two copies a call, ran at 0.4-0.64x of them, docs/PERFORMANCE.md session 15).
-/// Read when a program is compiled.
+/// Read when a program is compiled; any other value fails `RuntimeBuilder::build`.
 pub const TEXTURE_ENV: &str = "BRIGADE_MATMUL_TEXTURE";
 /// Environment variable: how widely reductions of few outputs are spread on a GPU device (see
 /// `reduce_spread`): `gpu` (1024 workgroups of 256, the default on discrete, integrated and
 /// virtual GPUs), `cpu` (64 workgroups, the default on CPU adapters and where the adapter does not
 /// say what it is), or a number of invocations (at least 256). For measuring, and for running the
-/// GPU's reduction kernels on a CPU adapter in tests. Read when a program is compiled.
+/// GPU's reduction kernels on a CPU adapter in tests. Read when a program is compiled; any other
+/// value fails `RuntimeBuilder::build`.
 pub const REDUCE_SPREAD_ENV: &str = "BRIGADE_REDUCE_SPREAD";
 /// Bump when the kernel family or the measurement changes: older cached choices are ignored.
 const TUNE_VERSION: u32 = 2;

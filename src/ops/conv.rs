@@ -18,7 +18,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData, strides, unravel};
 use crate::ops::rules::{Emitted, Lowering, OwnKernel, PlanCx, Rules, single_batch, single_vjp};
-use crate::ops::sizes::{dilated, kernel_index, one_window_stride, windows};
+use crate::ops::sizes::{KERNEL_INDEX_MAX, dilated, kernel_index, one_window_stride, windows};
 use crate::ops::{BatchCtx, Batched, Cotangents};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Var};
@@ -365,16 +365,19 @@ impl ConvOptions {
             .resolve(&input, &window, &window_strides, &rhs_dilation)?;
         let lhs_dilation = self.lhs_dilation.clone().unwrap_or(ones);
         // Along an axis with at most one window the stride never multiplies a nonzero position:
-        // the smallest stride that still leaves one window gives the same result, and keeps a
-        // stride like usize::MAX (JAX: one window) out of the kernels and of the gradient's
-        // dilations.
+        // a stride the kernels cannot index with (past i32, e.g. usize::MAX: JAX gives one
+        // window) becomes the smallest that still leaves one window, with the same result, so
+        // it stays out of the kernels and of the gradient's dilations. Representable strides
+        // are kept as given (the program prints as JAX's).
         let mut window_strides = window_strides;
         if lhs_dilation.len() == nsp && padding.len() == nsp {
             for k in 0..nsp {
                 let (lo, hi) = padding[k];
                 let padded = dilated(input[k], lhs_dilation[k]) + lo as i128 + hi as i128;
                 let span = dilated(window[k], rhs_dilation[k]);
-                if window_strides[k] > 1 && windows(padded, span, window_strides[k]) <= 1 {
+                if window_strides[k] as i128 > KERNEL_INDEX_MAX
+                    && windows(padded, span, window_strides[k]) <= 1
+                {
                     window_strides[k] = one_window_stride(padded, span, window_strides[k]);
                 }
             }

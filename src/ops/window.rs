@@ -28,7 +28,7 @@ use crate::dtype::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData, strides, unravel};
 use crate::ops::rules::{Emitted, Lowering, OwnKernel, PlanCx, Rules, single_batch, single_vjp};
-use crate::ops::sizes::{dilated, kernel_index, one_window_stride, windows};
+use crate::ops::sizes::{KERNEL_INDEX_MAX, dilated, kernel_index, one_window_stride, windows};
 use crate::ops::{BatchCtx, Batched, Cotangents, ReduceOp};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Var};
@@ -185,10 +185,10 @@ impl Window {
             let padded = dil + lo as i128 + hi as i128;
             let span = dilated(self.dims[a], self.window_dilation[a]);
             let o = windows(padded, span, self.strides[a]);
-            // Every value the kernels index with must fit i32; the stride only where it moves a
-            // window (with one window it multiplies nothing, and a stride past the axis is one
-            // window, as JAX gives). The select-and-scatter kernel bounds `outputs * stride`.
-            let stride = if o > 1 { self.strides[a] as i128 } else { 1 };
+            // Every value the kernels index with must fit i32 (a stride past it on a one-window
+            // axis was narrowed when the op was applied). The select-and-scatter kernel bounds
+            // `outputs * stride`.
+            let stride = self.strides[a] as i128;
             let limits = [
                 ("the operand size", n as i128),
                 ("the window dimension", self.dims[a] as i128),
@@ -216,9 +216,10 @@ impl Window {
         (self.dims[a] - 1) * self.window_dilation[a] + 1
     }
 
-    /// The same window with the smallest stride that keeps at most one window on every axis of
-    /// `shape` that holds at most one: the stride multiplies nothing there, and a stride past the
-    /// axis (JAX: one window) never reaches the kernels.
+    /// The same window where a stride past what the kernels index with (i32) leaves at most one
+    /// window on an axis of `shape`: there it becomes the smallest stride that keeps it so (the
+    /// stride multiplies nothing, so the result is the same), and never reaches the kernels.
+    /// Representable strides are kept as given.
     fn single_window_strides(&self, shape: &[usize]) -> Window {
         let mut w = self.clone();
         let lens = [
@@ -235,7 +236,7 @@ impl Window {
             let (lo, hi) = w.padding[a];
             let padded = dilated(n, w.base_dilation[a]) + lo as i128 + hi as i128;
             let span = dilated(w.dims[a], w.window_dilation[a]);
-            if w.strides[a] > 1 && windows(padded, span, w.strides[a]) <= 1 {
+            if w.strides[a] as i128 > KERNEL_INDEX_MAX && windows(padded, span, w.strides[a]) <= 1 {
                 w.strides[a] = one_window_stride(padded, span, w.strides[a]);
             }
         }
