@@ -44,6 +44,13 @@ const EXTREMES: [u64; 8] = [
 /// The extreme paddings (signed).
 const PADS: [i64; 7] = [0, 1, 1 << 31, 1 << 32, 1 << 40, i64::MAX, i64::MIN];
 
+/// A one-input op to check: its name, the op, and its exact output shape where it must succeed.
+type Sized1 = (
+    &'static str,
+    Box<dyn Fn(&Tensor) -> Tensor>,
+    Option<Vec<usize>>,
+);
+
 /// The largest value the kernels index with.
 const KMAX: i128 = i32::MAX as i128;
 
@@ -257,7 +264,7 @@ proptest! {
     fn pooling_and_layout_extremes(v in prop::sample::select(&EXTREMES[..])) {
         let u = v as usize;
         let x = rand_f32(&[1, 1, 6], 41);
-        let ops: [(&str, Box<dyn Fn(&Tensor) -> Tensor>, Option<Vec<usize>>); 8] = [
+        let ops: [Sized1; 8] = [
             ("max_pool window", Box::new(move |t: &Tensor| nn::max_pool(t, &[u], &[1], &nn::Padding::Same, nn::Layout::Nchw)),
                 (u > 0 && v as i128 + 5 <= KMAX).then_some(vec![1, 1, 6])),
             ("max_pool stride", Box::new(move |t: &Tensor| nn::max_pool(t, &[2], &[u], &nn::Padding::Same, nn::Layout::Nchw)),
