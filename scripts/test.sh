@@ -412,6 +412,10 @@ if (( ! QUICK )); then
 fi
 run_step "cargo test --all-targets" cargo test --all-targets "${TEST_FEATURES[@]}" "$@"
 run_step "cargo test --doc" cargo test --doc "${TEST_FEATURES[@]}" "$@"
+# Release wraps integer overflow silently where the test profile panics: the extreme-size
+# checks must hold there too.
+run_step "cargo test --release --test extreme_sizes" \
+    cargo test --release "${TEST_FEATURES[@]}" --test extreme_sizes "$@"
 run_step "mpi: Open MPI, libclang" setup_mpi_packages
 if (( ! QUICK )); then
     run_step "mpi: cargo clippy --features mpi" cargo clippy --features mpi --lib \

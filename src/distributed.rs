@@ -36,12 +36,13 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// Seconds a process waits for the others at one exchange before it fails (default 60).
+/// Seconds a process waits for the others at one exchange before it fails (default 60): a
+/// positive number, digits with an optional decimal fraction (`60`, `0.5`), at most 10^9.
 pub const TIMEOUT_ENV: &str = "BRIGADE_MPI_TIMEOUT";
 
 const DEFAULT_TIMEOUT_S: f64 = 60.0;
 
-/// `1`: start in fast mode (see [`set_fast`]).
+/// `1` (or `on`, `true`): start in fast mode (see [`set_fast`]); `0`, `off` or `false`: not.
 pub const FAST_ENV: &str = "BRIGADE_MPI_FAST";
 
 /// A device of the global list: this process's (addressable) or another process's.
@@ -203,6 +204,9 @@ pub fn initialize() -> Result<()> {
     if guard.is_some() {
         return Ok(());
     }
+    // Refused here, before MPI starts: the readers during exchanges cannot return an error.
+    crate::device::env::read(FAST_ENV, crate::device::env::parse_switch)?;
+    crate::device::env::read(TIMEOUT_ENV, crate::device::env::parse_seconds)?;
     let (universe, _) =
         mpi::initialize_with_threading(mpi::Threading::Serialized).ok_or_else(|| {
             failure(
@@ -224,7 +228,8 @@ pub fn initialize() -> Result<()> {
         local: Vec::new(),
         seq: 0,
         broken: None,
-        fast: std::env::var(FAST_ENV).is_ok_and(|v| v.trim() == "1"),
+        fast: crate::device::env::read_or_warn(FAST_ENV, crate::device::env::parse_switch)
+            .unwrap_or(false),
     };
     // Every process sends its device descriptions, or why it has none (so that all fail alike).
     let local = crate::devices();
@@ -510,12 +515,8 @@ pub(crate) fn all_reduce(
 
 /// The timeout of one wait ([`TIMEOUT_ENV`], default 60 s).
 fn timeout() -> Duration {
-    let s = std::env::var(TIMEOUT_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .unwrap_or(DEFAULT_TIMEOUT_S);
-    Duration::from_secs_f64(s)
+    crate::device::env::read_or_warn(TIMEOUT_ENV, crate::device::env::parse_seconds)
+        .unwrap_or(Duration::from_secs_f64(DEFAULT_TIMEOUT_S))
 }
 
 /// All-gather a byte string of any length from every process (lengths first, then the bytes),

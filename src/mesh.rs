@@ -361,8 +361,12 @@ fn local_extent(axes: &[(&str, usize)], k: usize) -> Option<Vec<(String, usize)>
 /// Check mesh axis sizes against `n` positions (`given`: what the `n` counts) and the names.
 fn check_axes(op: &'static str, axes: &[(&str, usize)], n: usize, given: &str) -> Result<()> {
     let bad = |detail: String| Error::BadSharding { op, detail };
-    let product: usize = axes.iter().map(|(_, s)| *s).product();
-    if product != n {
+    // Exact in u128 (saturating only past any device count): a product that overflows usize
+    // must not wrap around to `n`.
+    let product = axes
+        .iter()
+        .fold(1u128, |p, (_, s)| p.saturating_mul(*s as u128));
+    if product != n as u128 {
         let shape: Vec<String> = axes.iter().map(|(n, s)| format!("'{n}': {s}")).collect();
         let pairs: Vec<String> = (1..=n)
             .filter(|a| n.is_multiple_of(*a))

@@ -98,7 +98,11 @@ fn full_window(
             .map(|a| {
                 let (n, s) = (shape[spatial[a]], strides[a].max(1));
                 let out = n.div_ceil(s);
-                let total = ((out.max(1) - 1) * s + window[a]).saturating_sub(n);
+                // Saturating: a stride or window too large for 64 bits saturates, and the
+                // window's shape rule then refuses the padding by name.
+                let total = ((out.max(1) - 1).saturating_mul(s))
+                    .saturating_add(window[a])
+                    .saturating_sub(n);
                 (total / 2, total - total / 2)
             })
             .collect(),

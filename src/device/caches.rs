@@ -14,27 +14,18 @@ pub const DEFAULT_KERNEL_CACHE_CAPACITY: usize = 512;
 /// function, and the eager op cache of a thread, keep for a device.
 pub const DEFAULT_PROGRAM_CACHE_CAPACITY: usize = 256;
 
-/// Environment variable that overrides [`DEFAULT_KERNEL_CACHE_CAPACITY`] for new devices.
+/// Environment variable that overrides [`DEFAULT_KERNEL_CACHE_CAPACITY`] for new devices: a
+/// positive whole number (digits only); anything else fails `RuntimeBuilder::build`.
 pub const KERNEL_CACHE_ENV: &str = "BRIGADE_KERNEL_CACHE";
 
-/// Environment variable that overrides [`DEFAULT_PROGRAM_CACHE_CAPACITY`] for new devices.
+/// Environment variable that overrides [`DEFAULT_PROGRAM_CACHE_CAPACITY`] for new devices: a
+/// positive whole number (digits only); anything else fails `RuntimeBuilder::build`.
 pub const PROGRAM_CACHE_ENV: &str = "BRIGADE_PROGRAM_CACHE";
 
-/// A capacity from the environment: a positive integer, else `default` (with a warning when the
-/// variable is set but unusable).
+/// A capacity from the environment: a positive integer (`super::env::parse_count`), else
+/// `default`. A bad value is refused by `RuntimeBuilder::build`; here it only warns.
 fn from_env(var: &str, default: usize) -> usize {
-    match std::env::var(var) {
-        Err(_) => default,
-        Ok(s) => match s.trim().parse::<usize>() {
-            Ok(n) if n > 0 => n,
-            _ => {
-                log::warn!(
-                    "brigade: {var}={s:?} is not a positive number of entries; using {default}"
-                );
-                default
-            }
-        },
-    }
+    super::env::read_or_warn(var, super::env::parse_count).unwrap_or(default)
 }
 
 /// The cache capacities of one device, and its cache epoch (bumped by `clear_caches`, so that

@@ -53,6 +53,7 @@
 
 mod caches;
 pub(crate) mod disk_cache;
+pub(crate) mod env;
 mod gpu;
 mod kernel;
 mod layout;

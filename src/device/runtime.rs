@@ -14,8 +14,9 @@ pub const DEVICES_ENV: &str = "BRIGADE_DEVICES";
 
 /// The environment variable that sets a memory budget for every GPU device of a runtime when
 /// [`RuntimeBuilder::memory_limit`] is not called: bytes, or a number with a binary suffix
-/// (`K`, `M`, `G`, `T`, optionally followed by `iB` or `B`: `512M`, `2GiB`, `1.5G`). See
-/// [`parse_memory_limit`] and [`crate::Device::set_memory_limit`].
+/// (`K`, `M`, `G`, `T`, optionally followed by `iB` or `B`: `512M`, `2GiB`, `1.5G`); exactly
+/// the grammar of [`parse_memory_limit`], anything else fails [`RuntimeBuilder::build`]. See
+/// [`crate::Device::set_memory_limit`].
 pub const MEMORY_LIMIT_ENV: &str = "BRIGADE_MEMORY_LIMIT";
 
 /// The environment variable that lowers every GPU device's storage-binding limit
@@ -71,14 +72,7 @@ impl Forced {
 /// assert!(parse_max_binding("128").is_err()); // below 256 bytes
 /// ```
 pub fn parse_max_binding(text: &str) -> Result<u64> {
-    let bytes = parse_memory_limit(text).map_err(|e| match e {
-        Error::BadDeviceSpec { spec, detail } => Error::BadDeviceSpec {
-            spec,
-            detail: detail.replace("a memory limit is", "a binding limit is"),
-        },
-        e => e,
-    })?;
-    check_max_binding(text, bytes)
+    check_max_binding(text, super::env::parse_bytes("", text)?)
 }
 
 /// The checks of [`parse_max_binding`] on a number of bytes.
@@ -96,9 +90,12 @@ fn check_max_binding(spec: &str, bytes: u64) -> Result<u64> {
     if !bytes.is_multiple_of(4) {
         return Err(bad(format!(
             "a binding limit of {bytes} bytes is not a multiple of 4 bytes (storage bindings hold 4-byte words); \
-             use {} or {}",
-            bytes / 4 * 4,
-            bytes.next_multiple_of(4)
+             use {}",
+            match bytes.checked_next_multiple_of(4) {
+                Some(up) => format!("{} or {up}", bytes / 4 * 4),
+                // u64::MAX and its neighbours: no multiple of 4 above them fits 64 bits.
+                None => (bytes / 4 * 4).to_string(),
+            }
         )));
     }
     Ok(bytes)
@@ -107,62 +104,22 @@ fn check_max_binding(spec: &str, bytes: u64) -> Result<u64> {
 /// The smallest forced binding limit ([`parse_max_binding`]).
 const MIN_MAX_BINDING: u64 = 256;
 
-/// Parse a memory budget: bytes (`1048576`), or a number with a binary suffix `K`, `M`, `G` or `T`
-/// (×1024 each step), optionally followed by `iB` or `B` (`512M`, `512MiB`, `2G`, `1.5GB`; case
-/// and surrounding spaces ignored).
+/// Parse a memory budget: bytes (`1048576` or `4096B`), or a number with a binary suffix `K`,
+/// `M`, `G` or `T` (×1024 each step), optionally followed by `iB` or `B` (`512M`, `512MiB`, `2G`,
+/// `1.5GB`); a decimal fraction only before a suffix (rounded to the nearest byte); case and
+/// surrounding spaces ignored. No sign, no exponent (`1e3`), no separators.
 ///
-/// Errors: [`Error::BadDeviceSpec`] for anything else, for 0, and for sizes above 2^64 bytes.
+/// Errors: [`Error::BadDeviceSpec`] for anything else, for 0, and for sizes of 2^64 bytes or more.
 ///
 /// ```
 /// use brigade::device::parse_memory_limit;
 /// assert_eq!(parse_memory_limit("512M").unwrap(), 512 << 20);
 /// assert_eq!(parse_memory_limit("1.5GiB").unwrap(), 3 << 29);
 /// assert!(parse_memory_limit("lots").is_err());
+/// assert!(parse_memory_limit("1e3").is_err());
 /// ```
 pub fn parse_memory_limit(text: &str) -> Result<u64> {
-    let bad = |detail: String| Error::BadDeviceSpec {
-        spec: text.to_string(),
-        detail: format!(
-            "{detail}; a memory limit is a number of bytes, optionally with a suffix K, M, G or T (powers of 1024), e.g. 1073741824, 512M or 2G"
-        ),
-    };
-    let t = text.trim().to_ascii_uppercase();
-    let t = t
-        .strip_suffix("IB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(&t);
-    let (num, shift) = match t.chars().last() {
-        Some('K') => (&t[..t.len() - 1], 10),
-        Some('M') => (&t[..t.len() - 1], 20),
-        Some('G') => (&t[..t.len() - 1], 30),
-        Some('T') => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
-    };
-    let num = num.trim();
-    if num.starts_with(['+', '-']) {
-        return Err(bad(format!("{:?} has a sign", text.trim())));
-    }
-    let bytes = if let Ok(n) = num.parse::<u64>() {
-        n.checked_mul(1u64 << shift)
-            .ok_or_else(|| bad("the size overflows 64 bits".into()))?
-    } else {
-        match num.parse::<f64>() {
-            Ok(x) if x.is_finite() => {
-                let b = (x * (1u64 << shift) as f64).round();
-                if b >= u64::MAX as f64 {
-                    return Err(bad("the size overflows 64 bits".into()));
-                }
-                b as u64
-            }
-            _ => return Err(bad(format!("{:?} is not a number", text.trim()))),
-        }
-    };
-    if bytes == 0 {
-        return Err(bad(
-            "a limit of 0 bytes leaves no memory for any array".into()
-        ));
-    }
-    Ok(bytes)
+    super::env::parse_bytes("", text)
 }
 
 /// One wgpu adapter the runtime found (whether or not it got devices).
@@ -372,17 +329,22 @@ impl RuntimeBuilder {
         let one = |given: Option<u64>, name: &str, env: &str| -> Result<Option<u64>> {
             match given {
                 Some(b) => check_max_binding(&format!("{name}({b})"), b).map(Some),
-                None => match std::env::var(env) {
-                    Ok(v) if !v.trim().is_empty() => {
-                        parse_max_binding(&v).map(Some).map_err(|e| match e {
-                            Error::BadDeviceSpec { spec, detail } => Error::BadDeviceSpec {
-                                spec: format!("{env}={spec}"),
-                                detail: format!("{detail} (from the environment variable {env})"),
-                            },
+                None => match super::env::get(env) {
+                    Some(v) => super::env::parse_bytes(env, &v)
+                        .and_then(|b| check_max_binding(&format!("{env}={v}"), b))
+                        .map(Some)
+                        .map_err(|e| match e {
+                            Error::BadDeviceSpec { spec, detail } if !detail.contains(env) => {
+                                Error::BadDeviceSpec {
+                                    spec,
+                                    detail: format!(
+                                        "{detail} (from the environment variable {env})"
+                                    ),
+                                }
+                            }
                             e => e,
-                        })
-                    }
-                    _ => Ok(None),
+                        }),
+                    None => Ok(None),
                 },
             }
         };
@@ -437,18 +399,7 @@ impl RuntimeBuilder {
                 detail: "a limit of 0 bytes leaves no memory for any array; give at least 1 byte, or leave it unset for no limit".into(),
             }),
             Some(b) => Ok(Some(b)),
-            None => match std::env::var(MEMORY_LIMIT_ENV) {
-                Ok(v) if !v.trim().is_empty() => parse_memory_limit(&v)
-                    .map(Some)
-                    .map_err(|e| match e {
-                        Error::BadDeviceSpec { spec, detail } => Error::BadDeviceSpec {
-                            spec: format!("{MEMORY_LIMIT_ENV}={spec}"),
-                            detail: format!("{detail} (from the environment variable {MEMORY_LIMIT_ENV})"),
-                        },
-                        e => e,
-                    }),
-                _ => Ok(None),
-            },
+            None => super::env::read(MEMORY_LIMIT_ENV, super::env::parse_bytes),
         }
     }
 
@@ -485,11 +436,18 @@ impl RuntimeBuilder {
     /// Discover adapters and request the devices.
     ///
     /// Errors: [`Error::BadDeviceSpec`] (layout, backend names, subset, `devices_per_adapter(0)`,
-    /// `memory_limit(0)`, a bad [`MEMORY_LIMIT_ENV`], a bad [`RuntimeBuilder::max_binding`] or
-    /// [`MAX_BINDING_ENV`]),
+    /// `memory_limit(0)`, a bad [`RuntimeBuilder::max_binding`] or [`RuntimeBuilder::max_buffer`],
+    /// and any `BRIGADE_*` variable whose value is outside its grammar: [`MEMORY_LIMIT_ENV`],
+    /// [`MAX_BINDING_ENV`], [`MAX_BUFFER_ENV`], [`super::KERNEL_CACHE_ENV`],
+    /// [`super::PROGRAM_CACHE_ENV`], [`super::TUNE_ENV`], [`super::TEXTURE_ENV`],
+    /// [`super::REDUCE_SPREAD_ENV`], [`MAPPED_READS_ENV`], and with the `mpi` feature
+    /// `BRIGADE_MPI_FAST` and `BRIGADE_MPI_TIMEOUT`: the error names the variable, its value and the
+    /// grammar),
     /// [`Error::NoDevice`] (a requested backend has no adapter; the message lists what was found),
     /// [`Error::Wgpu`] (a device request failed).
     pub async fn build(self) -> Result<Runtime> {
+        // Every variable once, here: later readers (caches, tuning) cannot return an error.
+        super::env::check_all()?;
         let (spec, source) = self.layout_spec();
         let layout = DeviceLayout::parse(&spec).map_err(|e| match e {
             Error::BadDeviceSpec { spec, detail } if source == DEVICES_ENV => {
@@ -910,7 +868,8 @@ fn summary_of(index: usize, info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> 
     }
 }
 
-/// The environment variable that turns off mapped reads (`off` or `0`): every read then copies
+/// The environment variable that turns off mapped reads (`off`, `0` or `false`; `on`, `1` or
+/// `true` keep them; anything else fails [`RuntimeBuilder::build`]): every read then copies
 /// through a staging buffer, as on adapters without unified memory. For measuring and debugging.
 pub const MAPPED_READS_ENV: &str = "BRIGADE_MAPPED_READS";
 
@@ -942,12 +901,8 @@ pub(crate) fn mapped_reads_suit(info: &wgpu::AdapterInfo) -> bool {
         info.device_type,
         wgpu::DeviceType::Cpu | wgpu::DeviceType::IntegratedGpu
     );
-    let mapped_off = std::env::var(MAPPED_READS_ENV).is_ok_and(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "off" | "0" | "false"
-        )
-    });
+    let mapped_off =
+        super::env::read_or_warn(MAPPED_READS_ENV, super::env::parse_switch) == Some(false);
     unified && !mapped_off
 }
 

@@ -36,7 +36,8 @@ use std::time::Duration;
 use super::gpu::{Device, lock};
 use crate::ops::matmul::kernel::{MatmulChooser, MatmulConfig, MatmulProblem};
 
-/// Environment variable: `off`, `0` or `false` disables the measured search (heuristic kernels).
+/// Environment variable: `off`, `0` or `false` disables the measured search (heuristic kernels);
+/// `on`, `1` or `true` (or unset) keeps it; anything else fails `RuntimeBuilder::build`.
 pub const TUNE_ENV: &str = "BRIGADE_MATMUL_TUNE";
 /// Environment variable: whether f32 matmuls read their operands from textures
 /// (`MatmulConfig::Texture`, `shaders/matmul_texture.wgsl`) where the shape allows (`nn`, `k` and
@@ -45,13 +46,14 @@ pub const TUNE_ENV: &str = "BRIGADE_MATMUL_TUNE";
 /// the browser yes (on SwiftShader it measured ~1.5x brigade's buffer kernels, ~2x jax-js),
 /// natively no (the measured search keeps to the buffer kernels: on lavapipe the texture member,
 /// which also pays two copies a call, ran at 0.4-0.64x of them, docs/PERFORMANCE.md session 15).
-/// Read when a program is compiled.
+/// Read when a program is compiled; any other value fails `RuntimeBuilder::build`.
 pub const TEXTURE_ENV: &str = "BRIGADE_MATMUL_TEXTURE";
 /// Environment variable: how widely reductions of few outputs are spread on a GPU device (see
 /// `reduce_spread`): `gpu` (1024 workgroups of 256, the default on discrete, integrated and
 /// virtual GPUs), `cpu` (64 workgroups, the default on CPU adapters and where the adapter does not
 /// say what it is), or a number of invocations (at least 256). For measuring, and for running the
-/// GPU's reduction kernels on a CPU adapter in tests. Read when a program is compiled.
+/// GPU's reduction kernels on a CPU adapter in tests. Read when a program is compiled; any other
+/// value fails `RuntimeBuilder::build`.
 pub const REDUCE_SPREAD_ENV: &str = "BRIGADE_REDUCE_SPREAD";
 /// Bump when the kernel family or the measurement changes: older cached choices are ignored.
 const TUNE_VERSION: u32 = 2;
@@ -118,11 +120,8 @@ static CHOICES: LazyLock<Mutex<Choices>> = LazyLock::new(|| {
 
 /// Whether [`TEXTURE_ENV`] asks for the texture member (else the platform's default).
 fn textures_wanted() -> bool {
-    match std::env::var(TEXTURE_ENV).as_deref().map(str::trim) {
-        Ok("on" | "1" | "true" | "ON") => true,
-        Ok("off" | "0" | "false" | "OFF") => false,
-        _ => cfg!(target_arch = "wasm32"),
-    }
+    super::env::read_or_warn(TEXTURE_ENV, super::env::parse_switch)
+        .unwrap_or(cfg!(target_arch = "wasm32"))
 }
 
 /// The texture member when it is wanted ([`TEXTURE_ENV`]) and can run `p` on `dev`: a GPU
@@ -135,10 +134,7 @@ fn texture_choice(dev: &Device, p: &MatmulProblem) -> Option<MatmulConfig> {
 
 /// Whether the search is on (not disabled by [`TUNE_ENV`]).
 fn enabled() -> bool {
-    !matches!(
-        std::env::var(TUNE_ENV).as_deref().map(str::trim),
-        Ok("off" | "0" | "false" | "OFF")
-    )
+    super::env::read_or_warn(TUNE_ENV, super::env::parse_switch).unwrap_or(true)
 }
 
 /// The wgpu device, read in place: [`Device::wgpu`] would mark it handed out to the app, which
@@ -320,16 +316,12 @@ impl MatmulChooser for DeviceChooser<'_> {
         use crate::ops::reduce::kernel::{CPU_SPREAD, GPU_SPREAD};
         let device_type = wgpu_device(self.dev).map(|d| d.adapter_info().device_type);
         if device_type.is_some() {
-            match std::env::var(REDUCE_SPREAD_ENV).as_deref().map(str::trim) {
-                Ok("gpu") => return GPU_SPREAD,
-                Ok("cpu") => return CPU_SPREAD,
-                Ok(v) => match v.parse::<usize>() {
-                    Ok(n) if n >= 256 => return n,
-                    _ => log::warn!(
-                        "brigade: {REDUCE_SPREAD_ENV}={v:?} ignored: use gpu, cpu or a number of invocations >= 256"
-                    ),
-                },
-                Err(_) => {}
+            use super::env::{Spread, parse_spread, read_or_warn};
+            match read_or_warn(REDUCE_SPREAD_ENV, parse_spread) {
+                Some(Spread::Gpu) => return GPU_SPREAD,
+                Some(Spread::Cpu) => return CPU_SPREAD,
+                Some(Spread::Invocations(n)) => return n,
+                None => {}
             }
         }
         match device_type {

@@ -18,6 +18,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData, strides, unravel};
 use crate::ops::rules::{Emitted, Lowering, OwnKernel, PlanCx, Rules, single_batch, single_vjp};
+use crate::ops::sizes::{KERNEL_INDEX_MAX, dilated, kernel_index, one_window_stride, windows};
 use crate::ops::{BatchCtx, Batched, Cotangents};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Var};
@@ -141,21 +142,29 @@ impl Padding {
             Padding::Explicit(p) => p.clone(),
             Padding::Same => (0..n)
                 .map(|d| {
-                    let s = strides[d].max(1) as i64;
-                    let i = input[d] as i64;
-                    let k = dilated(window[d], rhs_dilation[d]) as i64;
+                    // Exact in i128: a stride or dilation up to usize::MAX cannot wrap.
+                    let s = strides[d].max(1) as i128;
+                    let i = input[d] as i128;
+                    let k = dilated(window[d], rhs_dilation[d]);
                     let out = (i + s - 1) / s;
-                    let total = ((out - 1) * s + k - i).max(0);
-                    (total / 2, total - total / 2)
+                    let total = ((out - 1).max(0).saturating_mul(s).saturating_add(k) - i).max(0);
+                    let lo = i64::try_from(total / 2);
+                    let hi = i64::try_from(total - total / 2);
+                    match (lo, hi) {
+                        (Ok(lo), Ok(hi)) => Ok((lo, hi)),
+                        _ => Err(Error::BadShapeArg {
+                            op: OP,
+                            shape: input.to_vec(),
+                            detail: format!(
+                                "padding: SAME padding of spatial dimension {d} (window {}, rhs_dilation {}, stride {}) is {total}, more than an i64 holds: use a smaller window or dilation",
+                                window[d], rhs_dilation[d], strides[d]
+                            ),
+                        }),
+                    }
                 })
-                .collect(),
+                .collect::<Result<_>>()?,
         })
     }
-}
-
-/// `d` positions with `dil - 1` holes between neighbours (0 stays 0).
-fn dilated(d: usize, dil: usize) -> usize {
-    if d == 0 { 0 } else { (d - 1) * dil + 1 }
 }
 
 /// Parameters of `conv_general_dilated` (all per spatial dimension except the last two).
@@ -346,18 +355,37 @@ impl ConvOptions {
         let rhs_dilation = self.rhs_dilation.clone().unwrap_or_else(|| ones.clone());
         let input: Vec<usize> = dims.lhs[2..].iter().map(|&a| lhs[a]).collect();
         let window: Vec<usize> = dims.rhs[2..].iter().map(|&a| rhs[a]).collect();
+        if window_strides.len() != nsp || rhs_dilation.len() != nsp {
+            return Err(err(format!(
+                "window_strides {window_strides:?} and rhs_dilation {rhs_dilation:?} need {nsp} entries, one per spatial dimension"
+            )));
+        }
         let padding = self
             .padding
-            .resolve(&input, &window, &window_strides, &rhs_dilation)
-            .map_err(|_| {
-                err(format!(
-                    "window_strides {window_strides:?} and rhs_dilation {rhs_dilation:?} need {nsp} entries, one per spatial dimension"
-                ))
-            })?;
+            .resolve(&input, &window, &window_strides, &rhs_dilation)?;
+        let lhs_dilation = self.lhs_dilation.clone().unwrap_or(ones);
+        // Along an axis with at most one window the stride never multiplies a nonzero position:
+        // a stride the kernels cannot index with (past i32, e.g. usize::MAX: JAX gives one
+        // window) becomes the smallest that still leaves one window, with the same result, so
+        // it stays out of the kernels and of the gradient's dilations. Representable strides
+        // are kept as given (the program prints as JAX's).
+        let mut window_strides = window_strides;
+        if lhs_dilation.len() == nsp && padding.len() == nsp {
+            for k in 0..nsp {
+                let (lo, hi) = padding[k];
+                let padded = dilated(input[k], lhs_dilation[k]) + lo as i128 + hi as i128;
+                let span = dilated(window[k], rhs_dilation[k]);
+                if window_strides[k] as i128 > KERNEL_INDEX_MAX
+                    && windows(padded, span, window_strides[k]) <= 1
+                {
+                    window_strides[k] = one_window_stride(padded, span, window_strides[k]);
+                }
+            }
+        }
         Ok(ConvParams {
             window_strides,
             padding,
-            lhs_dilation: self.lhs_dilation.clone().unwrap_or(ones),
+            lhs_dilation,
             rhs_dilation,
             dims,
             feature_group_count: self.feature_group_count,
@@ -461,23 +489,39 @@ fn geometry(p: &ConvParams, lhs: &[usize], rhs: &[usize]) -> Result<Geometry> {
     let mut output = Vec::with_capacity(nsp);
     for k in 0..nsp {
         let (lo, hi) = p.padding[k];
-        let padded = dilated(input[k], p.lhs_dilation[k]) as i64 + lo + hi;
-        let win = dilated(window[k], p.rhs_dilation[k]) as i64;
+        let dil_in = dilated(input[k], p.lhs_dilation[k]);
+        let padded = dil_in + lo as i128 + hi as i128;
+        let win = dilated(window[k], p.rhs_dilation[k]);
+        let out = windows(padded, win, p.window_strides[k]);
+        // Every value the kernel indexes with (and so every literal it is written with) must
+        // fit i32; checked before the crop test so a huge dilation is named as such.
+        let limits = [
+            ("the input size", input[k] as i128),
+            ("the window size", window[k] as i128),
+            ("the window stride", p.window_strides[k] as i128),
+            ("the lhs_dilation", p.lhs_dilation[k] as i128),
+            ("the rhs_dilation", p.rhs_dilation[k] as i128),
+            ("the low padding", lo as i128),
+            ("the high padding", hi as i128),
+            ("the dilated input's length", dil_in),
+            ("the dilated window's span", win),
+            (
+                "the dilated input's length plus the padding",
+                dil_in + (lo as i128).abs() + (hi as i128).abs(),
+            ),
+        ];
+        for (what, v) in limits {
+            kernel_index(what, v).map_err(|e| shape_err(format!("spatial dimension {k}: {e}")))?;
+        }
         if padded < 0 {
             return Err(shape_err(format!(
-                "spatial dimension {k}: the padding ({lo}, {hi}) crops more than the input's {} positions (size {} with lhs_dilation {}); crop less",
-                dilated(input[k], p.lhs_dilation[k]),
-                input[k],
-                p.lhs_dilation[k]
+                "spatial dimension {k}: the padding ({lo}, {hi}) crops more than the input's {dil_in} positions (size {} with lhs_dilation {}); crop less",
+                input[k], p.lhs_dilation[k]
             )));
         }
         // A window longer than the padded input fits nowhere: an empty axis, as JAX's shape rule
         // gives (not an error).
-        if padded < win {
-            output.push(0);
-            continue;
-        }
-        output.push(((padded - win) / p.window_strides[k] as i64 + 1) as usize);
+        output.push(out as usize);
     }
     Ok(Geometry {
         batch: lhs[d.lhs[0]],

@@ -28,6 +28,7 @@ pub mod matmul;
 pub mod random;
 pub mod reduce;
 pub(crate) mod rules;
+pub(crate) mod sizes;
 pub mod sort;
 pub mod window;
 

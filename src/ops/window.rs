@@ -28,6 +28,7 @@ use crate::dtype::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::host::{HostArray, HostData, strides, unravel};
 use crate::ops::rules::{Emitted, Lowering, OwnKernel, PlanCx, Rules, single_batch, single_vjp};
+use crate::ops::sizes::{KERNEL_INDEX_MAX, dilated, kernel_index, one_window_stride, windows};
 use crate::ops::{BatchCtx, Batched, Cotangents, ReduceOp};
 use crate::tensor::Tensor;
 use crate::trace::graph::{Aval, Eqn, Var};
@@ -167,17 +168,45 @@ impl Window {
                 )));
             }
         }
+        let cells = self
+            .dims
+            .iter()
+            .try_fold(1i128, |c, &d| c.checked_mul(d as i128))
+            .unwrap_or(i128::MAX);
+        kernel_index(
+            &format!("the window's cell count (window {:?})", self.dims),
+            cells,
+        )
+        .map_err(&bad)?;
         let mut out = Vec::with_capacity(r);
         for (a, &n) in shape.iter().enumerate() {
-            let padded = self.padded_len(a, n);
-            let span = self.span(a);
+            let (lo, hi) = self.padding[a];
+            let dil = dilated(n, self.base_dilation[a]);
+            let padded = dil + lo as i128 + hi as i128;
+            let span = dilated(self.dims[a], self.window_dilation[a]);
+            let o = windows(padded, span, self.strides[a]);
+            // Every value the kernels index with must fit i32 (a stride past it on a one-window
+            // axis was narrowed when the op was applied). The select-and-scatter kernel bounds
+            // `outputs * stride`.
+            let stride = self.strides[a] as i128;
+            let limits = [
+                ("the operand size", n as i128),
+                ("the window dimension", self.dims[a] as i128),
+                ("the window stride", stride),
+                ("the outputs times the stride", o * stride),
+                ("the base dilation", self.base_dilation[a] as i128),
+                ("the window dilation", self.window_dilation[a] as i128),
+                ("the low padding", lo as i128),
+                ("the high padding", hi as i128),
+                ("the dilated window's span", span),
+                ("the dilated, padded operand's length", padded),
+            ];
+            for (what, v) in limits {
+                kernel_index(what, v).map_err(|e| bad(format!("axis {a}: {e}")))?;
+            }
             // A window longer than the padded axis fits nowhere: an empty axis, as JAX's shape
             // rule gives (not an error).
-            if span > padded {
-                out.push(0);
-                continue;
-            }
-            out.push((padded - span) / self.strides[a] + 1);
+            out.push(o as usize);
         }
         Ok(out)
     }
@@ -187,14 +216,31 @@ impl Window {
         (self.dims[a] - 1) * self.window_dilation[a] + 1
     }
 
-    /// Size of axis `a` (of length `n`) after dilation and padding.
-    fn padded_len(&self, a: usize, n: usize) -> usize {
-        let dil = if n == 0 {
-            0
-        } else {
-            (n - 1) * self.base_dilation[a] + 1
-        };
-        self.padding[a].0 + dil + self.padding[a].1
+    /// The same window where a stride past what the kernels index with (i32) leaves at most one
+    /// window on an axis of `shape`: there it becomes the smallest stride that keeps it so (the
+    /// stride multiplies nothing, so the result is the same), and never reaches the kernels.
+    /// Representable strides are kept as given.
+    fn single_window_strides(&self, shape: &[usize]) -> Window {
+        let mut w = self.clone();
+        let lens = [
+            w.dims.len(),
+            w.strides.len(),
+            w.padding.len(),
+            w.base_dilation.len(),
+            w.window_dilation.len(),
+        ];
+        if lens.iter().any(|&l| l != shape.len()) {
+            return w; // the shape rule names the mismatch
+        }
+        for (a, &n) in shape.iter().enumerate() {
+            let (lo, hi) = w.padding[a];
+            let padded = dilated(n, w.base_dilation[a]) + lo as i128 + hi as i128;
+            let span = dilated(w.dims[a], w.window_dilation[a]);
+            if w.strides[a] as i128 > KERNEL_INDEX_MAX && windows(padded, span, w.strides[a]) <= 1 {
+                w.strides[a] = one_window_stride(padded, span, w.strides[a]);
+            }
+        }
+        w
     }
 
     /// The operand index of window cell `k` of output `o` along axis `a` (input length `n`), or
@@ -607,11 +653,12 @@ pub(crate) fn select_scatter_cpu(
 // ---- builders -----------------------------------------------------------------------------------
 
 fn apply(kind: WindowKind, op: WindowOp, w: &Window, ins: &[&Tensor]) -> Tensor {
-    let p = WindowPrim {
-        kind,
-        op,
-        window: w.clone(),
+    // The operand is the last input of every kind.
+    let window = match ins.last() {
+        Some(x) => w.single_window_strides(x.shape()),
+        None => w.clone(),
     };
+    let p = WindowPrim { kind, op, window };
     Tensor::apply(super::Prim::Window(p), ins)
 }
 
