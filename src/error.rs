@@ -193,6 +193,13 @@ pub enum Error {
         detail: String,
     },
 
+    /// An array written by commands recorded with `Jit::encode` / `Jit::encode_into` was read (or
+    /// passed to `call`) but those commands never ran: the app's encoder was not submitted, or
+    /// its submission failed (an encoder of another wgpu device, submitted on another queue).
+    /// The detail names the fix.
+    #[error("on device {device}: {detail}")]
+    NotComputed { device: String, detail: String },
+
     /// Transfer between host and device failed.
     #[error("transfer on device {device} failed: {detail}")]
     Transfer { device: String, detail: String },
@@ -433,6 +440,7 @@ impl Error {
                 | Error::BranchMismatch { .. }
                 | Error::CarryMismatch { .. }
                 | Error::BadBuffer { .. }
+                | Error::NotComputed { .. }
                 | Error::ProcessDivergence { .. }
                 | Error::NotAddressable { .. }
                 | Error::NotFullyAddressable { .. }
