@@ -556,6 +556,16 @@ impl Array {
         Ok(Array::from_buffer(device.clone(), buf, aval))
     }
 
+    /// True while this array (or a shard of it) is an output of a `Jit::encode` not yet seen to
+    /// have run: [`Array::check_computed`] then has a slot to read.
+    pub(crate) fn encode_pending(&self) -> bool {
+        match &self.inner.storage {
+            Storage::Device { buffer, .. } => buffer.lock_pending().is_some(),
+            Storage::Sharded { shards, .. } => shards.iter().any(Array::encode_pending),
+            Storage::Host(_) => false,
+        }
+    }
+
     /// [`Error::NotComputed`] for an output (or a shard of one) of a `Jit::encode` whose
     /// commands never ran; checked once per encoded output, before its first read or use.
     pub(crate) async fn check_computed(&self) -> Result<()> {

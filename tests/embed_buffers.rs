@@ -503,7 +503,7 @@ fn a_mapped_buffer_or_one_of_another_instance_is_refused_without_a_panic() {
         let _g = device_guard(&dev);
         let (wdev, _) = dev.wgpu().unwrap();
         // Still mapped: refused, naming unmap; once unmapped, the data written while mapped.
-        let buf = mapped_buffer(&wdev, &data);
+        let buf = mapped_buffer(wdev, &data);
         match Array::from_wgpu_buffer(&dev, buf.clone(), 0, &[64], DType::F32) {
             Err(e @ Error::BadBuffer { .. }) => {
                 let m = e.to_string();

@@ -297,7 +297,7 @@ impl Executable {
         // relies on the app submitting both encoders in order.
         #[cfg(not(target_arch = "wasm32"))]
         if !encoding {
-            for a in args {
+            for a in args.iter().filter(|a| a.encode_pending()) {
                 pollster::block_on(a.check_computed())?;
             }
         }
