@@ -558,6 +558,7 @@ impl Array {
 
     /// True while this array (or a shard of it) is an output of a `Jit::encode` not yet seen to
     /// have run: [`Array::check_computed`] then has a slot to read.
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn encode_pending(&self) -> bool {
         match &self.inner.storage {
             Storage::Device { buffer, .. } => buffer.lock_pending().is_some(),

@@ -2044,7 +2044,15 @@ impl Device {
         enc: &mut wgpu::CommandEncoder,
         hold: Vec<Arc<DeviceBuffer>>,
     ) -> Result<Arc<super::pool::EncodeMark>> {
-        let gpu = self.live_gpu("encode")?;
+        // On failure the program is in the encoder already: its temporaries must not be pooled.
+        let keep = |hold: &[Arc<DeviceBuffer>]| hold.iter().for_each(|b| b.share());
+        let gpu = match self.live_gpu("encode") {
+            Ok(g) => g,
+            Err(e) => {
+                keep(&hold);
+                return Err(e);
+            }
+        };
         let (mark, src, ran) = super::pool::Ledger::take(&gpu.ledger, |label| {
             let _gl = gpu.gl_guard();
             gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -2060,6 +2068,7 @@ impl Device {
             enc.copy_buffer_to_buffer(&src, at, &ran, at, 4);
         });
         if let Some(e) = err {
+            keep(&hold);
             return Err(self.wgpu_error(e, || "marking the encoded commands".into()));
         }
         let held = mark.clone();

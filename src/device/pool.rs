@@ -350,6 +350,7 @@ pub(crate) const LEDGER_CHUNK: u32 = 64;
 /// A device's encode slots (see [`EncodeMark`]): pairs of small wgpu buffers, made when every
 /// slot is taken (once, in a frame loop: slots come back as the frames' submissions finish).
 #[derive(Default)]
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))] // encodes are not marked in the browser
 pub(crate) struct Ledger {
     /// (source words, ran words) of [`LEDGER_CHUNK`] slots each.
     pub(crate) chunks: Vec<(wgpu::Buffer, wgpu::Buffer)>,
@@ -357,6 +358,7 @@ pub(crate) struct Ledger {
     pub(crate) last_token: u32,
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 impl Ledger {
     /// Take a free slot (adding a chunk made by `make` if none is) and a fresh token (never 0,
     /// the ran words' first value).
