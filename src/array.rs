@@ -411,6 +411,9 @@ impl Array {
     /// array copy it through a staging buffer (never map it), so the app's submits cannot meet a
     /// mapping. The app must not write it while brigade still reads the array.
     ///
+    /// Errors: [`Error::BadBuffer`] for a host, sharded or parted array (naming the way to
+    /// export it), [`Error::DeviceLost`] once its device is lost or destroyed.
+    ///
     /// ```no_run
     /// use brigade::{Array, Tensor, jit};
     /// # fn demo(dev: &brigade::Device) -> brigade::Result<()> {
@@ -423,6 +426,10 @@ impl Array {
     /// # Ok(()) }
     /// ```
     pub fn wgpu_buffer(&self) -> Result<BufferView> {
+        if let Storage::Device { device, .. } = &self.inner.storage {
+            // A handle to a buffer of a device brigade destroyed would only fail in the app.
+            device.live_gpu("wgpu_buffer")?;
+        }
         match &self.inner.storage {
             Storage::Device { buffer, .. } if buffer.is_parted() => Err(Error::BadBuffer {
                 op: "wgpu_buffer",
@@ -500,13 +507,26 @@ impl Array {
     /// Needs usages `STORAGE` (kernels bind it), `COPY_SRC` (reads, and programs that copy their
     /// inputs) and `COPY_DST` (outputs copied into it).
     ///
+    /// An array larger than the device's `max_storage_buffer_binding_size` is accepted: kernels
+    /// bind it in segments, each within the limit, as they do brigade's own large arrays.
+    ///
     /// Errors ([`Error::BadBuffer`] unless said otherwise, each naming the fix): a usage missing;
     /// `offset` not a multiple of the device's `min_storage_buffer_offset_alignment`; the bytes
-    /// not inside the buffer (`offset + bytes > buffer.size()`); a buffer of another wgpu device;
-    /// [`Error::OverLimit`] for more bytes than `max_storage_buffer_binding_size`;
-    /// [`Error::BadDType`] for f64; [`Error::DeviceLost`]; [`Error::Unsupported`] on the cpu device.
-    /// In the browser wgpu's answer to the other-device check is asynchronous: it comes from the
-    /// next [`Device::flush_errors`] (every read runs it) instead.
+    /// not inside the buffer (`offset + bytes > buffer.size()`); a mapped buffer
+    /// (`mapped_at_creation`, or mapped by `map_async`: `unmap` it first); a buffer of another
+    /// wgpu device or of another `wgpu::Instance`; [`Error::OverLimit`] for an array past 32-bit
+    /// element indexing (more than 2^32 - 1 elements); [`Error::BadDType`] for f64;
+    /// [`Error::DeviceLost`]; [`Error::Unsupported`] on the cpu device.
+    ///
+    /// Natively the owner is found by asking the buffer itself, never by handing it to this
+    /// device's wgpu calls first: an `unmap` of the (unmapped) buffer inside an error scope of
+    /// this device, whose "not mapped" error reaches that scope only when this device made the
+    /// buffer. For a buffer of another device that error reaches the other device instead: its
+    /// error scope or uncaptured-error handler sees one spurious "Buffer is not mapped"
+    /// validation error (wgpu's default handler's panic is caught here, silently). A buffer with
+    /// a `map_async` still pending is refused, its mapping aborted. In the browser wgpu's answer
+    /// to the other-device check is asynchronous: it comes from the next
+    /// [`Device::flush_errors`] (every read runs it) instead.
     ///
     /// ```no_run
     /// use brigade::{Array, DType};
@@ -536,6 +556,34 @@ impl Array {
         Ok(Array::from_buffer(device.clone(), buf, aval))
     }
 
+    /// True while this array (or a shard of it) is an output of a `Jit::encode` not yet seen to
+    /// have run: [`Array::check_computed`] then has a slot to read.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn encode_pending(&self) -> bool {
+        match &self.inner.storage {
+            Storage::Device { buffer, .. } => buffer.lock_pending().is_some(),
+            Storage::Sharded { shards, .. } => shards.iter().any(Array::encode_pending),
+            Storage::Host(_) => false,
+        }
+    }
+
+    /// [`Error::NotComputed`] for an output (or a shard of one) of a `Jit::encode` whose
+    /// commands never ran; checked once per encoded output, before its first read or use.
+    pub(crate) async fn check_computed(&self) -> Result<()> {
+        match &self.inner.storage {
+            Storage::Device { device, buffer } => device.check_encoded(buffer).await,
+            Storage::Sharded { shards, .. } => {
+                for s in shards {
+                    if let Storage::Device { device, buffer } = &s.inner.storage {
+                        device.check_encoded(buffer).await?;
+                    }
+                }
+                Ok(())
+            }
+            Storage::Host(_) => Ok(()),
+        }
+    }
+
     /// Read the data back to the host (waits for pending work on its device).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn to_host(&self) -> Result<HostArray> {
@@ -547,6 +595,7 @@ impl Array {
             Storage::Host(h) => Ok(h.clone()),
             Storage::Device { device, buffer } => {
                 let a = &self.inner.aval;
+                device.check_encoded(buffer).await?;
                 let data = device.read_array(buffer, a.dtype, a.size()).await?;
                 HostArray::new(a.shape.clone(), data)
             }
@@ -640,6 +689,7 @@ impl Array {
         }
         let host = match &self.inner.storage {
             Storage::Device { device, buffer } => {
+                device.check_encoded(buffer).await?;
                 let read = [(device.clone(), buffer.clone(), a.dtype, a.size())];
                 // Piece by piece (an array in parts has one per part): no gathered copy.
                 return crate::device::read_mapped_pieces(&read, |pieces| {
@@ -707,6 +757,7 @@ impl Array {
         }
         let host = match &self.inner.storage {
             Storage::Device { device, buffer } => {
+                device.check_encoded(buffer).await?;
                 let read = [(device.clone(), buffer.clone(), a.dtype, a.size())];
                 return crate::device::read_mapped(&read, |bytes| {
                     match T::view_device_bytes(bytes[0]) {
@@ -779,6 +830,9 @@ pub(crate) fn host_data(a: &Array) -> Result<HostArray> {
 
 /// Read several arrays to the host: every device read is issued before any wait.
 pub(crate) async fn read_all(arrays: &[Array]) -> Result<Vec<HostArray>> {
+    for a in arrays {
+        a.check_computed().await?;
+    }
     let reads: Vec<(Device, Arc<DeviceBuffer>, crate::DType, usize)> = arrays
         .iter()
         .filter_map(|a| match &a.inner.storage {

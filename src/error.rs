@@ -196,6 +196,13 @@ pub enum Error {
         detail: String,
     },
 
+    /// An array written by commands recorded with `Jit::encode` / `Jit::encode_into` was read (or
+    /// passed to `call`) but those commands never ran: the app's encoder was not submitted, or
+    /// its submission failed (an encoder of another wgpu device, submitted on another queue).
+    /// The detail names the fix.
+    #[error("on device {device}: {detail}")]
+    NotComputed { device: String, detail: String },
+
     /// Transfer between host and device failed.
     #[error("transfer on device {device} failed: {detail}")]
     Transfer { device: String, detail: String },
@@ -462,6 +469,7 @@ impl Error {
             | Error::BadDeviceSpec { .. }
             | Error::Wgpu { .. }
             | Error::BadBuffer { .. }
+            | Error::NotComputed { .. }
             | Error::Transfer { .. } => K::Device,
             Error::DeviceLost { .. } => K::DeviceLost,
             Error::OutOfMemory { .. } => K::OutOfMemory,
@@ -521,6 +529,7 @@ impl Error {
                 | Error::BranchMismatch { .. }
                 | Error::CarryMismatch { .. }
                 | Error::BadBuffer { .. }
+                | Error::NotComputed { .. }
                 | Error::ProcessDivergence { .. }
                 | Error::NotAddressable { .. }
                 | Error::NotFullyAddressable { .. }

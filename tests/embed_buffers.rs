@@ -5,7 +5,7 @@
 mod common;
 
 use brigade::{Array, DType, Device, Error, HostArray, Tensor, jit};
-use common::app::{app_read, reference_of, step};
+use common::app::{adapter_of, app_read, reference_of, step};
 use common::{Tol, assert_close, device_guard, devices_with, f32s, gpu_devices, host};
 use wgpu::BufferUsages as U;
 
@@ -468,11 +468,99 @@ fn a_buffer_of_another_device_or_a_lost_device_is_refused() {
     assert_eq!(own.to_vec::<f32>().unwrap(), vec![1.0; 64]);
     let lost = devices_with("vulkan:3").remove(2);
     let buf = app_buffer(&lost, 256, APP, 0, &[]);
+    let y = Array::from_vec(f32s(64, 8, -1.0, 1.0), &[64])
+        .unwrap()
+        .to_device(&lost)
+        .unwrap();
     lost.destroy();
     assert!(matches!(
         Array::from_wgpu_buffer(&lost, buf, 0, &[64], DType::F32),
         Err(Error::DeviceLost { .. })
     ));
+    // Exporting an array of the destroyed device: a typed loss, not a dead handle.
+    assert!(matches!(y.wgpu_buffer(), Err(Error::DeviceLost { .. })));
+}
+
+/// A buffer of `n` floats made by `wdev`, mapped at creation and filled with `data` there.
+fn mapped_buffer(wdev: &wgpu::Device, data: &[f32]) -> wgpu::Buffer {
+    let buf = wdev.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("mapped at creation"),
+        size: data.len() as u64 * 4,
+        usage: APP,
+        mapped_at_creation: true,
+    });
+    buf.slice(..)
+        .get_mapped_range_mut()
+        .unwrap()
+        .copy_from_slice(bytemuck::cast_slice(data));
+    buf
+}
+
+#[test]
+fn a_mapped_buffer_or_one_of_another_instance_is_refused_without_a_panic() {
+    let data = f32s(64, 9, -2.0, 2.0);
+    for dev in gpu_devices() {
+        let _g = device_guard(&dev);
+        let (wdev, _) = dev.wgpu().unwrap();
+        // Still mapped: refused, naming unmap; once unmapped, the data written while mapped.
+        let buf = mapped_buffer(wdev, &data);
+        match Array::from_wgpu_buffer(&dev, buf.clone(), 0, &[64], DType::F32) {
+            Err(e @ Error::BadBuffer { .. }) => {
+                let m = e.to_string();
+                assert!(m.contains("mapped") && m.contains("unmap()"), "{m}")
+            }
+            other => panic!("a mapped buffer on {}: {other:?}", dev.name()),
+        }
+        buf.unmap();
+        let x = Array::from_wgpu_buffer(&dev, buf, 0, &[64], DType::F32).unwrap();
+        assert_eq!(x.to_vec::<f32>().unwrap(), data, "on {}", dev.name());
+
+        // The app's own device, from its own wgpu instance, with no error handler of its own
+        // (wgpu's default one panics on an error). Its buffer ids start where brigade's do, so
+        // wgpu would take the id for one of brigade's buffers (or panic) if brigade handed it
+        // to its device.
+        let backend = match dev.info().backend.as_str() {
+            "gl" => wgpu::Backends::GL,
+            _ => wgpu::Backends::VULKAN,
+        };
+        let (_instance, adapter) = adapter_of(backend);
+        let (app_dev, app_queue) =
+            pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor::default())).unwrap();
+        let app_buf = app_dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("the app's buffer"),
+            size: 256,
+            usage: APP,
+            mapped_at_creation: false,
+        });
+        app_queue.write_buffer(&app_buf, 0, bytemuck::cast_slice(&data));
+        match Array::from_wgpu_buffer(&dev, app_buf.clone(), 0, &[64], DType::F32) {
+            Err(e @ Error::BadBuffer { .. }) => {
+                let m = e.to_string();
+                assert!(
+                    m.contains("another wgpu device") && m.contains("from_wgpu"),
+                    "{m}"
+                )
+            }
+            other => panic!("another instance's buffer on {}: {other:?}", dev.name()),
+        }
+        // So is one of that device mapped at creation (the mapped check comes first).
+        assert!(matches!(
+            Array::from_wgpu_buffer(&dev, mapped_buffer(&app_dev, &data), 0, &[64], DType::F32),
+            Err(Error::BadBuffer { .. })
+        ));
+        // The probe left the buffer usable: on its own device, attached, it holds the data.
+        let info = adapter.get_info();
+        let attached = Device::from_wgpu(info, app_dev.clone(), app_queue.clone()).unwrap();
+        let own = Array::from_wgpu_buffer(&attached, app_buf, 0, &[64], DType::F32).unwrap();
+        assert_eq!(own.to_vec::<f32>().unwrap(), data, "on {}", dev.name());
+        // And brigade's device still computes right.
+        let y = jit(|a: &[Tensor]| vec![&a[0] * 2.0])
+            .on(&dev)
+            .call(std::slice::from_ref(&x))
+            .unwrap();
+        let twice: Vec<f32> = data.iter().map(|v| v * 2.0).collect();
+        assert_eq!(y[0].to_vec::<f32>().unwrap(), twice);
+    }
 }
 
 #[test]

@@ -5,7 +5,7 @@ mod common;
 
 use brigade::{Array, DType, Device, Error, HostArray, Tensor, jit};
 use common::app::{map_read, reference_of, staging, step};
-use common::{Tol, assert_close, device_guard, f32s, gpu_devices, host};
+use common::{Tol, assert_close, device_guard, devices_with, f32s, gpu_devices, host};
 use wgpu::BufferUsages as U;
 
 fn encoder(dev: &Device) -> wgpu::CommandEncoder {
@@ -225,6 +225,127 @@ fn brigade_work_before_the_apps_submit_does_not_reuse_encoded_buffers() {
             &want_o[0],
             Tol::new(1e-4, 1e-4),
             "after the submit",
+        );
+    }
+}
+
+/// An app encoder of `dev`'s wgpu device, submitted inside a validation scope there: the wgpu
+/// error of the submit, if any.
+fn submit_scoped(dev: &Device, enc: wgpu::CommandEncoder) -> Option<wgpu::Error> {
+    let (wdev, queue) = dev.wgpu().unwrap();
+    let scope = wdev.push_error_scope(wgpu::ErrorFilter::Validation);
+    queue.submit([enc.finish()]);
+    pollster::block_on(scope.pop())
+}
+
+fn expect_not_computed<T: std::fmt::Debug>(r: brigade::Result<T>, what: &str) {
+    match r {
+        Err(e @ Error::NotComputed { .. }) => {
+            let m = e.to_string();
+            assert!(m.contains("submit") && m.contains("device.wgpu()"), "{m}");
+        }
+        other => panic!("{what}: expected NotComputed, got {other:?}"),
+    }
+}
+
+#[test]
+fn outputs_of_an_encode_that_never_ran_are_an_error_not_stale_data() {
+    // Two devices of one wgpu instance per backend: the program on the first, the app's encoder
+    // from the second, whose submit wgpu refuses.
+    for layout in ["vulkan:2", "gl:2"] {
+        let pair = devices_with(layout);
+        let _g = device_guard(&pair[0]);
+        let (dev, other) = (&pair[0], &pair[1]);
+        let data = vec![1.0f32, 2.0, 3.0];
+        let x = Array::from_vec(data.clone(), &[3])
+            .unwrap()
+            .to_device(dev)
+            .unwrap();
+        let f = jit(|a: &[Tensor]| vec![&a[0] * 2.0]).on(dev);
+        let twice: Vec<f32> = data.iter().map(|v| v * 2.0).collect();
+        // Warm: the output buffer of a call of the same size goes back to the pool, and holds
+        // the right values, so a stale read could look right: the copies below start over.
+        assert_eq!(
+            f.call(std::slice::from_ref(&x)).unwrap()[0]
+                .to_vec::<f32>()
+                .unwrap(),
+            twice
+        );
+
+        let mut enc = encoder(other);
+        let y = f.encode(&mut enc, std::slice::from_ref(&x)).unwrap();
+        let err = submit_scoped(other, enc);
+        assert!(
+            err.is_some(),
+            "wgpu took another device's commands on {layout}"
+        );
+        expect_not_computed(y[0].to_vec::<f32>(), "read after a failed submit");
+        let mut out = vec![0.0f32; 3];
+        expect_not_computed(y[0].read_into(&mut out), "read_into");
+        expect_not_computed(f.call(&y), "a call given the output");
+
+        // Never submitted (the encoder dropped, or not yet submitted): the same error.
+        let mut enc = encoder(dev);
+        let z = f.encode(&mut enc, std::slice::from_ref(&x)).unwrap();
+        expect_not_computed(z[0].to_host(), "read before the submit");
+        drop(enc);
+        expect_not_computed(z[0].to_host(), "read after dropping the encoder");
+
+        // Submitted on the right device: the values, from the first read on.
+        let mut enc = encoder(dev);
+        let w = f.encode(&mut enc, std::slice::from_ref(&x)).unwrap();
+        assert!(submit_scoped(dev, enc).is_none());
+        assert_eq!(w[0].to_vec::<f32>().unwrap(), twice, "on {layout}");
+        assert_eq!(
+            f.call(&w).unwrap()[0].to_vec::<f32>().unwrap(),
+            vec![4.0, 8.0, 12.0]
+        );
+    }
+}
+
+#[test]
+fn encode_into_allocates_nothing_once_its_frames_run() {
+    // A runtime of its own in this test binary: no other test allocates on its devices.
+    for dev in devices_with("vulkan:1,gl:1") {
+        let _g = device_guard(&dev);
+        let n = 96usize;
+        let data = f32s(n, 7, -1.0, 1.0);
+        let (wdev, queue) = dev.wgpu().unwrap();
+        let buf = wdev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("positions"),
+            size: n as u64 * 4,
+            usage: U::STORAGE | U::VERTEX | U::COPY_SRC | U::COPY_DST,
+            mapped_at_creation: false,
+        });
+        queue.write_buffer(&buf, 0, bytemuck::cast_slice(&data));
+        let x = Array::from_wgpu_buffer(&dev, buf, 0, &[n], DType::F32).unwrap();
+        // In place: the output is computed into a temporary and copied into x.
+        let f = jit(step).on(&dev);
+        let mut want = HostArray::from_vec(data, &[n]).unwrap();
+        let mut created = Vec::new();
+        for _ in 0..8 {
+            let before = dev.pool_stats().created;
+            let mut enc = encoder(&dev);
+            f.encode_into(&mut enc, std::slice::from_ref(&x), std::slice::from_ref(&x))
+                .unwrap();
+            queue.submit([enc.finish()]);
+            created.push(dev.pool_stats().created - before);
+            want = reference_of(step, &[want]).remove(0);
+        }
+        // The first frames fill the pool (one frame's temporaries may still be in flight when
+        // the next is encoded); after that every frame reuses them.
+        assert!(created[0] > 0, "{created:?}");
+        assert_eq!(
+            created[3..].iter().sum::<u64>(),
+            0,
+            "buffers created per frame on {}: {created:?}",
+            dev.name()
+        );
+        assert_close(
+            &x.to_host().unwrap(),
+            &want,
+            Tol::new(1e-4, 1e-5),
+            &format!("8 encoded in-place steps on {}", dev.name()),
         );
     }
 }

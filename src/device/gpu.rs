@@ -97,6 +97,8 @@ pub(crate) struct Gpu {
     /// [`Device::install_wgpu_handlers`]). Without them a loss is found by probing
     /// ([`Gpu::probe_lost`]), since wgpu tells of a loss only through the callback.
     pub(crate) handlers: std::sync::atomic::AtomicBool,
+    /// Slots proving that `Jit::encode`s' commands ran (see [`super::pool::EncodeMark`]).
+    pub(crate) ledger: Arc<Mutex<super::pool::Ledger>>,
 }
 
 /// The largest array brigade stores on a GPU device: kernels index elements (4 bytes each) with
@@ -248,6 +250,78 @@ impl Gpu {
             (out, None)
         }
     }
+}
+
+/// Refuse an app's buffer that is mapped, or that brigade's wgpu device did not create, asking
+/// only the buffer itself (its own wgpu context): the detail of the refusal, naming the fix.
+///
+/// A mapped buffer answers `get_mapped_range`. For the owner: a buffer reports the errors of its
+/// own calls to the error sink of the device that created it, i.e. to that device's innermost
+/// error scope on this thread. `unmap` of a buffer that is not mapped is such an error and
+/// changes nothing, so inside a scope pushed on brigade's device it is caught exactly when
+/// brigade's device made the buffer. Otherwise the error goes to the other device: to its
+/// scope, its uncaptured-error handler (the app sees one spurious "not mapped" validation
+/// error), or wgpu's default handler, which panics: caught here, without printing.
+#[cfg(not(target_arch = "wasm32"))]
+fn probe_app_buffer(gpu: &Gpu, buffer: &wgpu::Buffer) -> std::result::Result<(), String> {
+    use futures::FutureExt;
+    match buffer.slice(..).get_mapped_range() {
+        Ok(view) => {
+            drop(view);
+            return Err(format!(
+                "the buffer ({} bytes) is mapped (made with `mapped_at_creation: true`, or mapped by \
+                 `map_async`), and kernels cannot use a mapped buffer: call `buffer.unmap()` (after \
+                 writing its data) before importing it",
+                buffer.size()
+            ));
+        }
+        // "Buffer is not mapped": the case this import needs.
+        Err(e) if e.to_string().contains("not mapped") => {}
+        Err(e) => {
+            return Err(format!(
+                "wgpu cannot access the buffer ({e}): a buffer mapped in part must be unmapped \
+                 (`buffer.unmap()`), a destroyed one cannot be imported"
+            ));
+        }
+    }
+    let _gl = gpu.gl_guard();
+    let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let _ = quietly(|| buffer.unmap());
+    let ours = scope.pop().now_or_never().flatten().is_some();
+    if ours {
+        return Ok(());
+    }
+    Err(
+        "the buffer belongs to another wgpu device (or to another `wgpu::Instance`): create it with \
+         this device's wgpu device (`device.wgpu()`), attach your device to brigade with \
+         `Device::from_wgpu`, or copy its data over through the host. (A buffer with a `map_async` \
+         still pending is refused the same way, its mapping aborted: wait for the map callback and \
+         `unmap` it before importing it.)"
+            .into(),
+    )
+}
+
+/// Run `f`, catching a panic and keeping the panic hook quiet about it (the hook installed here
+/// delegates to the previous one outside `quietly`).
+#[cfg(not(target_arch = "wasm32"))]
+fn quietly<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    use std::cell::Cell;
+    thread_local! {
+        static QUIET: Cell<bool> = const { Cell::new(false) };
+    }
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(Cell::get) {
+                previous(info)
+            }
+        }));
+    });
+    let was = QUIET.with(|q| q.replace(true));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(was));
+    out
 }
 
 /// Install brigade's uncaptured-error handler and/or device-lost callback on `g`'s device.
@@ -626,6 +700,7 @@ impl Device {
             device,
             app_owned,
             handlers: std::sync::atomic::AtomicBool::new(false),
+            ledger: Default::default(),
         };
         Device::from_parts(info, Some(gpu))
     }
@@ -987,6 +1062,7 @@ impl Device {
             parts: Vec::new(),
             part_bytes: 0,
             shared: Default::default(),
+            pending: Default::default(),
         })
     }
 
@@ -1048,7 +1124,13 @@ impl Device {
                 buffer.size()
             )));
         }
-        // wgpu cannot say which device a buffer belongs to, but refuses to bind it elsewhere.
+        // Natively, whose buffer it is must be known before it meets brigade's device in any
+        // call: wgpu-core looks a buffer up by its id in the registry of the device it is used
+        // with, and a buffer of another `wgpu::Instance` has an id that is vacant there (a panic)
+        // or names one of brigade's own buffers (a silent alias).
+        #[cfg(not(target_arch = "wasm32"))]
+        probe_app_buffer(gpu, &buffer).map_err(bad)?;
+        // Binding it checks the rest (and, in the browser, the device, asynchronously).
         let ((), err) = gpu.capture(|| {
             let layout = gpu
                 .device
@@ -1109,6 +1191,7 @@ impl Device {
             parts: Vec::new(),
             part_bytes: 0,
             shared: std::sync::atomic::AtomicBool::new(true),
+            pending: Default::default(),
         }))
     }
 
@@ -1965,6 +2048,98 @@ impl Device {
             .count() as u64;
         bump(|c| c.dispatches += n);
         Ok(())
+    }
+
+    /// After a program was recorded into the app's `enc`: append the copy that proves its
+    /// commands ran (see [`super::pool::EncodeMark`]) and keep `hold` (the encode's temporaries)
+    /// and the mark alive until the encoder's submission has finished, or until the encoder is
+    /// dropped unsubmitted. The temporaries then go back to the pool, so a frame loop of encodes
+    /// reuses them instead of allocating each frame, and no brigade work can take one while the
+    /// app's commands may still use it. Returns the mark to set on the outputs.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn mark_encode(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        hold: Vec<Arc<DeviceBuffer>>,
+    ) -> Result<Arc<super::pool::EncodeMark>> {
+        // On failure the program is in the encoder already: its temporaries must not be pooled.
+        let keep = |hold: &[Arc<DeviceBuffer>]| hold.iter().for_each(|b| b.share());
+        let gpu = match self.live_gpu("encode") {
+            Ok(g) => g,
+            Err(e) => {
+                keep(&hold);
+                return Err(e);
+            }
+        };
+        let (mark, src, ran) = super::pool::Ledger::take(&gpu.ledger, |label| {
+            let _gl = gpu.gl_guard();
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: u64::from(super::pool::LEDGER_CHUNK) * 4,
+                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        });
+        let at = u64::from(mark.slot % super::pool::LEDGER_CHUNK) * 4;
+        let ((), err) = gpu.capture(|| {
+            gpu.queue.write_buffer(&src, at, &mark.token.to_le_bytes());
+            enc.copy_buffer_to_buffer(&src, at, &ran, at, 4);
+        });
+        if let Some(e) = err {
+            keep(&hold);
+            return Err(self.wgpu_error(e, || "marking the encoded commands".into()));
+        }
+        let held = mark.clone();
+        enc.on_submitted_work_done(move || drop((held, hold)));
+        Ok(mark)
+    }
+
+    /// Before reading `buf` (or computing from it): when it is an output of an encode whose
+    /// commands were not yet seen to run, read its mark's ran word: [`Error::NotComputed`] unless
+    /// the commands ran. Costs a 4-byte read, once per encoded output.
+    pub(crate) async fn check_encoded(&self, buf: &DeviceBuffer) -> Result<()> {
+        let Some(mark) = buf.lock_pending().clone() else {
+            return Ok(());
+        };
+        let gpu = self.gpu("read")?;
+        let ran = {
+            let l = lock(&gpu.ledger);
+            l.chunks[(mark.slot / super::pool::LEDGER_CHUNK) as usize]
+                .1
+                .clone()
+        };
+        let at = u64::from(mark.slot % super::pool::LEDGER_CHUNK) * 4;
+        let word = Arc::new(DeviceBuffer {
+            buffer: std::mem::ManuallyDrop::new(ran),
+            offset: at,
+            size: 4,
+            capacity: 4,
+            owner: self.inner.clone(),
+            extra: wgpu::BufferUsages::empty(),
+            // Not brigade's to pool, and copied (never mapped) by the read.
+            imported: true,
+            parts: Vec::new(),
+            part_bytes: 0,
+            shared: std::sync::atomic::AtomicBool::new(true),
+            pending: Default::default(),
+        });
+        let got = self.read_array(&word, crate::DType::U32, 1).await?;
+        if got.get_f64(0) as u32 == mark.token {
+            let mut p = buf.lock_pending();
+            if p.as_ref().is_some_and(|m| Arc::ptr_eq(m, &mark)) {
+                *p = None;
+            }
+            return Ok(());
+        }
+        Err(Error::NotComputed {
+            device: self.inner.label.clone(),
+            detail: "this array is an output of `Jit::encode` / `Jit::encode_into` whose commands never ran: \
+                     the encoder they were recorded into was not submitted yet, or its submission failed \
+                     (an encoder of another wgpu device, or submitted on another device's queue). Record \
+                     into an encoder of this device's wgpu device (`device.wgpu()`), submit it on this \
+                     device's queue, then read; or use `call`"
+                .into(),
+        })
     }
 }
 

@@ -316,9 +316,84 @@ pub struct DeviceBuffer {
     /// never returned to the pool (the app may still bind it, or its commands may not have run
     /// yet) and never mapped by a read (the app's submits would race the mapping).
     pub(crate) shared: AtomicBool,
+    /// Set on the outputs of `Jit::encode` / `encode_into`: the proof, to check before their first
+    /// read, that the app's submission of the encoder ran (see [`EncodeMark`]).
+    pub(crate) pending: std::sync::Mutex<Option<Arc<EncodeMark>>>,
+}
+
+/// One `Jit::encode`'s slot in its device's [`Ledger`]. The encode writes `token` into the
+/// slot's source word (`queue.write_buffer`) and appends to the app's encoder a copy of that word
+/// into the slot's "ran" word, so the ran word holds `token` exactly when the app's submission of
+/// the encoder executed. A failed submission (an encoder of another device), an encoder dropped
+/// unsubmitted or not yet submitted leaves an older token there (tokens are never reused).
+///
+/// The slot goes back to the ledger once this is dropped, which happens only after both the
+/// outputs marked with it and the encoder's submitted-work-done callback (run after the
+/// submission finished, or dropped with an encoder that was never submitted) let go: a slot is
+/// never rewritten while an encoder that copies into it may still run.
+pub(crate) struct EncodeMark {
+    pub(crate) slot: u32,
+    pub(crate) token: u32,
+    ledger: std::sync::Weak<std::sync::Mutex<Ledger>>,
+}
+
+impl Drop for EncodeMark {
+    fn drop(&mut self) {
+        if let Some(l) = self.ledger.upgrade() {
+            super::gpu::lock(&l).free.push(self.slot);
+        }
+    }
+}
+
+/// Slots of one wgpu buffer pair (source and ran words, 4 bytes a slot).
+pub(crate) const LEDGER_CHUNK: u32 = 64;
+
+/// A device's encode slots (see [`EncodeMark`]): pairs of small wgpu buffers, made when every
+/// slot is taken (once, in a frame loop: slots come back as the frames' submissions finish).
+#[derive(Default)]
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))] // encodes are not marked in the browser
+pub(crate) struct Ledger {
+    /// (source words, ran words) of [`LEDGER_CHUNK`] slots each.
+    pub(crate) chunks: Vec<(wgpu::Buffer, wgpu::Buffer)>,
+    pub(crate) free: Vec<u32>,
+    pub(crate) last_token: u32,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Ledger {
+    /// Take a free slot (adding a chunk made by `make` if none is) and a fresh token (never 0,
+    /// the ran words' first value).
+    pub(crate) fn take(
+        ledger: &Arc<std::sync::Mutex<Ledger>>,
+        make: impl Fn(&'static str) -> wgpu::Buffer,
+    ) -> (Arc<EncodeMark>, wgpu::Buffer, wgpu::Buffer) {
+        let mut l = super::gpu::lock(ledger);
+        if l.free.is_empty() {
+            let k = l.chunks.len() as u32;
+            let pair = (make("brigade encode tokens"), make("brigade encode ran"));
+            l.chunks.push(pair);
+            l.free
+                .extend((k * LEDGER_CHUNK..(k + 1) * LEDGER_CHUNK).rev());
+        }
+        let slot = l.free.pop().expect("a free slot");
+        l.last_token = l.last_token.wrapping_add(1).max(1);
+        let (src, ran) = l.chunks[(slot / LEDGER_CHUNK) as usize].clone();
+        let mark = Arc::new(EncodeMark {
+            slot,
+            token: l.last_token,
+            ledger: Arc::downgrade(ledger),
+        });
+        (mark, src, ran)
+    }
 }
 
 impl DeviceBuffer {
+    /// The encode mark of an output of `Jit::encode` not yet seen to have run (see
+    /// [`EncodeMark`]).
+    pub(crate) fn lock_pending(&self) -> std::sync::MutexGuard<'_, Option<Arc<EncodeMark>>> {
+        super::gpu::lock(&self.pending)
+    }
+
     /// Usable bytes: the requested size rounded up to a multiple of 4, at least 4. This is the size
     /// bound to kernels, so `arrayLength` in WGSL sees `size() / 4` elements.
     pub fn size(&self) -> u64 {
@@ -440,6 +515,7 @@ impl DeviceBuffer {
             parts: Vec::new(),
             part_bytes: 0,
             shared: AtomicBool::new(self.is_shared()),
+            pending: Default::default(),
         }))
     }
 

@@ -291,6 +291,16 @@ impl Executable {
             encoder,
             owned,
         } = opts;
+        let encoding = encoder.is_some();
+        // Computing from an output of an encode whose commands never ran would compute from
+        // stale data: checked here (a 4-byte read, once per such output). An encode reading one
+        // relies on the app submitting both encoders in order.
+        #[cfg(not(target_arch = "wasm32"))]
+        if !encoding {
+            for a in args.iter().filter(|a| a.encode_pending()) {
+                pollster::block_on(a.check_computed())?;
+            }
+        }
         crate::device::check_output_usages(usages, "Jit::output_usages")?;
         let extra = dev.output_usages() | usages;
         // Donated arguments an output takes (before the slots below hold more handles).
@@ -498,16 +508,72 @@ impl Executable {
                 for c in finals {
                     push_encoded(&mut commands, c)?;
                 }
-                // Every buffer the app's commands will use stays out of the pool and is never
-                // mapped by a read until brigade and the app have both dropped it: the commands
-                // run only when the app submits.
+                // The commands run only when the app submits. Buffers that live on in arrays
+                // (arguments, constants, outputs, the caller's targets) stay out of the pool and
+                // are never mapped by a read until brigade and the app have both dropped them.
+                // Temporaries (natively) are held by the encoder until its submission finished
+                // and then pooled, so that a frame loop of encodes reuses them.
+                let lives_on = |b: &Arc<DeviceBuffer>| {
+                    args.iter()
+                        .filter_map(Array::buffer)
+                        .any(|a| Arc::ptr_eq(a, b))
+                        || c.consts.iter().any(|(_, k)| Arc::ptr_eq(k, b))
+                        || targets.iter().any(|t| Arc::ptr_eq(t, b))
+                        || (into.is_none()
+                            && p.output_slots
+                                .iter()
+                                .any(|&o| slots[o].as_ref().is_some_and(|x| Arc::ptr_eq(x, b))))
+                };
+                let mut temps: Vec<Arc<DeviceBuffer>> = Vec::new();
                 for b in slots.iter().flatten().chain(staged.iter().flatten()) {
-                    b.share();
+                    if cfg!(target_arch = "wasm32") || lives_on(b) {
+                        b.share();
+                    } else if !temps.iter().any(|t| Arc::ptr_eq(t, b)) {
+                        temps.push(b.clone());
+                    }
                 }
                 for t in &targets {
                     t.share();
                 }
-                dev.encode_commands(enc, &dispatches, &commands)?;
+                for (src, _, _) in &donation_copies {
+                    src.share();
+                }
+                if let Err(e) = dev.encode_commands(enc, &dispatches, &commands) {
+                    // Part of the program may be in the encoder already.
+                    temps.iter().for_each(|t| t.share());
+                    return Err(e);
+                }
+                #[cfg(not(target_arch = "wasm32"))]
+                {
+                    // Outputs read as values only once the app's submission is seen to have run.
+                    let mark = dev.mark_encode(enc, temps)?;
+                    let written: Vec<&Arc<DeviceBuffer>> = match into {
+                        Some(_) => targets.iter().collect(),
+                        None => p
+                            .output_slots
+                            .iter()
+                            .filter_map(|&o| slots[o].as_ref())
+                            .filter(|b| {
+                                !args
+                                    .iter()
+                                    .filter_map(Array::buffer)
+                                    .any(|a| Arc::ptr_eq(a, b))
+                                    && !c.consts.iter().any(|(_, k)| Arc::ptr_eq(k, b))
+                            })
+                            .collect(),
+                    };
+                    for b in written {
+                        *b.lock_pending() = Some(mark.clone());
+                    }
+                }
+                #[cfg(target_arch = "wasm32")]
+                drop(temps);
+            }
+        }
+        if into.is_some() && !encoding {
+            // Written by this call: whatever an earlier encode left pending there is replaced.
+            for t in &targets {
+                *t.lock_pending() = None;
             }
         }
         if into.is_some() {

@@ -283,18 +283,29 @@ where
     /// Arguments not on that device are uploaded now with `queue.write_buffer` (counted in
     /// [`crate::Counters::bytes_uploaded`]), which wgpu orders before the app's later submit.
     ///
-    /// Every buffer the recorded commands use (arguments, outputs, temporaries, constants) is
-    /// marked shared: it never returns to the pool, so no later brigade work can overwrite it
-    /// before the app's commands have run, and reads copy it instead of mapping it, so the app's
-    /// submit cannot meet a mapping brigade holds (a read of an argument that was already waiting
-    /// on another thread is waited for here). Temporaries are therefore allocated afresh at
-    /// every encode.
+    /// Every buffer the recorded commands use that lives on in arrays (arguments, outputs,
+    /// constants) is marked shared: it never returns to the pool, so no later brigade work can
+    /// overwrite it before the app's commands have run, and reads copy it instead of mapping it,
+    /// so the app's submit cannot meet a mapping brigade holds (a read of an argument that was
+    /// already waiting on another thread is waited for here). Temporaries are held by the
+    /// encoder (`CommandEncoder::on_submitted_work_done`) and go back to the pool only once the
+    /// app's submission of it has finished (or the encoder was dropped unsubmitted): a frame
+    /// loop of encodes reuses them instead of allocating every frame.
+    ///
+    /// The outputs hold values only if the app's submission of the encoder ran. Each encode
+    /// appends to the encoder a 4-byte copy that records that it ran, and the first read of an
+    /// output (or the first `call` given it) checks it: an encoder not yet submitted, dropped, or
+    /// whose submission failed (an encoder of another wgpu device) makes that read
+    /// [`Error::NotComputed`](crate::Error::NotComputed) instead of returning stale data. An
+    /// encode that takes an earlier encode's output as an argument does not check it (that
+    /// would wait for the device in a frame loop): submit the encoders in order.
     ///
     /// Errors: [`Error::Unsupported`](crate::Error::Unsupported) for a program that needs a host
     /// step between its stages: one with `debug_print` (printing reads values on the host), or
     /// more than 4096 commands with loops unrolled (`call` submits those in chunks and waits
     /// between them); use `call` for those. Also the errors of `call`. wgpu reports an encoder
-    /// from another device when the app finishes or submits it.
+    /// from another device when the app finishes or submits it; brigade then reports
+    /// [`Error::NotComputed`](crate::Error::NotComputed) when the outputs are read.
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder, args: &[Array]) -> Result<Vec<Array>> {
         let opts = RunOpts {
             usages: self.usages,
