@@ -1,4 +1,4 @@
-//! First-call time of fresh jitted functions (compile + run + read), for issue #11 part 5: run it
+//! First-call time of fresh jitted functions (compile + run + read), (docs/PERFORMANCE.md): run it
 //! twice with the same `BRIGADE_CACHE_DIR` to see what the on-disk pipeline cache saves the second
 //! process (Vulkan only; GL has no pipeline cache). `MESA_SHADER_CACHE_DISABLE=true` also turns off
 //! Mesa's own shader cache, to see brigade's alone.

@@ -1,4 +1,4 @@
-//! Readback and upload speed against a warm host memcpy, per device, for issue #11 part 4.
+//! Readback and upload speed against a warm host memcpy, per device, (docs/PERFORMANCE.md).
 //!
 //! `cargo run --release --example transfers` (set `BRIGADE_DEVICES=vulkan:1`, and
 //! `BRIGADE_MAPPED_READS=off` to compare with the staging path). Prints the median of

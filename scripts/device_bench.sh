@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-shot benchmark of brigade on a lent GPU machine (issue #11; docs/PERFORMANCE.md, "On a real
+# One-shot benchmark of brigade on a lent GPU machine (docs/PERFORMANCE.md, "A real
 # GPU"). That machine has no Rust toolchain, no Vulkan loader and no network, and a session gets
 # 15 minutes of device time in all, so everything is built here and carried in `.device/` (ignored).
 #
@@ -488,7 +488,7 @@ PY
     echo "device_bench: done in ${SECONDS}s; results in $OUT: $(cd "$OUT" && echo *)"
 }
 
-# A shorter run after `run` (session 20): where a matmul call's time goes. The bench's matmul rows
+# A shorter run after `run`: where a matmul call's time goes. The bench's matmul rows
 # (each with its last call's submit and wait times, the buffers the pool created and what it
 # holds) in several processes, each with a fresh cache. DEVICE_BENCH_PROBE=pool: in the main
 # run's order of groups and after the copy group alone, each with and without the buffer pool
@@ -540,7 +540,7 @@ probe() {
             step "copy, then matmul, fresh cache, no buffer pool" copy,matmul "$c4" 10 0
             step "bandwidth rows, 20 runs" elementwise,sum,reduce "$c4" 20
         else
-            # Which of the groups before the matmul rows slows them (session 20's second probe).
+            # Which of the groups before the matmul rows slows them.
             step "compile, copy, matmul" compile,copy,matmul "$c1" 10
             step "memcpy, copy, matmul" memcpy,copy,matmul "$c2" 10
             step "compile, matmul" compile,matmul "$c3" 10

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""JAX reference for brigade's benchmark rows (issue #11): the same work on JAX's default device.
+"""JAX reference for brigade's benchmark rows: the same work on JAX's default device.
 
 Run by `scripts/device_bench.sh run` on the device machine (JAX on the GPU), or by hand:
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Dump the WGSL of every kernel the tour compiles, for a before/after proof that a change to
-# the code generator (issue 13's refactor) leaves the generated WGSL byte for byte as it was.
+# a code-generator change leaves the generated WGSL byte for byte as it was.
 #
 #   scripts/wgsl_dump.sh OUTDIR
 #

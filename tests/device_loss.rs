@@ -1,4 +1,4 @@
-//! Device loss is named right (issue #10, item 11).
+//! Device loss is named right.
 //!
 //! wgpu drops every call on a device it has invalidated (`wgpu::Device::destroy`, a driver reset)
 //! without an error and reports the loss only from a later poll, once the device's queue is
@@ -369,7 +369,7 @@ fn loss_during_pmap_calls(delay: Duration) {
     check_pmap(fresh("vulkan:4").devices(), 4096, "a new runtime");
 }
 
-// ---- wgpu errors are typed (the native side of issue #10, item 12) --------------------------------
+// ---- wgpu errors are typed (the native side) --------------------------------
 
 /// A kernel that needs 32 bytes at binding 0 (`array<f32, 8>`).
 const FIXED8_WGSL: &str = "@group(0) @binding(0) var<storage, read_write> y: array<f32, 8>;

@@ -1,4 +1,4 @@
-//! Memory you can plan (issue #14, item 4): `Jit::donate_argnums` gives a donated argument's
+//! Memory you can plan: `Jit::donate_argnums` gives a donated argument's
 //! buffer to an output (a parameter update needs no second copy), `Jit::memory_analysis` reports
 //! arguments, outputs, temporaries and the peak from the buffer plan the call allocates, and a
 //! donation the program cannot honour is a typed error. `pmap`/`shard_map` donate per device. On lavapipe (Vulkan) and llvmpipe (GL),

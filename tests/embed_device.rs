@@ -1,4 +1,4 @@
-//! Bring your own wgpu device (issue #12, parts 1-2): `Device::from_wgpu` and
+//! Bring your own wgpu device: `Device::from_wgpu` and
 //! `RuntimeBuilder::with_wgpu_device`, on lavapipe Vulkan and llvmpipe GL.
 //!
 //! The "app" here requests its devices itself, with lower limits than its adapter and no optional

@@ -1,4 +1,4 @@
-//! IEEE-754 and JAX semantics on every device (issue #10, items 1–5): NaN tests, literal zeros and
+//! IEEE-754 and JAX semantics on every device: NaN tests, literal zeros and
 //! infinities inside `jit`, `tanh(NaN)`, NaN propagation through max/min (elementwise, reductions,
 //! argmax/argmin, pmax/pmin) and reductions over empty axes.
 //!

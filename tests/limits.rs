@@ -1,4 +1,4 @@
-//! Huge shapes and memory budgets (issue #10, items 7 and 8): no size a user can write takes the
+//! Huge shapes and memory budgets: no size a user can write takes the
 //! process down, and running out of device memory is a typed, recoverable error.
 //!
 //! - Every shape product is checked: a shape whose element count or byte size overflows is

@@ -1,4 +1,4 @@
-//! Bounded memory and steady speed (issue #10, items 9 and 10): long loops run in flat host
+//! Bounded memory and steady speed: long loops run in flat host
 //! memory and leave later calls as fast as before; the kernel and program caches are LRU-bounded,
 //! count their evictions, and an evicted program compiles again to the same result. On lavapipe
 //! (Vulkan) and llvmpipe (GL), values checked against the CPU reference, with NaN, ±inf and zeros

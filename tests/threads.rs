@@ -1,4 +1,4 @@
-//! Compiled programs shared between threads (issue #12, "Threads").
+//! Compiled programs shared between threads.
 //!
 //! - static assertions: `Jit`, `Parallel`, `Vmap`, `Grad` (and the maps built from them), `Array`,
 //!   `Device` and `Runtime` are `Send + Sync` (this file stops compiling if one regresses);

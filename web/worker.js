@@ -1,5 +1,5 @@
 // The page's engine in a Web Worker: a second instance of brigade's wasm, so that the CPU
-// reference checks and the cpu fallback never block the page's main thread (issue #16).
+// reference checks and the cpu fallback never block the page's main thread.
 // engine.js (on the page) sends {id, name, args}; this answers {id, ok} or {id, err}, and forwards
 // brigadeEvent(kind, detail) calls from Rust as {event: [kind, detail]}.
 

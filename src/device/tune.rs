@@ -45,7 +45,7 @@ pub const TUNE_ENV: &str = "BRIGADE_MATMUL_TUNE";
 /// `true`: yes, on every GPU device, without a search; `off`, `0` or `false`: never. Unset: in
 /// the browser yes (on SwiftShader it measured ~1.5x brigade's buffer kernels, ~2x jax-js),
 /// natively no (the measured search keeps to the buffer kernels: on lavapipe the texture member,
-/// which also pays two copies a call, ran at 0.4-0.64x of them, docs/PERFORMANCE.md session 15).
+/// which also pays two copies a call, ran at 0.4-0.64x of them, docs/PERFORMANCE.md, "Why some things are the way they are").
 /// Read when a program is compiled; any other value fails `RuntimeBuilder::build`.
 pub const TEXTURE_ENV: &str = "BRIGADE_MATMUL_TEXTURE";
 /// Environment variable: how widely reductions of few outputs are spread on a GPU device (see

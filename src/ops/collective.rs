@@ -7,7 +7,7 @@
 //! writes the results to the devices (`crate::transform::pmap`). The combination order is fixed
 //! (device 0, 1, 2, …), so the same inputs give the same bits on every run.
 //!
-//! Batching and VJP rules go here too (issue #4).
+//! Batching and VJP rules go here too.
 
 use crate::ops::{IndexOp, LayoutOp};
 use std::fmt;

@@ -1,4 +1,4 @@
-//! bench: brigade's speed in this browser (issue #11), on a device of its own apart from the
+//! bench: brigade's speed in this browser, on a device of its own apart from the
 //! page's session.
 
 use std::cell::RefCell;

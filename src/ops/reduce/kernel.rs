@@ -341,7 +341,7 @@ pub(crate) fn reduce_kernels(
 pub(crate) const CPU_SPREAD: usize = 16384;
 /// [`CPU_SPREAD`] for GPUs: 1024 workgroups of 256, several per multiprocessor of a large GPU
 /// (an H200 has 132), so that memory requests in flight cover its bandwidth. Measured on an
-/// H200 (docs/PERFORMANCE.md, session 20): row sums of 1024 x 65536 with one invocation per row
+/// H200 (docs/PERFORMANCE.md, "A real GPU"): row sums of 1024 x 65536 with one invocation per row
 /// ran at 13 GB/s against a 2.5 TB/s copy.
 pub(crate) const GPU_SPREAD: usize = 1 << 18;
 /// Fewest reduced steps one part of a split column reduction takes.
