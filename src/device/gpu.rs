@@ -1180,7 +1180,13 @@ impl Device {
                 )
             }));
         }
-        Ok(Arc::new(DeviceBuffer {
+        Ok(self.foreign_view(buffer, offset, size))
+    }
+
+    /// A view of `size` bytes of a wgpu buffer brigade does not own (an app's buffer, or the
+    /// encode ledger's): never pooled, never mapped by a read (copied instead).
+    fn foreign_view(&self, buffer: wgpu::Buffer, offset: u64, size: u64) -> Arc<DeviceBuffer> {
+        Arc::new(DeviceBuffer {
             buffer: std::mem::ManuallyDrop::new(buffer),
             offset,
             size,
@@ -1192,7 +1198,7 @@ impl Device {
             part_bytes: 0,
             shared: std::sync::atomic::AtomicBool::new(true),
             pending: Default::default(),
-        }))
+        })
     }
 
     /// Usages added to every program output made on this device from now on (on top of those a
@@ -2109,20 +2115,7 @@ impl Device {
                 .clone()
         };
         let at = u64::from(mark.slot % super::pool::LEDGER_CHUNK) * 4;
-        let word = Arc::new(DeviceBuffer {
-            buffer: std::mem::ManuallyDrop::new(ran),
-            offset: at,
-            size: 4,
-            capacity: 4,
-            owner: self.inner.clone(),
-            extra: wgpu::BufferUsages::empty(),
-            // Not brigade's to pool, and copied (never mapped) by the read.
-            imported: true,
-            parts: Vec::new(),
-            part_bytes: 0,
-            shared: std::sync::atomic::AtomicBool::new(true),
-            pending: Default::default(),
-        });
+        let word = self.foreign_view(ran, at, 4);
         let got = self.read_array(&word, crate::DType::U32, 1).await?;
         if got.get_f64(0) as u32 == mark.token {
             let mut p = buf.lock_pending();
